@@ -1,0 +1,29 @@
+"""hiclass_parallel: hierarchical classification in parallel.
+
+Layers, each using only those above it:
+
+1. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays;
+2. :mod:`~hiclass_parallel.ops` -- tensor methods on NumPy, torch and CuPy arrays;
+3. :mod:`~hiclass_parallel.losses` -- torch criteria;
+4. :mod:`~hiclass_parallel.estimators` -- the path transformer and the classifier;
+5. :mod:`~hiclass_parallel.metrics` -- hierarchical metrics and scorers;
+6. :mod:`~hiclass_parallel.datasets` -- synthetic data and WordNet 3.0;
+7. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
+"""
+
+from .exceptions import TreeError, UnknownLabelError
+from .ops import flatten_for_training, labels_to_paths, partition_scores
+from .tree import PAD, PARTITIONS, Tree
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PAD",
+    "PARTITIONS",
+    "Tree",
+    "TreeError",
+    "UnknownLabelError",
+    "partition_scores",
+    "labels_to_paths",
+    "flatten_for_training",
+]

@@ -1,0 +1,30 @@
+"""Errors raised by hiclass_parallel, each naming the input that caused it."""
+
+from __future__ import annotations
+
+__all__ = ["TreeError", "UnknownLabelError"]
+
+
+class TreeError(ValueError):
+    """A class tree is malformed (cycle, two parents, unknown parent, duplicate label, empty)."""
+
+
+class UnknownLabelError(ValueError, KeyError):
+    """One or more labels are not classes of the tree.
+
+    Subclasses both :class:`ValueError` (what scikit-learn raises for bad ``y``) and
+    :class:`KeyError` (a failed lookup), so either ``except`` clause catches it.
+    """
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would wrap the message in quotes; show it as written.
+        return str(self.args[0]) if self.args else ""
+
+
+def describe_some(values, limit: int = 5) -> str:
+    """A short, readable list of offending values for an error message."""
+    values = list(values)
+    shown = ", ".join(repr(v) for v in values[:limit])
+    if len(values) > limit:
+        shown += f", ... ({len(values)} in all)"
+    return shown
