@@ -39,7 +39,8 @@ def tree_buffer(tree: Any, name: str, like: Any, dtype: Any = None) -> Any:
         if is_numpy_array(like):
             buf = host if dtype is None else host.astype(dtype, copy=False)
         else:
-            buf = xp.asarray(host, device=device(like))
+            # A writable copy: torch warns on (and may alias) read-only NumPy memory.
+            buf = xp.asarray(np.array(host, copy=True), device=device(like))
             if dtype is not None:
                 buf = xp.astype(buf, dtype)
         cache[key] = buf

@@ -490,6 +490,18 @@ class Tree:
             raise IndexError(f"node ids {describe_some(np.unique(bad).tolist())} are out of range [0, {self.n_classes})")
         return self.labels[ids]
 
+    def path_labels(self, label: Hashable) -> list:
+        """The labels on the ancestral path of ``label``, from the top level down.
+
+        Examples
+        --------
+        >>> tree = Tree.from_dict({"dog": {"big dog": ["happy big dog"]}})
+        >>> " > ".join(tree.path_labels("happy big dog"))
+        'dog > big dog > happy big dog'
+        """
+        path = self._paths[int(self.to_ids([label])[0])]
+        return self.labels[path[path >= 0]].tolist()
+
     def _index(self) -> dict:
         if self._label_index is None:
             self._label_index = {label: i for i, label in enumerate(self.labels.tolist())}

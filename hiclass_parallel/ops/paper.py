@@ -137,8 +137,12 @@ def labels_to_paths(labels: Any, tree: Tree, check: bool = True) -> Any:
         if low < 0 or high >= tree.n_classes:
             bad = low if low < 0 else high
             raise IndexError(f"label id {bad} is out of range: the tree has node ids 0..{tree.n_classes - 1}")
-    paths = tree_buffer(tree, "paths", labels, dtype=labels.dtype)
-    return xp.reshape(xp.take(paths, flat, axis=0), (*labels.shape, tree.n_levels))
+    # The device keeps one int32 copy of P_cl (the smallest that holds WordNet's ids); only
+    # the gathered (B, L) rows are cast to the labels' dtype.
+    paths = xp.take(tree_buffer(tree, "paths", labels), flat, axis=0)
+    if paths.dtype != labels.dtype:
+        paths = xp.astype(paths, labels.dtype)
+    return xp.reshape(paths, (*labels.shape, tree.n_levels))
 
 
 def flatten_for_training(partitioned: Any, paths: Any) -> tuple[Any, Any]:

@@ -1,0 +1,325 @@
+"""Input checking for the metrics: labels, node ids or padded paths -> node-id paths.
+
+Every metric reduces to one representation, two int64 arrays ``(n_samples, width)`` of
+node ids right-padded with ``-1``, one for ``y_true`` and one for ``y_pred``, such that two
+equal ids in the same column denote the same node. Then a sample's node set (Kiritchenko)
+is its row without the pads, and the lowest common ancestor of the true and predicted node
+is the common prefix of the two rows.
+
+- With a ``tree``, ids are the tree's node ids and every row is checked to be the ancestral
+  path of its deepest node, so identity never rests on names.
+- Without a tree, both inputs must be 2-D paths; a node is identified by its whole prefix
+  (the path from the top level down to it), so two nodes that share a name under different
+  parents stay different. The ids are made by factorising the prefixes level by level.
+
+Device arrays (torch, CuPy, any DLPack/array-API array) are moved to the host once.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Literal
+
+import numpy as np
+
+from .._backend import to_numpy
+from ..exceptions import UnknownLabelError, describe_some
+
+__all__ = ["check_paths", "InputType"]
+
+InputType = Literal["auto", "labels", "ids"]
+
+_INPUT_TYPES = ("auto", "labels", "ids")
+
+
+def _host(y: Any, name: str) -> np.ndarray:
+    if y is None:
+        raise ValueError(f"{name} is None; expected labels, node ids or padded paths")
+    try:
+        arr = to_numpy(y)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{name} of type {type(y).__name__} cannot be converted to a NumPy array") from exc
+    if arr.dtype == object and arr.ndim == 1 and arr.size and isinstance(arr.flat[0], (list, tuple, np.ndarray)):
+        raise ValueError(
+            f"{name} looks like a ragged list of paths; pass paths as a rectangular 2-D array "
+            "right-padded with pad_label (or pass 1-D labels)"
+        )
+    if arr.ndim == 0:
+        raise ValueError(f"{name} must be 1-D (labels or node ids) or 2-D (padded paths), got a scalar {arr!r}")
+    if arr.ndim > 2:
+        raise ValueError(f"{name} must be 1-D (labels or node ids) or 2-D (padded paths), got shape {arr.shape}")
+    return arr
+
+
+def _is_label_of(tree: Any, value: Any) -> bool:
+    try:
+        tree.to_ids(np.asarray([value], dtype=object))
+    except (KeyError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _pad_mask(values: np.ndarray, pad_label: Any, tree: Any) -> np.ndarray:
+    """True where ``values`` holds a pad (see :func:`check_paths` for the rules)."""
+    kind = values.dtype.kind
+    if pad_label is not None:
+        if kind in "iufb" and not isinstance(pad_label, numbers.Number):
+            return np.zeros(values.shape, dtype=bool)
+        if kind in "US" and not isinstance(pad_label, (str, bytes)):
+            return np.zeros(values.shape, dtype=bool)
+        if isinstance(pad_label, float) and np.isnan(pad_label):
+            return values != values if kind in "fO" else np.zeros(values.shape, dtype=bool)
+        return np.asarray(values == pad_label, dtype=bool).reshape(values.shape)
+    # Automatic pads: the classifier's defaults ("" for strings, -1 for ints), None and NaN,
+    # minus any candidate that is a label of the tree (then the user must name the pad).
+    if kind in "iu":
+        candidates: list[Any] = [-1]
+    elif kind == "f":
+        candidates = [-1, float("nan")]
+    elif kind in "US":
+        candidates = ["" if kind == "U" else b""]
+    elif kind == "O":
+        candidates = [None, "", -1, float("nan")]
+    else:
+        return np.zeros(values.shape, dtype=bool)
+    if tree is not None:
+        candidates = [c for c in candidates if c is None or (isinstance(c, float) and np.isnan(c)) or not _is_label_of(tree, c)]
+    mask = np.zeros(values.shape, dtype=bool)
+    for cand in candidates:
+        if cand is None:
+            mask |= np.asarray(values == None, dtype=bool).reshape(values.shape)  # noqa: E711 (elementwise)
+        elif isinstance(cand, float):
+            mask |= values != values
+        else:
+            mask |= np.asarray(values == cand, dtype=bool).reshape(values.shape)
+    return mask
+
+
+def _use_ids(arr: np.ndarray, tree: Any, input_type: str) -> bool:
+    if input_type == "ids":
+        return True
+    if input_type == "labels":
+        return False
+    tree_labels_are_ints = tree.labels.dtype.kind in "iu"
+    return arr.dtype.kind in "iu" and not tree_labels_are_ints
+
+
+def _check_contiguous(pad: np.ndarray, name: str, values: np.ndarray) -> np.ndarray:
+    """Depth (number of non-pad entries) of each row; raises on a label after a pad."""
+    live = ~pad
+    depth = live.sum(axis=1)
+    expected = np.arange(pad.shape[1])[None, :] < depth[:, None]
+    bad = np.flatnonzero((live != expected).any(axis=1))
+    if bad.size:
+        row = int(bad[0])
+        raise ValueError(
+            f"{name} has {bad.size} path(s) with a label after a pad, e.g. row {row}: "
+            f"{values[row].tolist()}; paths must run from the top level down, right-padded"
+        )
+    return depth
+
+
+def _ids_from_values(values: np.ndarray, tree: Any, name: str, use_ids: bool) -> np.ndarray:
+    """Node ids (int64) of non-pad values, named errors for unknown labels or bad ids."""
+    if use_ids:
+        if values.dtype.kind not in "iu":
+            if values.dtype.kind == "f" and values.size and np.all(values == np.round(values)):
+                values = values.astype(np.int64)
+            else:
+                raise TypeError(f"{name} holds node ids but has dtype {values.dtype}; node ids are integers")
+        ids = values.astype(np.int64, copy=False)
+        bad = (ids < 0) | (ids >= tree.n_classes)
+        if bad.any():
+            raise ValueError(
+                f"{name} holds node ids {describe_some(np.unique(ids[bad]).tolist())} out of range "
+                f"[0, {tree.n_classes}) for a tree of {tree.n_classes} classes"
+            )
+        return ids
+    try:
+        return np.asarray(tree.to_ids(values), dtype=np.int64)
+    except (KeyError, ValueError) as exc:
+        msg = str(exc.args[0]) if exc.args else str(exc)
+        raise UnknownLabelError(f"{name}: {msg}") from exc
+
+
+def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_type: str) -> np.ndarray:
+    """Check one input against the tree; return its node-id paths ``(n, tree.n_levels)``."""
+    n_levels = tree.n_levels
+    # The pad row makes id -1 (an empty prediction: the root) gather an all-pad path.
+    table = np.vstack([tree.paths.astype(np.int64), np.full((1, n_levels), -1, dtype=np.int64)])
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        # A column of labels: as a path it could only hold top-level classes, which read the
+        # same as labels, so reading it as labels is never wrong and accepts (n, 1) targets.
+        arr = arr[:, 0]
+    use_ids = _use_ids(arr, tree, input_type)
+    if use_ids:
+        pad = _id_pad_mask(arr, name)
+    else:
+        pad = _pad_mask(arr, pad_label, tree)
+    ids = np.full(arr.shape, -1, dtype=np.int64)
+    live = ~pad
+    if live.any():
+        ids[live] = _ids_from_values(arr[live], tree, name, use_ids)
+    if arr.ndim == 1:
+        return table[ids]
+    depth = _check_contiguous(pad, name, arr)
+    rows = np.arange(arr.shape[0])
+    deepest = np.where(depth > 0, ids[rows, np.maximum(depth - 1, 0)], -1)
+    paths = table[deepest]
+    width = max(arr.shape[1], n_levels)
+    given = np.full((arr.shape[0], width), -1, dtype=np.int64)
+    given[:, : arr.shape[1]] = ids
+    expected = np.full((arr.shape[0], width), -1, dtype=np.int64)
+    expected[:, :n_levels] = paths
+    bad = np.flatnonzero((given != expected).any(axis=1))
+    if bad.size:
+        row = int(bad[0])
+        node = int(deepest[row])
+        true_path = tree.labels[paths[row][paths[row] >= 0]].tolist()
+        raise ValueError(
+            f"{name} has {bad.size} row(s) that are not ancestral paths of the tree, e.g. row {row}: "
+            f"{arr[row].tolist()}; the path of {tree.labels[node]!r} (id {node}) is {true_path}"
+        )
+    return paths
+
+
+def _id_pad_mask(arr: np.ndarray, name: str) -> np.ndarray:
+    if arr.dtype.kind in "iu":
+        return arr < 0
+    if arr.dtype.kind == "f":
+        return (arr < 0) | np.isnan(arr)
+    raise TypeError(f"{name} holds node ids but has dtype {arr.dtype}; node ids are integers")
+
+
+def _codes(values: np.ndarray) -> np.ndarray:
+    """Dense integer codes of values (equal values, equal codes)."""
+    try:
+        return np.unique(values, return_inverse=True)[1].reshape(-1)
+    except TypeError:  # mixed, unorderable objects: hash them instead
+        index: dict = {}
+        return np.fromiter((index.setdefault(v, len(index)) for v in values.tolist()), dtype=np.int64, count=values.size)
+
+
+def _factorize_prefixes(arrays: list[np.ndarray], pads: list[np.ndarray]) -> list[np.ndarray]:
+    """Ids of path prefixes shared across ``arrays``: same prefix, same id; one pass per level."""
+    width = max(a.shape[1] for a in arrays)
+    if len({a.dtype for a in arrays}) > 1:
+        # Never let NumPy promote ints to strings (1 would then equal "1").
+        arrays = [a.astype(object) for a in arrays]
+    # Widened value columns are left uninitialised: the pad mask marks them all as pads.
+    values = np.concatenate([_widen(a, width, None) for a in arrays], axis=0)
+    pad = np.concatenate([_widen(p, width, True) for p in pads], axis=0)
+    ids = np.full(values.shape, -1, dtype=np.int64)
+    parent = np.full(values.shape[0], -1, dtype=np.int64)
+    offset = 0
+    for level in range(width):
+        live = ~pad[:, level]
+        if not live.any():
+            break
+        codes = _codes(values[live, level])
+        key = (parent[live] + 1) * (int(codes.max()) + 1) + codes
+        uniq, inverse = np.unique(key, return_inverse=True)
+        ids[live, level] = inverse.reshape(-1) + offset
+        offset += uniq.size
+        parent[live] = ids[live, level]
+    out, start = [], 0
+    for a in arrays:
+        out.append(ids[start : start + a.shape[0]])
+        start += a.shape[0]
+    return out
+
+
+def _widen(a: np.ndarray, width: int, fill: Any) -> np.ndarray:
+    if a.shape[1] == width:
+        return a
+    wide = np.empty((a.shape[0], width), dtype=a.dtype)
+    wide[:, : a.shape[1]] = a
+    if fill is not None:
+        wide[:, a.shape[1] :] = fill
+    return wide
+
+
+def _check_sample_weight(sample_weight: Any, n: int) -> np.ndarray | None:
+    if sample_weight is None:
+        return None
+    w = np.asarray(to_numpy(sample_weight), dtype=np.float64)
+    if w.ndim != 1 or w.shape[0] != n:
+        raise ValueError(f"sample_weight must have shape ({n},), got {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("sample_weight must be finite and non-negative")
+    return w
+
+
+def check_paths(
+    y_true: Any,
+    y_pred: Any,
+    tree: Any = None,
+    *,
+    pad_label: Any = None,
+    input_type: InputType = "auto",
+    sample_weight: Any = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Check ``y_true`` and ``y_pred`` and return them as node-id paths.
+
+    Parameters
+    ----------
+    y_true, y_pred : array-like of shape (n_samples,) or (n_samples, n_columns)
+        1-D: one label (or node id) per sample, at any depth; needs ``tree``.
+        2-D: ancestral paths from the top level down, right-padded with ``pad_label``.
+        NumPy, lists, pandas, torch (CPU or CUDA) and CuPy arrays are accepted.
+    tree : Tree, default=None
+        The class tree. Without it both inputs must be 2-D paths, and nodes are identified
+        by their prefix (path from the top level), not by their name alone.
+    pad_label : object, default=None
+        The padding value of label paths. ``None`` recognises ``""``, ``None``, ``-1`` and
+        NaN (any that is a label of ``tree`` excepted). Node-id inputs pad with any negative id.
+    input_type : {"auto", "labels", "ids"}, default="auto"
+        Whether values are the tree's labels or its node ids. ``"auto"`` reads integer arrays
+        as node ids when the tree's labels are not integers, and as labels otherwise.
+    sample_weight : array-like of shape (n_samples,), default=None
+
+    Returns
+    -------
+    true, pred : ndarray of int64 of shape (n_samples, width)
+        Node-id paths padded with ``-1``; equal ids in a column are the same node.
+    sample_weight : ndarray of float64 of shape (n_samples,) or None
+
+    Examples
+    --------
+    >>> from hiclass_parallel import Tree
+    >>> tree = Tree.from_dict({"dog": {"small": None, "big": ["happy"]}, "cat": None})
+    >>> true, pred, _ = check_paths(["happy", "cat"], [["dog", "small", ""], ["", "", ""]], tree)
+    >>> true.tolist(), pred.tolist()
+    ([[0, 2, 3], [4, -1, -1]], [[0, 1, -1], [-1, -1, -1]])
+    """
+    if input_type not in _INPUT_TYPES:
+        raise ValueError(f"input_type must be one of {_INPUT_TYPES}, got {input_type!r}")
+    true_arr = _host(y_true, "y_true")
+    pred_arr = _host(y_pred, "y_pred")
+    if true_arr.shape[0] != pred_arr.shape[0]:
+        raise ValueError(
+            f"y_true and y_pred have different numbers of samples: {true_arr.shape[0]} and {pred_arr.shape[0]}"
+        )
+    if true_arr.shape[0] == 0:
+        raise ValueError("y_true and y_pred are empty: a metric needs at least one sample")
+    weight = _check_sample_weight(sample_weight, true_arr.shape[0])
+    if tree is not None:
+        if not (hasattr(tree, "paths") and hasattr(tree, "to_ids")):
+            raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
+        true = _tree_paths(true_arr, tree, "y_true", pad_label, input_type)
+        pred = _tree_paths(pred_arr, tree, "y_pred", pad_label, input_type)
+        return true, pred, weight
+    for arr, name in ((true_arr, "y_true"), (pred_arr, "y_pred")):
+        if arr.ndim != 2:
+            raise ValueError(
+                f"{name} is 1-D, so it needs tree= to find the ancestors of each label; "
+                "without a tree pass both y_true and y_pred as 2-D padded paths"
+            )
+    if input_type == "ids":
+        pads = [_id_pad_mask(true_arr, "y_true"), _id_pad_mask(pred_arr, "y_pred")]
+    else:
+        pads = [_pad_mask(true_arr, pad_label, None), _pad_mask(pred_arr, pad_label, None)]
+    _check_contiguous(pads[0], "y_true", true_arr)
+    _check_contiguous(pads[1], "y_pred", pred_arr)
+    true, pred = _factorize_prefixes([true_arr, pred_arr], pads)
+    return true, pred, weight
