@@ -1,0 +1,120 @@
+"""Layer 7: the ``hiclass-parallel`` command (also ``python -m hiclass_parallel``).
+
+Subcommands:
+
+- ``demo``: train a :class:`~hiclass_parallel.HierarchicalClassifier` in a TF-IDF pipeline on
+  the shipped WordNet gloss data set (hypernym placement) and report hierarchical metrics;
+- ``benchmark``: the paper-table and lean-engine benchmarks from ``benchmarks/``;
+- ``tree``: describe a tree (the shipped WordNet tree by default, or a saved ``.npz``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the command line (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="hiclass-parallel",
+        description="Hierarchical classification in parallel: demo, benchmarks and tree inspection.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="train and evaluate a classifier on WordNet glosses (hypernym placement)")
+    demo.add_argument("--root", default="animal.n.01", help="synset whose subtree is the task (default: %(default)s)")
+    demo.add_argument("--epochs", type=int, default=30, help="training epochs (default: %(default)s)")
+    demo.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
+    demo.add_argument("--partition", choices=["level", "sibling"], default="level", help="softmax groups (default: %(default)s)")
+    demo.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of synsets (default: %(default)s)")
+    demo.add_argument("--out", type=Path, default=Path("demo-output"), help="folder for the plot (default: %(default)s)")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    bench = sub.add_parser("benchmark", help="run the paper-table and lean-engine benchmarks")
+    bench.add_argument("--quick", action="store_true", help="small, fast settings")
+    bench.add_argument("--which", choices=["paper", "engine", "all"], default="all")
+
+    tree = sub.add_parser("tree", help="describe a tree: classes, levels, leaves per level, buffer memory")
+    tree.add_argument("path", nargs="?", default=None, help="a tree saved with Tree.save (default: shipped WordNet 3.0)")
+    tree.add_argument("--root", default=None, help="describe the subtree under this label")
+    return parser
+
+
+def describe_tree(tree) -> str:
+    """A short text description of a tree: sizes per level and memory of its buffers."""
+    import numpy as np
+
+    lines = [repr(tree)]
+    per_level = np.bincount(tree.depth, minlength=tree.n_levels)
+    leaves = np.bincount(tree.depth[tree.is_leaf], minlength=tree.n_levels)
+    lines.append(f"{'level':>5} {'classes':>9} {'leaves':>9}")
+    for level in range(tree.n_levels):
+        lines.append(f"{level:>5} {per_level[level]:>9,} {leaves[level]:>9,}")
+    lines.append(
+        f"memory: mask {tree.mask.nbytes / 1e6:.2f} MB (bool {tree.mask.shape}), "
+        f"paths {tree.paths.nbytes / 1e6:.2f} MB (int32 {tree.paths.shape}), all arrays {tree.nbytes / 1e6:.2f} MB"
+    )
+    return "\n".join(lines)
+
+
+def _cmd_tree(args: argparse.Namespace) -> int:
+    from .tree import Tree
+
+    if args.path is None:
+        from .datasets import load_wordnet_tree
+
+        tree = load_wordnet_tree()
+        print("WordNet 3.0 (shipped with the package)")
+    else:
+        tree = Tree.load(args.path)
+    if args.root is not None:
+        tree = tree.subtree(args.root)
+        print(f"subtree under {args.root!r}")
+    print(describe_tree(tree))
+    return 0
+
+
+def _import_benchmarks():
+    """``benchmarks/`` lives beside the package in a source checkout, not in a wheel."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "benchmarks" / "__init__.py").exists():
+        raise SystemExit(
+            "the benchmarks live in the source repository (benchmarks/); run this command from a clone of it"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+
+
+def _cmd_benchmark(args: argparse.Namespace) -> int:
+    _import_benchmarks()
+    argv = ["--quick"] if args.quick else []
+    if args.which in ("paper", "all"):
+        from benchmarks import bench_paper_table
+
+        bench_paper_table.main(argv)
+    if args.which in ("engine", "all"):
+        from benchmarks import bench_engine
+
+        bench_engine.main(argv)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(root=args.root, epochs=args.epochs, device=args.device, partition=args.partition,
+             test_size=args.test_size, out=args.out, seed=args.seed, verbose=not args.quiet)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``hiclass-parallel``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    handler = {"demo": _cmd_demo, "benchmark": _cmd_benchmark, "tree": _cmd_tree}[args.command]
+    return handler(args)
