@@ -18,6 +18,7 @@ Device arrays (torch, CuPy, any DLPack/array-API array) are moved to the host on
 from __future__ import annotations
 
 import numbers
+from itertools import repeat
 from typing import Any, Literal
 
 import numpy as np
@@ -36,7 +37,12 @@ def _host(y: Any, name: str) -> np.ndarray:
     if y is None:
         raise ValueError(f"{name} is None; expected labels, node ids or padded paths")
     try:
-        arr = to_numpy(y)
+        arr = np.asarray(y) if isinstance(y, (list, tuple)) else to_numpy(y)
+    except ValueError as exc:  # NumPy refuses ragged nested sequences
+        raise ValueError(
+            f"{name} cannot be made into an array ({exc}); if it is a ragged list of paths, pass "
+            "paths as a rectangular 2-D array right-padded with pad_label (or pass 1-D labels)"
+        ) from exc
     except Exception as exc:  # pragma: no cover - exotic inputs
         raise TypeError(f"{name} of type {type(y).__name__} cannot be converted to a NumPy array") from exc
     if arr.dtype == object and arr.ndim == 1 and arr.size and isinstance(arr.flat[0], (list, tuple, np.ndarray)):
@@ -51,15 +57,51 @@ def _host(y: Any, name: str) -> np.ndarray:
     return arr
 
 
-def _is_label_of(tree: Any, value: Any) -> bool:
-    try:
-        tree.to_ids(np.asarray([value], dtype=object))
-    except (KeyError, ValueError, TypeError):
-        return False
-    return True
+class _LabelIndex:
+    """Label -> node id lookups for one call: a dict for hashable labels, built once.
+
+    ``Tree.to_ids`` is used for integer labels (a vectorised binary search); other labels
+    go through one C-level ``map`` over a dict, far faster per element than a generator.
+    """
+
+    def __init__(self, tree: Any):
+        self.tree = tree
+        self._index: dict | None = None
+
+    @property
+    def index(self) -> dict:
+        if self._index is None:
+            self._index = dict(zip(self.tree.labels.tolist(), range(self.tree.n_classes)))
+        return self._index
+
+    def __contains__(self, value: Any) -> bool:
+        try:
+            return value in self.index
+        except TypeError:
+            return False
+
+    def ids(self, values: np.ndarray, name: str) -> np.ndarray:
+        values = values.reshape(-1)
+        if self.tree.labels.dtype.kind in "iu" and values.dtype.kind in "iu":
+            try:
+                return np.asarray(self.tree.to_ids(values), dtype=np.int64)
+            except (KeyError, ValueError) as exc:
+                msg = str(exc.args[0]) if exc.args else str(exc)
+                raise UnknownLabelError(f"{name}: {msg}") from exc
+        items = values.tolist()
+        try:
+            ids = np.fromiter(map(self.index.get, items, repeat(-1)), dtype=np.int64, count=len(items))
+        except TypeError as exc:  # unhashable entries
+            raise TypeError(f"{name} holds values that cannot be labels: {exc}") from exc
+        missing = ids < 0
+        if missing.any():
+            unknown = list(dict.fromkeys(values[missing].tolist()))
+            noun = "label is" if len(unknown) == 1 else "labels are"
+            raise UnknownLabelError(f"{name}: {len(unknown)} {noun} not a class of the tree: {describe_some(unknown)}")
+        return ids
 
 
-def _pad_mask(values: np.ndarray, pad_label: Any, tree: Any) -> np.ndarray:
+def _pad_mask(values: np.ndarray, pad_label: Any, labels: _LabelIndex | None) -> np.ndarray:
     """True where ``values`` holds a pad (see :func:`check_paths` for the rules)."""
     kind = values.dtype.kind
     if pad_label is not None:
@@ -80,10 +122,14 @@ def _pad_mask(values: np.ndarray, pad_label: Any, tree: Any) -> np.ndarray:
         candidates = ["" if kind == "U" else b""]
     elif kind == "O":
         candidates = [None, "", -1, float("nan")]
+        if labels is not None:
+            # Each candidate is a pass over an object array: try only those of the label type.
+            label_kind = labels.tree.labels.dtype.kind
+            candidates = [None, -1] if label_kind in "iu" else [None, ""]
     else:
         return np.zeros(values.shape, dtype=bool)
-    if tree is not None:
-        candidates = [c for c in candidates if c is None or (isinstance(c, float) and np.isnan(c)) or not _is_label_of(tree, c)]
+    if labels is not None:
+        candidates = [c for c in candidates if c is None or (isinstance(c, float) and np.isnan(c)) or c not in labels]
     mask = np.zeros(values.shape, dtype=bool)
     for cand in candidates:
         if cand is None:
@@ -107,7 +153,7 @@ def _use_ids(arr: np.ndarray, tree: Any, input_type: str) -> bool:
 def _check_contiguous(pad: np.ndarray, name: str, values: np.ndarray) -> np.ndarray:
     """Depth (number of non-pad entries) of each row; raises on a label after a pad."""
     live = ~pad
-    depth = live.sum(axis=1)
+    depth = np.count_nonzero(live, axis=1)
     expected = np.arange(pad.shape[1])[None, :] < depth[:, None]
     bad = np.flatnonzero((live != expected).any(axis=1))
     if bad.size:
@@ -119,65 +165,69 @@ def _check_contiguous(pad: np.ndarray, name: str, values: np.ndarray) -> np.ndar
     return depth
 
 
-def _ids_from_values(values: np.ndarray, tree: Any, name: str, use_ids: bool) -> np.ndarray:
-    """Node ids (int64) of non-pad values, named errors for unknown labels or bad ids."""
-    if use_ids:
-        if values.dtype.kind not in "iu":
-            if values.dtype.kind == "f" and values.size and np.all(values == np.round(values)):
-                values = values.astype(np.int64)
-            else:
-                raise TypeError(f"{name} holds node ids but has dtype {values.dtype}; node ids are integers")
-        ids = values.astype(np.int64, copy=False)
-        bad = (ids < 0) | (ids >= tree.n_classes)
-        if bad.any():
-            raise ValueError(
-                f"{name} holds node ids {describe_some(np.unique(ids[bad]).tolist())} out of range "
-                f"[0, {tree.n_classes}) for a tree of {tree.n_classes} classes"
-            )
-        return ids
-    try:
-        return np.asarray(tree.to_ids(values), dtype=np.int64)
-    except (KeyError, ValueError) as exc:
-        msg = str(exc.args[0]) if exc.args else str(exc)
-        raise UnknownLabelError(f"{name}: {msg}") from exc
+def _check_ids(values: np.ndarray, tree: Any, name: str) -> np.ndarray:
+    """Node ids as int64, named errors for non-integers and ids out of range."""
+    if values.dtype.kind not in "iu":
+        if values.dtype.kind == "f" and values.size and np.all(values == np.round(values)):
+            values = values.astype(np.int64)
+        else:
+            raise TypeError(f"{name} holds node ids but has dtype {values.dtype}; node ids are integers")
+    ids = values.astype(np.int64, copy=False)
+    bad = ids >= tree.n_classes
+    if bad.any():
+        raise ValueError(
+            f"{name} holds node ids {describe_some(np.unique(ids[bad]).tolist())} out of range "
+            f"[0, {tree.n_classes}) for a tree of {tree.n_classes} classes"
+        )
+    return ids
 
 
-def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_type: str) -> np.ndarray:
-    """Check one input against the tree; return its node-id paths ``(n, tree.n_levels)``."""
+def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_type: str, labels: _LabelIndex) -> np.ndarray:
+    """Check one input against the tree; return its node-id paths ``(n, tree.n_levels)``.
+
+    A 2-D path is identified by its deepest entry, so only ``n`` labels are looked up; the
+    rest of each row is then compared with the ancestral path of that node.
+    """
     n_levels = tree.n_levels
     # The pad row makes id -1 (an empty prediction: the root) gather an all-pad path.
-    table = np.vstack([tree.paths.astype(np.int64), np.full((1, n_levels), -1, dtype=np.int64)])
+    table = np.vstack([tree.paths, np.full((1, n_levels), -1, dtype=tree.paths.dtype)])
     if arr.ndim == 2 and arr.shape[1] == 1:
         # A column of labels: as a path it could only hold top-level classes, which read the
         # same as labels, so reading it as labels is never wrong and accepts (n, 1) targets.
         arr = arr[:, 0]
     use_ids = _use_ids(arr, tree, input_type)
-    if use_ids:
-        pad = _id_pad_mask(arr, name)
-    else:
-        pad = _pad_mask(arr, pad_label, tree)
-    ids = np.full(arr.shape, -1, dtype=np.int64)
-    live = ~pad
-    if live.any():
-        ids[live] = _ids_from_values(arr[live], tree, name, use_ids)
+    pad = _id_pad_mask(arr, name) if use_ids else _pad_mask(arr, pad_label, labels)
     if arr.ndim == 1:
-        return table[ids]
-    depth = _check_contiguous(pad, name, arr)
-    rows = np.arange(arr.shape[0])
-    deepest = np.where(depth > 0, ids[rows, np.maximum(depth - 1, 0)], -1)
+        last, has = arr, ~pad
+        depth = None
+    else:
+        depth = _check_contiguous(pad, name, arr)
+        has = depth > 0
+        last = arr[np.arange(arr.shape[0]), np.maximum(depth - 1, 0)]
+    deepest = np.full(arr.shape[0], -1, dtype=np.int64)
+    if has.all():
+        deepest = _check_ids(last, tree, name) if use_ids else labels.ids(last, name)
+    elif has.any():
+        deepest[has] = _check_ids(last[has], tree, name) if use_ids else labels.ids(last[has], name)
     paths = table[deepest]
-    width = max(arr.shape[1], n_levels)
-    given = np.full((arr.shape[0], width), -1, dtype=np.int64)
-    given[:, : arr.shape[1]] = ids
-    expected = np.full((arr.shape[0], width), -1, dtype=np.int64)
-    expected[:, :n_levels] = paths
-    bad = np.flatnonzero((given != expected).any(axis=1))
-    if bad.size:
-        row = int(bad[0])
+    if depth is None:
+        return paths
+    # Every row must be the ancestral path of its deepest node: same depth, same entries.
+    node_depth = np.where(has, np.asarray(tree.depth)[np.maximum(deepest, 0)] + 1, 0)
+    bad = node_depth != depth
+    width = min(arr.shape[1], n_levels)
+    if use_ids:
+        expected = paths[:, :width]
+    else:
+        expected = tree.labels[np.maximum(paths[:, :width], 0)]
+    bad |= (~pad[:, :width] & np.asarray(arr[:, :width] != expected, dtype=bool)).any(axis=1)
+    bad_rows = np.flatnonzero(bad)
+    if bad_rows.size:
+        row = int(bad_rows[0])
         node = int(deepest[row])
         true_path = tree.labels[paths[row][paths[row] >= 0]].tolist()
         raise ValueError(
-            f"{name} has {bad.size} row(s) that are not ancestral paths of the tree, e.g. row {row}: "
+            f"{name} has {bad_rows.size} row(s) that are not ancestral paths of the tree, e.g. row {row}: "
             f"{arr[row].tolist()}; the path of {tree.labels[node]!r} (id {node}) is {true_path}"
         )
     return paths
@@ -193,11 +243,12 @@ def _id_pad_mask(arr: np.ndarray, name: str) -> np.ndarray:
 
 def _codes(values: np.ndarray) -> np.ndarray:
     """Dense integer codes of values (equal values, equal codes)."""
-    try:
+    if values.dtype != object:
         return np.unique(values, return_inverse=True)[1].reshape(-1)
-    except TypeError:  # mixed, unorderable objects: hash them instead
-        index: dict = {}
-        return np.fromiter((index.setdefault(v, len(index)) for v in values.tolist()), dtype=np.int64, count=values.size)
+    # Hashing beats sorting Python objects; both loops below run in C.
+    items = values.tolist()
+    index = {v: i for i, v in enumerate(dict.fromkeys(items))}
+    return np.fromiter(map(index.__getitem__, items), dtype=np.int64, count=len(items))
 
 
 def _factorize_prefixes(arrays: list[np.ndarray], pads: list[np.ndarray]) -> list[np.ndarray]:
@@ -280,8 +331,9 @@ def check_paths(
 
     Returns
     -------
-    true, pred : ndarray of int64 of shape (n_samples, width)
-        Node-id paths padded with ``-1``; equal ids in a column are the same node.
+    true, pred : ndarray of int of shape (n_samples, width)
+        Node-id paths padded with ``-1``; equal ids in a column are the same node. With a
+        tree, ``width`` is ``tree.n_levels`` and the ids are the tree's node ids (int32).
     sample_weight : ndarray of float64 of shape (n_samples,) or None
 
     Examples
@@ -306,8 +358,9 @@ def check_paths(
     if tree is not None:
         if not (hasattr(tree, "paths") and hasattr(tree, "to_ids")):
             raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
-        true = _tree_paths(true_arr, tree, "y_true", pad_label, input_type)
-        pred = _tree_paths(pred_arr, tree, "y_pred", pad_label, input_type)
+        labels = _LabelIndex(tree)
+        true = _tree_paths(true_arr, tree, "y_true", pad_label, input_type, labels)
+        pred = _tree_paths(pred_arr, tree, "y_pred", pad_label, input_type, labels)
         return true, pred, weight
     for arr, name in ((true_arr, "y_true"), (pred_arr, "y_pred")):
         if arr.ndim != 2:

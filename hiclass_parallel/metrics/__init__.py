@@ -1,0 +1,64 @@
+"""Hierarchical metrics and scorers (layer 5).
+
+Every metric takes ``y_true`` and ``y_pred`` as labels at any depth (with ``tree``), node
+ids, or ancestral paths right-padded with a pad label, as NumPy, lists, torch or CuPy
+arrays (moved to the host once). Node identity is the node, never its name. See
+``docs/metrics.md``.
+
+- :func:`hierarchical_precision_score`, :func:`hierarchical_recall_score`,
+  :func:`hierarchical_f1_score`, :func:`hierarchical_fbeta_score` (Kiritchenko et al.);
+- :func:`level_accuracy_score`, :func:`exact_path_accuracy_score`;
+- :func:`tree_distance`, :func:`mean_tree_distance`, :func:`mistake_severity`
+  (Bertinetto et al., 2020);
+- :func:`hierarchical_classification_report`;
+- scorers for ``scoring=``: :func:`get_scorer`, :func:`get_scorers`,
+  :func:`make_hierarchical_scorer`; importing this module registers the scorer names
+  with scikit-learn (:func:`register_scorers`), so lists of names work too;
+- plots in :mod:`hiclass_parallel.metrics.plot` (needs matplotlib).
+"""
+
+from ._hierarchical import (
+    LevelAccuracy,
+    exact_path_accuracy_score,
+    hierarchical_f1_score,
+    hierarchical_fbeta_score,
+    hierarchical_precision_score,
+    hierarchical_recall_score,
+    level_accuracy_score,
+    mean_tree_distance,
+    mistake_severity,
+    tree_distance,
+)
+from ._paths import check_paths
+from ._report import hierarchical_classification_report
+from ._scorers import (
+    HierarchicalScorer,
+    get_scorer,
+    get_scorer_names,
+    get_scorers,
+    make_hierarchical_scorer,
+    register_scorers,
+)
+
+register_scorers()
+
+__all__ = [
+    "HierarchicalScorer",
+    "LevelAccuracy",
+    "check_paths",
+    "exact_path_accuracy_score",
+    "get_scorer",
+    "get_scorer_names",
+    "get_scorers",
+    "hierarchical_classification_report",
+    "hierarchical_f1_score",
+    "hierarchical_fbeta_score",
+    "hierarchical_precision_score",
+    "hierarchical_recall_score",
+    "level_accuracy_score",
+    "make_hierarchical_scorer",
+    "mean_tree_distance",
+    "mistake_severity",
+    "register_scorers",
+    "tree_distance",
+]

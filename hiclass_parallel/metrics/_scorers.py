@@ -1,0 +1,420 @@
+"""Scorers: hierarchical metrics in scikit-learn's ``scoring=`` API.
+
+A scorer is called as ``scorer(estimator, X, y)``. Ours call ``estimator.predict(X)``
+(ancestral paths), find the class tree on the fitted estimator (``tree_``; for a
+``Pipeline`` or a fitted search, on its final estimator) and its padding label
+(``pad_label_``), and compare the paths with ``y`` given as plain labels or as paths.
+
+They subclass scikit-learn's scorer base class, so :func:`~sklearn.model_selection.cross_validate`
+and :class:`~sklearn.model_selection.GridSearchCV` with several of them call ``predict``
+once per split, and ``sample_weight`` and metadata routing work as for built-in scorers.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from functools import partial
+from inspect import signature
+from typing import Any
+
+import numpy as np
+
+from ._hierarchical import (
+    exact_path_accuracy_score,
+    hierarchical_f1_score,
+    hierarchical_precision_score,
+    hierarchical_recall_score,
+    mean_tree_distance,
+    mistake_severity,
+)
+
+try:  # private in scikit-learn, stable since 1.4; without it scorers still work, uncached
+    from sklearn.metrics._scorer import _BaseScorer, _cached_call
+except ImportError:  # pragma: no cover
+    _BaseScorer = None
+    _cached_call = None
+
+__all__ = [
+    "HierarchicalScorer",
+    "get_scorer",
+    "get_scorer_names",
+    "get_scorers",
+    "make_hierarchical_scorer",
+    "register_scorers",
+]
+
+#: Wrappers whose fitted inner estimator holds the tree, tried in this order.
+_INNER = ("_final_estimator", "best_estimator_", "estimator_", "module_estimator_")
+_NOT_FOUND = object()
+
+
+def _find_fitted(estimator: Any, name: str, depth: int = 0) -> Any:
+    """``estimator.<name>``, or the same attribute of its final / best / inner estimator."""
+    value = getattr(estimator, name, _NOT_FOUND)
+    if value is not _NOT_FOUND or depth > 8:
+        return value
+    for inner in _INNER:
+        try:
+            nested = getattr(estimator, inner, None)
+        except Exception:  # a property that raises before fit
+            nested = None
+        if nested is not None and nested is not estimator and not isinstance(nested, str):
+            value = _find_fitted(nested, name, depth + 1)
+            if value is not _NOT_FOUND:
+                return value
+    return _NOT_FOUND
+
+
+_Base = _BaseScorer if _BaseScorer is not None else object
+
+
+class HierarchicalScorer(_Base):  # type: ignore[misc, valid-type]
+    """A scorer ``scorer(estimator, X, y)`` for estimators that predict ancestral paths.
+
+    Use :func:`make_hierarchical_scorer` or :func:`get_scorer` rather than this class.
+
+    Parameters
+    ----------
+    score_func : callable
+        ``score_func(y_true, y_pred, tree=..., pad_label=..., **kwargs)``, one of the
+        metrics of :mod:`hiclass_parallel.metrics` or any function with that signature.
+    sign : {1, -1}
+        ``-1`` for losses (lower is better), so that greater scores are always better.
+    kwargs : dict
+        Extra keyword arguments of ``score_func``.
+    tree : Tree, default=None
+        The tree to use. ``None`` takes ``tree_`` from the fitted estimator (or from the
+        last step of a Pipeline, or the best estimator of a fitted search); if none is
+        found, ``y`` must be 2-D paths.
+    """
+
+    def __init__(
+        self,
+        score_func: Callable[..., float],
+        sign: int = 1,
+        kwargs: dict[str, Any] | None = None,
+        tree: Any = None,
+        response_method: str = "predict",
+    ):
+        self._score_func = score_func
+        self._sign = sign
+        self._kwargs = dict(kwargs or {})
+        self._response_method = response_method
+        self._tree = tree
+
+    def __repr__(self) -> str:
+        name = getattr(self._score_func, "__name__", repr(self._score_func))
+        sign = "" if self._sign > 0 else ", greater_is_better=False"
+        tree = "" if self._tree is None else f", tree={self._tree!r}"
+        kwargs = "".join(f", {k}={v!r}" for k, v in self._kwargs.items())
+        return f"make_hierarchical_scorer({name}{sign}{tree}{kwargs})"
+
+    def _predict(self, method_caller: Callable[..., Any], estimator: Any, X: Any) -> Any:
+        try:
+            return method_caller(estimator, self._response_method, X)
+        except AttributeError:
+            # scikit-learn's response helper reads ``classes_`` of classifiers; estimators
+            # that predict paths need not have a 1-D ``classes_``. Call predict directly.
+            return getattr(estimator, self._response_method)(X)
+
+    def _score(self, method_caller: Callable[..., Any], estimator: Any, X: Any, y_true: Any, **kwargs: Any) -> float:
+        y_pred = self._predict(method_caller, estimator, X)
+        tree = self._tree
+        if tree is None:
+            found = _find_fitted(estimator, "tree_")
+            tree = None if found is _NOT_FOUND else found
+        if tree is None and np.ndim(y_true) < 2:
+            raise ValueError(
+                f"cannot score {type(estimator).__name__}: y holds labels but the estimator has no "
+                "fitted tree_ attribute (nor does its final step); pass tree= to make_hierarchical_scorer"
+            )
+        params = {**self._kwargs, **kwargs}
+        if "pad_label" not in params:
+            pad = _find_fitted(estimator, "pad_label_")
+            if pad is not _NOT_FOUND:
+                params["pad_label"] = pad
+        return self._sign * self._score_func(y_true, y_pred, tree=tree, **params)
+
+    def __call__(self, estimator: Any, X: Any, y_true: Any, sample_weight: Any = None, **kwargs: Any) -> float:
+        """Score ``estimator.predict(X)`` against ``y_true``.
+
+        Parameters
+        ----------
+        estimator : object
+            Fitted estimator whose ``predict`` returns ancestral paths (or labels).
+        X : array-like
+            Test data.
+        y_true : array-like of shape (n_samples,) or (n_samples, n_columns)
+            True labels or paths.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights.
+
+        Returns
+        -------
+        float
+        """
+        if sample_weight is not None:
+            kwargs["sample_weight"] = sample_weight
+        return self._score(partial(_cached_call, None) if _cached_call else _plain_call, estimator, X, y_true, **kwargs)
+
+    def _accept_sample_weight(self) -> bool:
+        return "sample_weight" in signature(self._score_func).parameters
+
+
+def _plain_call(estimator: Any, method: str, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+    return getattr(estimator, method)(*args)
+
+
+def make_hierarchical_scorer(
+    score_func: Callable[..., float],
+    *,
+    greater_is_better: bool = True,
+    tree: Any = None,
+    **kwargs: Any,
+) -> HierarchicalScorer:
+    """Make a scorer from a hierarchical metric, like :func:`sklearn.metrics.make_scorer`.
+
+    The difference from ``make_scorer``: the tree (and the padding label) come from the
+    fitted estimator at scoring time, so one scorer serves every fit of a grid search.
+
+    Parameters
+    ----------
+    score_func : callable
+        ``score_func(y_true, y_pred, tree=None, **kwargs)``, e.g.
+        :func:`hierarchical_fbeta_score`.
+    greater_is_better : bool, default=True
+        False for losses such as :func:`mean_tree_distance`; the scorer then negates them.
+    tree : Tree, default=None
+        A fixed tree, for estimators without a ``tree_`` attribute that predict paths.
+        ``None`` reads ``estimator.tree_`` (through a Pipeline's last step, or a fitted
+        search's best estimator).
+    **kwargs
+        Passed to ``score_func`` (e.g. ``beta=2.0``, ``average="macro"``).
+
+    Returns
+    -------
+    HierarchicalScorer
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.metrics import hierarchical_fbeta_score
+    >>> class Constant:  # predicts the path of "big dog" for every sample
+    ...     tree_ = Tree.from_dict({"dog": {"small dog": None, "big dog": None}, "cat": None})
+    ...     def predict(self, X):
+    ...         return np.array([["dog", "big dog"]] * len(X))
+    >>> f2 = make_hierarchical_scorer(hierarchical_fbeta_score, beta=2.0)
+    >>> round(f2(Constant(), np.zeros((2, 1)), ["big dog", "cat"]), 4)
+    0.625
+    """
+    return HierarchicalScorer(score_func, 1 if greater_is_better else -1, kwargs, tree=tree)
+
+
+def _registry() -> dict[str, HierarchicalScorer]:
+    scorers: dict[str, HierarchicalScorer] = {}
+    for short, func in (
+        ("precision", hierarchical_precision_score),
+        ("recall", hierarchical_recall_score),
+        ("f1", hierarchical_f1_score),
+    ):
+        scorers[f"hierarchical_{short}"] = make_hierarchical_scorer(func)
+        for average in ("micro", "macro"):
+            scorers[f"hierarchical_{short}_{average}"] = make_hierarchical_scorer(func, average=average)
+    scorers["exact_path_accuracy"] = make_hierarchical_scorer(exact_path_accuracy_score)
+    scorers["neg_mean_tree_distance"] = make_hierarchical_scorer(mean_tree_distance, greater_is_better=False)
+    scorers["neg_tree_distance"] = make_hierarchical_scorer(mean_tree_distance, greater_is_better=False)
+    scorers["neg_mistake_severity"] = make_hierarchical_scorer(
+        mistake_severity, greater_is_better=False, zero_division=0.0
+    )
+    return scorers
+
+
+_SCORERS = _registry()
+
+
+def get_scorer_names() -> list[str]:
+    """Names of the hierarchical scorers, for :func:`get_scorer` and ``scoring=``.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> "hierarchical_f1" in get_scorer_names()
+    True
+    """
+    return sorted(_SCORERS)
+
+
+def get_scorer(scoring: str | Callable[..., float]) -> Callable[..., float]:
+    """A scorer by name: a hierarchical one, else scikit-learn's.
+
+    ``"hierarchical_precision"``, ``"hierarchical_recall"``, ``"hierarchical_f1"`` (micro
+    averages; add ``"_micro"`` or ``"_macro"`` to choose), ``"exact_path_accuracy"``,
+    ``"neg_mean_tree_distance"`` (alias ``"neg_tree_distance"``) and
+    ``"neg_mistake_severity"`` (0 when there are no mistakes). Other names go to
+    :func:`sklearn.metrics.get_scorer`; callables are returned as they are.
+
+    Parameters
+    ----------
+    scoring : str or callable
+
+    Returns
+    -------
+    callable
+        A new copy of the scorer, usable as ``scoring=`` anywhere in scikit-learn.
+
+    Examples
+    --------
+    >>> get_scorer("hierarchical_f1_macro")
+    make_hierarchical_scorer(hierarchical_f1_score, average='macro')
+    """
+    if isinstance(scoring, str) and scoring in _SCORERS:
+        return copy.deepcopy(_SCORERS[scoring])
+    from sklearn.metrics import get_scorer as sk_get_scorer
+
+    try:
+        return sk_get_scorer(scoring)
+    except ValueError:
+        raise ValueError(
+            f"{scoring!r} is not a valid scoring value; hierarchical scorers are {get_scorer_names()}, "
+            "and sklearn.metrics.get_scorer_names() lists the others"
+        ) from None
+
+
+def get_scorers(names: Iterable[str] | None = None) -> dict[str, Callable[..., float]]:
+    """A ``{name: scorer}`` dict for ``scoring=`` with several metrics.
+
+    Parameters
+    ----------
+    names : iterable of str, default=None
+        Scorer names (hierarchical or scikit-learn's); ``None`` gives hierarchical
+        precision, recall and F1, exact path accuracy and the mean tree distance.
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> sorted(get_scorers(["hierarchical_f1", "accuracy"]))
+    ['accuracy', 'hierarchical_f1']
+    """
+    if names is None:
+        names = [
+            "hierarchical_precision",
+            "hierarchical_recall",
+            "hierarchical_f1",
+            "exact_path_accuracy",
+            "neg_mean_tree_distance",
+        ]
+    if isinstance(names, str):
+        names = [names]
+    return {name: get_scorer(name) for name in names}
+
+
+#: scikit-learn modules whose functions and estimators take ``scoring=`` names: always
+#: patched, then those patched only when already imported (importing them costs ~0.3 s).
+_SCORING_MODULES = (
+    "sklearn.metrics",
+    "sklearn.metrics._scorer",
+    "sklearn.model_selection",
+    "sklearn.model_selection._search",
+    "sklearn.model_selection._validation",
+)
+_SCORING_MODULES_IF_LOADED = (
+    "sklearn.model_selection._search_successive_halving",
+    "sklearn.model_selection._classification_threshold",
+    "sklearn.inspection",
+    "sklearn.inspection._permutation_importance",
+    "sklearn.feature_selection",
+    "sklearn.feature_selection._sequential",
+)
+
+
+def _allow_scoring_names(names: list[str]) -> int:
+    """Let scikit-learn's parameter validation accept ``names`` as ``scoring=`` strings.
+
+    scikit-learn validates a ``scoring`` string against ``StrOptions(set(get_scorer_names()))``
+    built when each module was imported. Those sets are what "a known scorer name" means, so
+    the names are added to every such set of the public callables of the modules above.
+    Returns how many constraint sets were extended.
+    """
+    import importlib
+    import sys
+
+    from sklearn.utils._param_validation import StrOptions
+
+    seen: set[int] = set()
+    for module_name in _SCORING_MODULES + _SCORING_MODULES_IF_LOADED:
+        if module_name in _SCORING_MODULES:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # pragma: no cover
+                continue
+        elif module_name in sys.modules:
+            module = sys.modules[module_name]
+        else:
+            continue
+        for obj in list(vars(module).values()):
+            constraints = getattr(obj, "_parameter_constraints", None)
+            if not isinstance(constraints, dict):
+                constraints = getattr(obj, "_skl_parameter_constraints", None)
+            if not isinstance(constraints, dict):
+                continue
+            for constraint in constraints.get("scoring", ()) or ():
+                if (
+                    isinstance(constraint, StrOptions)
+                    and isinstance(constraint.options, set)
+                    and "accuracy" in constraint.options
+                    and id(constraint) not in seen
+                ):
+                    seen.add(id(constraint))
+                    constraint.options.update(names)
+    return len(seen)
+
+
+def register_scorers() -> list[str]:
+    """Make the hierarchical scorer names known to scikit-learn.
+
+    Afterwards a name works wherever scikit-learn takes one:
+    ``GridSearchCV(..., scoring="hierarchical_f1")``,
+    ``cross_validate(..., scoring=["hierarchical_f1", "exact_path_accuracy"])``,
+    ``sklearn.metrics.get_scorer("hierarchical_f1")``. Importing
+    :mod:`hiclass_parallel.metrics` calls it; calling it again does nothing more. Names
+    scikit-learn already has are left alone.
+
+    scikit-learn has no public registry, so this adds the scorers to its private table
+    of scorers and their names to the sets its parameter validation checks ``scoring``
+    strings against: those of :mod:`sklearn.model_selection` and :mod:`sklearn.metrics`,
+    and of :mod:`sklearn.inspection` and :mod:`sklearn.feature_selection` if they are
+    imported already (else call this again after importing them). Should a future
+    scikit-learn change those internals, names may stop working; scorer objects from
+    :func:`get_scorer` always work.
+
+    Returns
+    -------
+    list of str
+        The names now registered (empty if scikit-learn's table could not be found).
+    """
+    try:
+        from sklearn.metrics import _scorer as sk_scorer
+    except ImportError:  # pragma: no cover
+        return []
+    registry = getattr(sk_scorer, "_SCORERS", None)
+    if not isinstance(registry, dict):  # pragma: no cover
+        return []
+    names: list[str] = []
+    for name, scorer in _SCORERS.items():
+        if name not in registry:
+            registry[name] = scorer
+        if registry[name] is scorer:
+            names.append(name)
+    try:
+        _allow_scoring_names(names)
+    except Exception:  # pragma: no cover - never let a private-API change break the import
+        pass
+    return names
