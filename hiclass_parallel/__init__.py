@@ -14,6 +14,7 @@ Layers, each using only those above it:
 from .exceptions import TreeError, UnknownLabelError
 from .ops import flatten_for_training, labels_to_paths, partition_scores
 from .tree import PAD, PARTITIONS, Tree
+from .estimators import PathEncoder
 
 __version__ = "0.1.0"
 
@@ -26,4 +27,15 @@ __all__ = [
     "partition_scores",
     "labels_to_paths",
     "flatten_for_training",
+    "PathEncoder",
+    "HierarchicalClassifier",
 ]
+
+
+def __getattr__(name: str):
+    # torch and skorch load on first use of the classifier, not on `import hiclass_parallel`.
+    if name == "HierarchicalClassifier":
+        from .estimators.classifier import HierarchicalClassifier
+
+        return HierarchicalClassifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

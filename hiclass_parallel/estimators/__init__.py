@@ -1,0 +1,23 @@
+"""Layer 4: scikit-learn estimators -- the label <-> path encoder and the classifier.
+
+:class:`PathEncoder` needs only NumPy; :class:`HierarchicalClassifier` and :class:`MLP` need
+torch and skorch, which are imported the first time one of them is used.
+"""
+
+from typing import Any
+
+from .transformer import PathEncoder
+
+__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HierarchicalClassifier":
+        from .classifier import HierarchicalClassifier
+
+        return HierarchicalClassifier
+    if name == "MLP":
+        from ._modules import MLP
+
+        return MLP
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
