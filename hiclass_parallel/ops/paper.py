@@ -79,16 +79,35 @@ def partition_scores(scores: Any, tree: Tree, mask_value: float = -math.inf, out
         if array_namespace(out) is not xp:
             raise TypeError("out must be of the same array kind as scores")
     if is_numpy_array(scores) or is_torch_array(scores) or is_cupy_array(scores):
+        if out is not None and not _is_c_contiguous(out):
+            out[...] = partition_scores(scores, tree, mask_value)  # rare: a strided view
+            return out
         # One pass to fill, then a scatter of the B*C scores to their own level: each class is
         # unmasked at exactly one level, so this writes the output once instead of reading
-        # a broadcast copy of the scores L times (as a `where` would).
-        levels = tree_buffer(tree, "depth", scores, dtype=_index_dtype(scores))
-        classes = tree_buffer(tree, "class_ids", scores, dtype=_index_dtype(scores))
+        # a broadcast copy of the scores L times (as a `where` would). The scatter uses one
+        # flat index per class, depth * C + c, into rows of L*C elements (one cached buffer).
+        flat = _flat_level_index(tree, scores)
         if out is None:
-            out = xp.full(shape, mask_value, dtype=scores.dtype, device=device(scores))
+            out = _empty_output(xp, shape, scores)
+        n_rows = math.prod(shape[:-2])
+        rows = xp.reshape(out, (n_rows, tree.n_levels * tree.n_classes))
+        source = xp.reshape(scores, (n_rows, tree.n_classes))
+        if is_numpy_array(scores):
+            # NumPy runs one thread: fill and scatter a block of rows of about 8 MB while it is
+            # in cache, so the output travels to memory once (the scattered writes of a
+            # separate pass each fetch a cache line: 1.4-1.6x the plain fill instead of ~1.8x
+            # for WordNet). A loop over memory blocks: ~100 for WordNet's batch of 100.
+            step = max(1, _BLOCK_BYTES // max(1, rows.shape[1] * rows.itemsize))
+            for start in range(0, n_rows, step):
+                block = rows[start : start + step]
+                block.fill(mask_value)
+                block[:, flat] = source[start : start + step]
         else:
             out[...] = mask_value
-        out[..., levels, classes] = scores
+            if is_torch_array(scores):
+                rows.index_copy_(1, flat, source)
+            else:
+                rows[:, flat] = source
         return out
     mask = tree_buffer(tree, "mask", scores)
     result = xp.where(mask, xp.asarray(mask_value, dtype=scores.dtype), xp.expand_dims(scores, axis=-2))
@@ -185,3 +204,57 @@ def flatten_for_training(partitioned: Any, paths: Any) -> tuple[Any, Any]:
 
 def _index_dtype(like: Any) -> Any:
     return array_namespace(like).int64
+
+
+def _is_c_contiguous(array: Any) -> bool:
+    if is_torch_array(array):
+        return array.is_contiguous()
+    return bool(array.flags.c_contiguous)
+
+
+def _flat_level_index(tree: Tree, like: Any) -> Any:
+    """``depth * n_classes + arange(n_classes)`` (int64) on the device of ``like``, cached.
+
+    The position of each class's score in a row of ``n_levels * n_classes`` partitioned
+    scores: one buffer of ``8 * C`` bytes serves the whole scatter.
+    """
+    xp = array_namespace(like)
+    key = (xp.__name__, str(device(like)), "flat_level_index", "int64")
+    cache = tree._device_cache
+    if key not in cache:
+        import numpy as np
+
+        host = tree.depth.astype(np.int64) * tree.n_classes + np.arange(tree.n_classes, dtype=np.int64)
+        if is_numpy_array(like):
+            host.flags.writeable = False
+            cache[key] = host
+        else:  # a private host copy: sharing its memory (torch on CPU) is safe
+            cache[key] = xp.asarray(host, device=device(like))
+    return cache[key]
+
+
+def _empty_output(xp: Any, shape: tuple[int, ...], scores: Any) -> Any:
+    """An uninitialised output of ``shape`` like ``scores``.
+
+    A fresh CPU output of the paper's size (941 MB for WordNet) costs more to fault in page by
+    page than to write: Linux maps it 4 KiB at a time unless asked for transparent huge pages,
+    which NumPy does for large arrays and torch's allocator does not (unless the process
+    starts with ``THP_MEM_ALLOC_ENABLE=1``). Large torch CPU outputs therefore wrap a NumPy
+    allocation (zero copy; the tensor owns it): about 2x faster for WordNet's batch of 100.
+    """
+    if is_torch_array(scores) and scores.device.type == "cpu" and math.prod(shape) * scores.element_size() >= _HUGE:
+        import numpy as np
+        import torch
+
+        np_dtype = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}.get(scores.dtype)
+        if np_dtype is not None:
+            return torch.from_numpy(np.empty(shape, dtype=np_dtype))
+    return xp.empty(shape, dtype=scores.dtype, device=device(scores))
+
+
+#: Rows of the NumPy output filled and scattered together (bytes): well inside a CPU's L3.
+_BLOCK_BYTES = 8 << 20
+
+#: Outputs from this size on are allocated with transparent huge pages where possible (NumPy's
+#: own threshold for asking the kernel for them is 4 MiB).
+_HUGE = 1 << 22

@@ -1,0 +1,1 @@
+"""Benchmarks of hiclass_parallel (not part of the installed package)."""

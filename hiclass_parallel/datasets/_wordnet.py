@@ -1,0 +1,319 @@
+"""WordNet 3.0 shipped with the package: the paper's 117,659-class tree and a gloss data set.
+
+The file ``data/wordnet30.npz`` holds, for every synset of WordNet 3.0, its nltk name, its
+parent under :data:`hiclass_parallel.wordnet.PARENT_RULE`, its definition, its examples and
+its lemma names. It is built by ``scripts/build_wordnet_data.py`` with
+:func:`hiclass_parallel.wordnet.read_wordnet`; loading it needs neither nltk nor a network.
+The WordNet licence, which allows this redistribution with its notice, is in
+``data/WORDNET_LICENSE.txt``.
+
+File format: an uncompressed ``.npz`` (no pickle) whose members are ``uint8`` arrays, each the
+LZMA-compressed UTF-8 text of one field, one line per synset in class-id order:
+``names``; ``parents`` (little-endian int32 bytes, not text); ``definitions``; ``examples``
+(the examples of a synset separated by tabs); ``lemmas`` (separated by spaces); ``meta`` (JSON).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import lzma
+import os
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sklearn.utils import Bunch
+
+from ..tree import Tree
+
+if TYPE_CHECKING:  # the nltk builder is only needed to write the file
+    from ..wordnet import WordNetData
+
+__all__ = ["load_wordnet_tree", "load_wordnet_glosses", "WORDNET_FILE", "WORDNET_LICENSE_FILE"]
+
+_DATA = Path(__file__).resolve().parent / "data"
+WORDNET_FILE = _DATA / "wordnet30.npz"
+"""Path of the shipped WordNet 3.0 file."""
+WORDNET_LICENSE_FILE = _DATA / "WORDNET_LICENSE.txt"
+"""Path of the WordNet licence that ships with it."""
+
+_FORMAT = 1
+_TEXT_FIELDS = ("names", "definitions", "examples", "lemmas")
+_POS_NAMES = {"n": "nouns", "v": "verbs", None: "synsets"}
+
+
+# --------------------------------------------------------------------------- the file
+def _pack(data: bytes) -> np.ndarray:
+    return np.frombuffer(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME), dtype=np.uint8)
+
+
+def _write_wordnet_file(data: WordNetData, path: str | os.PathLike = WORDNET_FILE) -> None:
+    """Write ``data`` (from :func:`hiclass_parallel.wordnet.read_wordnet`) as the shipped file."""
+    lines = {
+        "names": data.names,
+        "definitions": data.definitions,
+        "examples": ["\t".join(ex) for ex in data.examples],
+        "lemmas": [" ".join(lem) for lem in data.lemmas],
+    }
+    for field, values in lines.items():
+        # One synset per line: the separators must not occur inside the values.
+        bad = [v for v in values if "\n" in v]
+        if bad:
+            raise ValueError(f"{field} contain line breaks, which the file format cannot hold: {bad[:3]!r}")
+    if any("\t" in e for ex in data.examples for e in ex) or any(" " in w for lem in data.lemmas for w in lem):
+        raise ValueError("an example contains a tab or a lemma a space; the file format cannot hold them")
+    import nltk  # the file records which nltk built it
+
+    meta = {
+        "format": _FORMAT,
+        "wordnet_version": data.version,
+        "n_classes": len(data),
+        "parent_rule": _parent_rule(),
+        "built_with": f"nltk {nltk.__version__}",
+    }
+    members = {field: _pack("\n".join(values).encode("utf-8")) for field, values in lines.items()}
+    members["parents"] = _pack(np.asarray(data.parents, dtype="<i4").tobytes())
+    members["meta"] = _pack(json.dumps(meta, indent=1).encode("utf-8"))
+    # What np.savez writes (members are compressed already), with fixed timestamps so that a
+    # rebuild from the same data gives the same bytes.
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, array in members.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, array, allow_pickle=False)
+            zf.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
+
+
+def _parent_rule() -> str:
+    from ..wordnet import PARENT_RULE  # lazy: imports no nltk, but keeps layers apart
+
+    return PARENT_RULE
+
+
+def _missing_file_error() -> FileNotFoundError:
+    return FileNotFoundError(
+        f"the shipped WordNet file {WORDNET_FILE} is missing: reinstall hiclass_parallel, or rebuild it "
+        "with `python scripts/build_wordnet_data.py` (needs nltk and WordNet 3.0 data)"
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _field(name: str) -> Any:
+    """One field of the shipped file, decompressed once per process."""
+    if not WORDNET_FILE.is_file():
+        raise _missing_file_error()
+    return _read_member(WORDNET_FILE, name)
+
+
+def _read_member(path: str | os.PathLike, name: str) -> Any:
+    """One field of a file written by :func:`_write_wordnet_file`, decoded."""
+    with np.load(path, allow_pickle=False) as npz:
+        raw = lzma.decompress(npz[name].tobytes())
+    if name == "parents":
+        parents = np.frombuffer(raw, dtype="<i4").astype(np.int32)
+        parents.flags.writeable = False
+        return parents
+    if name == "meta":
+        return json.loads(raw)
+    text = raw.decode("utf-8")
+    lines = tuple(text.split("\n"))
+    if name == "examples":
+        return tuple(tuple(line.split("\t")) if line else () for line in lines)
+    if name == "lemmas":
+        return tuple(tuple(line.split(" ")) for line in lines)
+    return lines
+
+
+# --------------------------------------------------------------------------- the tree
+@functools.lru_cache(maxsize=1)
+def load_wordnet_tree() -> Tree:
+    """The WordNet 3.0 tree of the paper: 117,659 synsets in 20 levels, from the package.
+
+    Every synset (nouns, verbs, adjectives, adverbs) is a class labelled by its nltk name
+    (``"dog.n.01"``), with one parent chosen by :data:`hiclass_parallel.wordnet.PARENT_RULE`
+    (the first hypernym pointer in data-file order, else the first instance hypernym). The
+    22,337 synsets without hypernyms (``entity.n.01``, most verbs' roots, all adjectives and
+    adverbs) are top-level classes under the implicit root. Needs no nltk and no network;
+    :func:`hiclass_parallel.wordnet.build_wordnet_tree` builds the same tree from WordNet files.
+
+    Returns
+    -------
+    Tree
+        Loaded once per process (in a fraction of a second) and cached: every call returns
+        the same immutable tree, so its device buffers are shared too.
+
+    Examples
+    --------
+    >>> from hiclass_parallel.datasets import load_wordnet_tree
+    >>> tree = load_wordnet_tree()
+    >>> tree.n_classes, tree.n_levels
+    (117659, 20)
+    >>> dog = tree.paths[tree.to_ids(["dog.n.01"])[0]]
+    >>> tree.to_labels(dog[dog >= 0]).tolist()[-4:]
+    ['placental.n.01', 'carnivore.n.01', 'canine.n.02', 'dog.n.01']
+    """
+    return Tree.from_parents(_field("parents"), labels=_field("names"))
+
+
+# --------------------------------------------------------------------------- the data set
+def _pos_of(names: tuple[str, ...]) -> np.ndarray:
+    """nltk pos letter of every synset name (``"dog.n.01"`` -> ``"n"``)."""
+    return np.asarray([name.rsplit(".", 2)[1] for name in names])
+
+
+def _restrict(tree: Tree, keep: np.ndarray) -> Tree:
+    """The tree of the classes ``keep`` (ids ascending, closed under parents), re-indexed."""
+    new_id = np.full(tree.n_classes + 1, -1, dtype=np.int64)  # slot -1 maps a top-level parent
+    new_id[keep] = np.arange(keep.size)
+    parents = tree.parents[keep]
+    outside = (parents >= 0) & (new_id[parents] < 0)
+    # A class whose parent was dropped becomes top level (cannot happen for a pos or a root).
+    new_parents = np.where(outside, -1, new_id[parents])
+    return Tree.from_parents(new_parents, labels=tree.labels[keep].tolist())
+
+
+def load_wordnet_glosses(
+    root: str | None = None,
+    pos: str | None = "n",
+    *,
+    include_lemmas: bool = False,
+    include_examples: bool = False,
+    return_X_y: bool = False,
+) -> Bunch | tuple[list[str], np.ndarray]:
+    """Hypernym placement on WordNet 3.0: place a concept in the taxonomy from its definition.
+
+    One sample per synset that has a parent in the chosen part of the tree: ``X`` is the
+    synset's gloss (its definition; optionally with its lemma names and examples), ``y`` its
+    parent (hypernym) under :data:`hiclass_parallel.wordnet.PARENT_RULE`, a label at any depth
+    of the tree. Sizes (samples / classes of the tree / levels / distinct targets):
+
+    ============================  =======  =======  ======  =======
+    ``root``, ``pos``             samples  classes  levels  targets
+    ============================  =======  =======  ======  =======
+    ``None``, ``"n"``              82,114   82,115      20   16,899
+    ``None``, ``"v"``              13,208   13,767      13    3,309
+    ``None``, ``None``             95,322  117,659      20   20,208
+    ``"animal.n.01"``               4,016    4,017      14    1,056
+    ``"plant.n.02"``                4,483    4,484      10      757
+    ``"person.n.01"``              10,291   10,292      10    1,717
+    ``"artifact.n.01"``            10,503   10,504      12    2,500
+    ``"dog.n.01"``                    188      189       6       43
+    ============================  =======  =======  ======  =======
+
+    (``docs/wordnet.md`` lists more roots; ``tests/test_wordnet.py`` checks these figures.)
+
+    Parameters
+    ----------
+    root : str, default=None
+        Restrict to the subtree under this synset (e.g. ``"animal.n.01"``); the root is a
+        class of the returned tree but not a sample (its parent lies outside). ``None`` keeps
+        every synset of ``pos``.
+    pos : {"n", "v"} or None, default="n"
+        Part of speech: nouns, verbs, or None for every synset, whose tree is then the
+        paper's full tree (:func:`load_wordnet_tree`); WordNet gives adjectives and adverbs
+        no hypernyms, so they are classes but never samples. With a ``root``, it must match
+        the root's part of speech or be None.
+    include_lemmas : bool, default=False
+        Prefix each gloss with the synset's lemma names (``"dog, domestic dog, Canis
+        familiaris: a member of the genus Canis ..."``).
+    include_examples : bool, default=False
+        Append the gloss's example sentences, quoted, after a semicolon (as WordNet writes them).
+    return_X_y : bool, default=False
+        Return ``(data, target)`` instead of a Bunch.
+
+    Returns
+    -------
+    data : :class:`~sklearn.utils.Bunch`
+        With fields ``data`` (list of str, the texts X), ``target`` (object ndarray of
+        synset names, the parents y), ``synsets`` (object ndarray, the synset each text
+        defines), ``tree`` (:class:`Tree` of the chosen part of WordNet, whose labels include
+        every target), and ``DESCR`` (a description with this subset's sizes).
+    (data, target) : tuple of list of str and ndarray
+        When ``return_X_y`` is True.
+
+    Raises
+    ------
+    UnknownLabelError
+        When ``root`` is not a synset name of WordNet 3.0.
+    ValueError
+        When ``pos`` is not one of the values above, does not match the root's, or the root
+        is a leaf (it has no hyponyms to place).
+
+    Examples
+    --------
+    >>> from hiclass_parallel.datasets import load_wordnet_glosses
+    >>> animals = load_wordnet_glosses("animal.n.01")
+    >>> len(animals.data), animals.tree.n_classes, animals.tree.n_levels
+    (4016, 4017, 14)
+    >>> i = animals.synsets.tolist().index("dog.n.01")
+    >>> animals.data[i]
+    'a member of the genus Canis (probably descended from the common wolf) that has been domesticated by man since prehistoric times; occurs in many breeds'
+    >>> animals.target[i]
+    'canine.n.02'
+    >>> X, y = load_wordnet_glosses("dog.n.01", include_lemmas=True, return_X_y=True)
+    >>> X[0], y[0]
+    ('pooch, doggie, doggy, barker, bow-wow: informal terms for dogs', 'dog.n.01')
+    """
+    if pos not in _POS_NAMES:
+        if pos in ("a", "s", "r"):
+            raise ValueError(
+                f"pos={pos!r}: WordNet gives adjectives and adverbs no hypernyms, so they have no parent "
+                "to predict; use pos='n', 'v' or None"
+            )
+        raise ValueError(f"pos must be 'n', 'v' or None, got {pos!r}")
+    tree = load_wordnet_tree()
+    names = _field("names")
+    kinds = _pos_of(names)
+    if root is not None:
+        root_id = int(tree.to_ids([root])[0])
+        root_pos = str(kinds[root_id])
+        if pos is not None and root_pos != pos:
+            raise ValueError(f"root {root!r} is of part of speech {root_pos!r}, not pos={pos!r}; pass pos={root_pos!r} or None")
+        keep_mask = tree.paths[:, tree.depth[root_id]] == root_id
+        if keep_mask.sum() == 1:
+            raise ValueError(f"root {root!r} is a leaf of the WordNet tree: no hyponyms to place under it")
+    elif pos is None:
+        keep_mask = np.ones(tree.n_classes, dtype=bool)
+    else:
+        keep_mask = kinds == pos
+    keep = np.flatnonzero(keep_mask)
+    sub = tree if keep.size == tree.n_classes else _restrict(tree, keep)
+    samples = keep[sub.parents >= 0]
+    parents = tree.parents[samples]
+
+    definitions, examples, lemmas = _field("definitions"), _field("examples"), _field("lemmas")
+    texts = []
+    for i in samples.tolist():
+        text = definitions[i]
+        if include_examples and examples[i]:
+            text += "; " + "; ".join(f'"{e}"' for e in examples[i])
+        if include_lemmas:
+            text = ", ".join(lemma.replace("_", " ") for lemma in lemmas[i]) + ": " + text
+        texts.append(text)
+    target = tree.labels[parents]
+    if return_X_y:
+        return texts, target
+    where = f"the subtree under {root!r}" if root is not None else f"all {_POS_NAMES[pos]}"
+    descr = (
+        "WordNet 3.0 hypernym placement (glosses)\n"
+        "=======================================\n\n"
+        "Given the definition of a concept, predict its parent in the WordNet 3.0 taxonomy (its\n"
+        "hypernym, at any depth). One sample per synset with a parent; the tree keeps one parent\n"
+        "per synset (hiclass_parallel.wordnet.PARENT_RULE).\n\n"
+        f"Subset: {where}.\n"
+        f"Samples: {len(texts):,}; classes of the tree: {sub.n_classes:,}; levels: {sub.n_levels}; "
+        f"distinct targets: {np.unique(parents).size:,}.\n"
+        f"Texts: definition{' + examples' if include_examples else ''}"
+        f"{', prefixed with lemma names' if include_lemmas else ''}.\n\n"
+        "Source: Princeton University, WordNet 3.0 (2006), redistributed under its licence\n"
+        f"({WORDNET_LICENSE_FILE.name}, shipped with this package).\n"
+    )
+    return Bunch(
+        data=texts,
+        target=target,
+        synsets=tree.labels[samples],
+        tree=sub,
+        DESCR=descr,
+    )

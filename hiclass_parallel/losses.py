@@ -1,0 +1,276 @@
+"""Layer 3: torch criteria built on the lean engine (:mod:`hiclass_parallel.ops.groups`).
+
+:class:`HierarchicalCrossEntropy` is the paper's training loss -- cross-entropy at every
+labelled level of every sample, in parallel -- computed without the ``(B, L, C)`` tensor:
+each row's loss is ``logsumexp(its group) - score(its class)``, the group log-normalisers come
+from one segment reduction over ``(B, C)``, and the backward pass is one fused
+``softmax * weight - one_hot`` over ``(B, C)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .ops.groups import SEMANTICS, _empty_is_zero, _layout, _lse_rows, _normalise_mask_value, _row_chunks, _TorchOps, _layout_arrays
+from .tree import PAD, PARTITIONS, Tree
+
+__all__ = ["HierarchicalCrossEntropy", "REDUCTIONS"]
+
+#: Reductions of :class:`HierarchicalCrossEntropy`.
+REDUCTIONS = ("mean", "sum", "none")
+
+# Layout arrays the loss needs on the device, registered as (non-persistent) buffers.
+_BUFFERS = ("src", "pad", "group_pos", "col_group", "log_masked", "paths_ext", "depth", "stop_col")
+
+
+class _GroupCrossEntropy(torch.autograd.Function):
+    """Per-sample ``sum_r w_r * (lse[b, group_r] - x[b, col_r])`` with a fused O(B*C) backward."""
+
+    @staticmethod
+    def forward(ctx, x, cols, groups, weights, lay, arr, mask_value):
+        ops = _TorchOps(x)
+        pieces = [_lse_rows(ops, x[a:b], lay, arr, mask_value) for a, b in _row_chunks(ops, x.shape[0], lay, x.element_size())]
+        lse = torch.cat(pieces, 0) if pieces else x.new_zeros((0, lay.n_groups))
+        lse = _empty_is_zero(ops, lse)
+        used = weights != 0
+        rows = lse.gather(1, groups) - x.gather(1, cols)
+        per_sample = torch.where(used, rows * weights, 0.0).sum(1)
+        ctx.lay, ctx.arr = lay, arr
+        ctx.save_for_backward(x, lse, cols, groups, weights)
+        return per_sample
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, lse, cols, groups, weights = ctx.saved_tensors
+        lay, arr = ctx.lay, ctx.arr
+        # d/dx_c = sum over rows of its group of w * softmax_c  -  sum over rows naming c of w.
+        # The first term is exp(x_c - (lse - log W)) with W the group's total weight: one gather.
+        scale = grad.abs().unsqueeze(1)
+        total = torch.zeros_like(lse).scatter_add_(1, groups, weights * scale)
+        shift = torch.where(total > 0, lse - total.log(), torch.inf)
+        result = torch.empty_like(x)
+        ops = _TorchOps(x)
+        for a, b in _row_chunks(ops, x.shape[0], lay, x.element_size()):
+            res = torch.index_select(shift[a:b], 1, arr["col_group"], out=result[a:b])
+            torch.sub(x[a:b], res, out=res)
+            res.exp_()
+        negative = grad < 0
+        if x.device.type != "cpu" or bool(negative.any()):
+            result.mul_(torch.where(negative, -1.0, 1.0).to(x.dtype).unsqueeze(1))
+        result.scatter_add_(1, cols, -(weights * grad.unsqueeze(1)))
+        return result, None, None, None, None, None, None
+
+
+class HierarchicalCrossEntropy(nn.Module):
+    """Cross-entropy at every labelled level of every sample, in parallel, in O(B*C).
+
+    The paper's loss (partition scores by level, flatten, drop padded rows, cross-entropy)
+    without its ``(B, L, C)`` tensor; also for the sibling partition (a hierarchical
+    softmax) and with stop columns.
+
+    Parameters
+    ----------
+    tree : Tree
+        The class tree.
+    partition : {"level", "sibling"}, default="level"
+        ``"level"``: one softmax per depth (the paper's). ``"sibling"``: one softmax per
+        set of siblings.
+    stop : bool, default=False
+        Whether the scores carry stop columns (width
+        :func:`~hiclass_parallel.ops.groups.n_outputs`).
+    reduction : {"mean", "sum", "none"}, default="mean"
+        ``"mean"``: the paper's mean over all labelled rows (levels, plus stop rows); with
+        ``level_weights``, the weighted mean ``sum(w * loss) / sum(w)``. ``"sum"``: the
+        (weighted) sum. ``"none"``: the (weighted) sum of each sample's rows, shape ``(B,)``.
+        A batch without any labelled row gives 0 (not NaN) under ``"mean"``.
+    level_weights : sequence of float of length n_levels, default=None
+        Non-negative weight of the rows at each depth; a stop row counts at the depth of
+        the group it belongs to (one below the labelled node).
+    ignore_index : int, default=-1
+        Target value of an unlabelled sample (contributes nothing); in path targets, the
+        padding value ``-1`` and ``ignore_index`` both mark missing levels.
+    semantics : {"partial", "terminal"}, default=None
+        How to read a label at an internal node. ``"partial"`` (the paper's): known down to
+        that node, finer levels unknown; only the levels it reaches are trained.
+        ``"terminal"``: the node is the answer; with ``stop=True`` it also trains the stop
+        column of the group below it ("stop here"). A leaf ends every path through it, so
+        a leaf label needs no stop row. ``None`` means ``"terminal"`` when ``stop=True``,
+        else ``"partial"``.
+    mask_value : float, default=None
+        ``None`` (or ``-inf``/``nan``): exact per-group softmax. A finite value reproduces
+        the paper's dense rows filled with that value.
+    validate : bool, default=True
+        Check targets (ids in range, paths that exist in the tree). On a GPU this costs a
+        device-to-host sync per call.
+
+    Attributes
+    ----------
+    n_outputs : int
+        Width of the scores the criterion expects.
+
+    Notes
+    -----
+    The tree's arrays are registered as non-persistent buffers: ``.to(device)`` moves them,
+    pickling keeps them, and ``state_dict`` stays free of them (they are derived from the
+    tree, which the module keeps).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.losses import HierarchicalCrossEntropy
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> criterion = HierarchicalCrossEntropy(tree)
+    >>> scores = torch.zeros(2, criterion.n_outputs, requires_grad=True)
+    >>> loss = criterion(scores, torch.tensor([6, -1]))  # a leaf at depth 2, an unlabelled sample
+    >>> round(loss.item(), 4)  # mean of log 2, log 4 and log 3 (rows of levels 0, 1, 2)
+    1.0594
+    >>> loss.backward()
+    >>> scores.grad.shape
+    torch.Size([2, 9])
+    """
+
+    def __init__(
+        self,
+        tree: Tree,
+        partition: str = "level",
+        stop: bool = False,
+        reduction: str = "mean",
+        level_weights: Sequence[float] | None = None,
+        ignore_index: int = -1,
+        *,
+        semantics: str | None = None,
+        mask_value: float | None = None,
+        validate: bool = True,
+    ):
+        super().__init__()
+        if not isinstance(tree, Tree):
+            raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
+        if partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if semantics is None:
+            semantics = "terminal" if stop else "partial"
+        if semantics not in SEMANTICS:
+            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        self.tree = tree
+        self.partition = partition
+        self.stop = bool(stop)
+        self.reduction = reduction
+        self.ignore_index = int(ignore_index)
+        self.semantics = semantics
+        self.mask_value = mask_value
+        self.validate = bool(validate)
+        self._mask_value = _normalise_mask_value(mask_value)
+        lay = _layout(tree, partition, self.stop)
+        self.n_outputs = lay.n_outputs
+        host = _layout_arrays(lay, torch.empty(0))
+        for name in _BUFFERS:
+            self.register_buffer(name, host[name], persistent=False)
+        if level_weights is None:
+            weights = torch.ones(tree.n_levels + 1, dtype=torch.float64)
+            self.weighted = False
+        else:
+            weights = torch.as_tensor(np.asarray(level_weights, dtype=np.float64))
+            if weights.shape != (tree.n_levels,):
+                raise ValueError(
+                    f"level_weights has shape {tuple(weights.shape)}; expected one weight per level ({tree.n_levels},)"
+                )
+            if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+                raise ValueError(f"level_weights must be finite and non-negative, got {weights.tolist()}")
+            weights = torch.cat([weights, weights.new_zeros(1)])  # a stop below the last level never occurs
+            self.weighted = True
+        self.register_buffer("level_weights", weights, persistent=False)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_outputs={self.n_outputs}, partition={self.partition!r}, stop={self.stop}, "
+            f"semantics={self.semantics!r}, reduction={self.reduction!r}"
+        )
+
+    def _arrays(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in _BUFFERS}
+
+    def target_nodes(self, target: torch.Tensor) -> torch.Tensor:
+        """Final node id of each target (``-1`` for unlabelled), from ids ``(B,)`` or paths ``(B, L)``."""
+        if target.dtype.is_floating_point or target.dtype == torch.bool or target.is_complex():
+            raise TypeError(f"target must hold integer node ids, got dtype {target.dtype}")
+        target = target.to(device=self.paths_ext.device, dtype=torch.int64)
+        C, L = self.tree.n_classes, self.tree.n_levels
+        if target.ndim == 1:
+            missing = (target == self.ignore_index) | (target == PAD)
+            if self.validate:
+                bad = ~missing & ((target < 0) | (target >= C))
+                if bool(bad.any()):
+                    raise IndexError(
+                        f"target ids {sorted(set(target[bad].tolist()))[:5]} are out of range [0, {C}) "
+                        f"(use {self.ignore_index} for unlabelled samples)"
+                    )
+            return torch.where(missing, PAD, target)
+        if target.ndim != 2 or target.shape[1] > L:
+            raise ValueError(
+                f"target has shape {tuple(target.shape)}: expected node ids (B,) or paths (B, L) with L <= {L}"
+            )
+        paths = torch.where(target == self.ignore_index, PAD, target)
+        if paths.shape[1] < L:
+            paths = torch.cat([paths, paths.new_full((paths.shape[0], L - paths.shape[1]), PAD)], 1)
+        count = (paths != PAD).sum(1)
+        nodes = paths.gather(1, (count - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+        nodes = torch.where(count > 0, nodes, PAD)
+        if self.validate:
+            in_range = (nodes >= PAD) & (nodes < C)
+            expected = self.paths_ext[torch.where(in_range & (nodes >= 0), nodes, C)]
+            wrong = ~in_range | (expected != paths).any(1)
+            if bool(wrong.any()):
+                row = int(wrong.nonzero()[0, 0])
+                raise ValueError(
+                    f"target path {paths[row].tolist()} (row {row}) is not an ancestral path of the tree, "
+                    f"right-padded with -1"
+                )
+        return nodes
+
+    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Loss of ``scores (B, n_outputs)`` against node ids ``(B,)`` or paths ``(B, L)``."""
+        if scores.ndim != 2 or scores.shape[1] != self.n_outputs:
+            raise ValueError(
+                f"scores have shape {tuple(scores.shape)}; expected (batch, {self.n_outputs}) "
+                f"for partition={self.partition!r}, stop={self.stop}"
+            )
+        if not scores.dtype.is_floating_point:
+            raise TypeError(f"scores must be floating point, got dtype {scores.dtype}")
+        if target.shape[0] != scores.shape[0]:
+            raise ValueError(f"target has {target.shape[0]} samples but scores have {scores.shape[0]}")
+        nodes = self.target_nodes(target)
+        C, L = self.tree.n_classes, self.tree.n_levels
+        labelled = nodes >= 0
+        safe = torch.where(labelled, nodes, C)
+        cols = self.paths_ext[safe]  # (B, L), -1 beyond the label's depth
+        used = cols >= 0
+        weights = self.level_weights[:L].to(scores.dtype).expand_as(cols) * used
+        cols = cols.clamp_min(0)
+        if self.stop and self.semantics == "terminal":
+            stop_col = self.stop_col[safe.clamp_max(C - 1)]
+            has_stop = labelled & (stop_col >= 0)
+            depth = self.depth[safe.clamp_max(C - 1)]
+            stop_w = self.level_weights[(depth + 1).clamp_max(L)].to(scores.dtype) * has_stop
+            cols = torch.cat([cols, stop_col.clamp_min(0).unsqueeze(1)], 1)
+            weights = torch.cat([weights, stop_w.unsqueeze(1)], 1)
+        groups = self.col_group[cols]
+        lay = _layout(self.tree, self.partition, self.stop)
+        per_sample = _GroupCrossEntropy.apply(
+            scores, cols, groups, weights, lay, self._arrays(), self._mask_value
+        )
+        if self.reduction == "none":
+            return per_sample
+        total = per_sample.sum()
+        if self.reduction == "sum":
+            return total
+        count = weights.sum()
+        return total / torch.where(count > 0, count, torch.ones_like(count))

@@ -1,0 +1,297 @@
+"""Exact decoding: the valid ancestral path(s) of highest joint log-probability.
+
+The paper leaves inference to "well-known techniques" (beam search over ``P_cl``, Levenshtein
+distance to the naive per-level argmax). Both are approximations; the anchor code's path
+search is also wrong unless node ids are sorted by depth. Here every candidate path is
+scored exactly, all at once: the joint log-probability of the path ending at every node is
+accumulated level by level from the parent array (:func:`~hiclass_parallel.ops.groups.node_log_probs`),
+and the best candidate is an argmax over the nodes. Cost O(B*C), no beam, no ``(B, L, C)``.
+
+Candidates
+----------
+- ``semantics="partial"`` (the paper's): every leaf, scored by its path log-probability.
+- ``semantics="terminal"`` (needs ``stop=True``): every node; an internal node adds the
+  log-probability of its stop column.
+
+Ties are broken deterministically: the candidate with the lowest node id wins, and
+:func:`topk_paths` orders equal scores by ascending node id.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .._backend import array_namespace, device, is_numpy_array, is_torch_array
+from ..tree import PAD, Tree
+from .groups import (
+    _check_semantics,
+    _device_arrays,
+    _joint_levels,
+    _Layout,
+    _normalise_mask_value,
+    _Ops,
+    _ops_for,
+    _prepare,
+    _row_chunks,
+    _itemsize,
+    _node_log_probs_2d,
+    node_log_probs,
+)
+
+__all__ = ["best_paths", "topk_paths", "node_log_probs"]
+
+
+def _no_grad(x: Any) -> Any:
+    return x.detach() if is_torch_array(x) else x
+
+
+def _best_rows(
+    ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool, log_t: float | None
+) -> tuple[Any, Any]:
+    """Winning node id ``(rows,)`` (``-1`` for none) and its score, for a block of rows.
+
+    The candidates of each depth form at most two contiguous *segments* of the depth order
+    (its leaves, its internal nodes), each in ascending id order, so a first-occurrence argmax
+    per segment and the lowest id among the segments that reach the maximum give the
+    lowest-id winner without any ``(rows, C)`` result.
+    """
+    C, bounds = lay.n_classes, lay.level_bounds
+    levels = _joint_levels(ops, x, lay, arr, mv, terminal and log_t is None)
+    values, ids, seg_depth = [], [], []
+    for d, (joint, stop) in enumerate(levels):
+        a, b = bounds[d], bounds[d + 1]
+        m = a + lay.n_leaves_at[d]
+        segments = []
+        if m > a:
+            segments.append((joint[:, :m - a], a, m))
+        if b > m and (terminal or log_t is not None):
+            segments.append((joint[:, m - a:] if log_t is not None else stop, m, b))
+        for v, start, end in segments:
+            pos = ops.argmax_rows(v)
+            values.append(ops.take_rows(v, pos))
+            ids.append(ops.take1(arr["order"][start:end, ...], pos))
+            seg_depth.append(d)
+    V = ops.stack(values, 1)  # (rows, segments)
+    I = ops.stack(ids, 1)
+    if log_t is None:
+        value = ops.max(V, 1)
+        node = ops.min(ops.where(V == ops.expand(value, 1), I, C), 1)
+        return node, value
+    # Path log-probabilities never grow along a path, so the depths holding a node at or
+    # above the threshold are a prefix: cut at the deepest, at its best node (lowest id on ties).
+    depth_of = ops.index_array(seg_depth, I)
+    deepest = ops.max(ops.where(V >= log_t, depth_of, -1), 1)
+    at_depth = depth_of == ops.expand(deepest, 1)
+    value = ops.max(ops.where(at_depth, V, -math.inf), 1)
+    node = ops.min(ops.where(at_depth & (V == ops.expand(value, 1)), I, C), 1)
+    found = deepest >= 0
+    return ops.where(found, node, PAD), ops.where(found, value, 0.0)
+
+
+def best_paths(
+    scores: Any,
+    tree: Tree,
+    partition: str = "level",
+    stop: bool = False,
+    semantics: str = "partial",
+    threshold: float | None = None,
+    mask_value: float | None = None,
+) -> tuple[Any, Any]:
+    """The valid ancestral path of highest joint log-probability, exactly, for every sample.
+
+    Parameters
+    ----------
+    scores : array of shape (..., n_outputs)
+        Scores of any real floating dtype (NumPy, torch CPU/CUDA, CuPy, array API);
+        ``n_outputs = n_outputs(tree, partition, stop)``.
+    tree : Tree
+        The class tree; node ids may be in any order.
+    partition : {"level", "sibling"}, default="level"
+    stop : bool, default=False
+        Whether ``scores`` carry the stop columns.
+    semantics : {"partial", "terminal"}, default="partial"
+        Candidates: the leaves (``"partial"``), or every node with its stop term
+        (``"terminal"``, needs ``stop=True``).
+    threshold : float in [0, 1], default=None
+        Instead of the best candidate, return the path to the deepest node whose
+        probability ``exp(node_log_probs(..., semantics="partial"))`` is at least
+        ``threshold`` (ties at that depth: highest probability, then lowest id). With the
+        sibling partition this probability is the node's subtree probability, so
+        ``threshold=0.5`` is the Bayes-optimal rule under tree distance; with the level
+        partition it is the product of the level probabilities along the path. Path
+        probabilities never grow along a path, so the cut is well defined. A sample
+        whose top-level nodes all fall below the threshold gets an empty path (all
+        ``-1``) with log-probability 0 (the implicit root). Stop terms are not used.
+    mask_value : float, default=None
+        See :func:`~hiclass_parallel.ops.groups.group_logsumexp`.
+
+    Returns
+    -------
+    paths : array of int64 of shape (..., n_levels)
+        Ancestral paths, right-padded with ``-1``, in the namespace and on the device of
+        ``scores``.
+    log_prob : array of shape (...)
+        Score of each returned path (with its stop term under terminal semantics), dtype of
+        ``scores``.
+
+    Notes
+    -----
+    Ties between candidates are broken by the lowest node id. Cost O(B*C): the joint
+    log-probabilities are accumulated level by level from the parents and reduced per
+    level, with no ``(B, C)`` result, no beam and no ``(B, L, C)`` tensor.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.ops import best_paths
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> scores = np.array([[2.0, 0, 0, 3, 0, 0, 0, 1, 0]])
+    >>> paths, log_prob = best_paths(scores, tree, "sibling")
+    >>> paths
+    array([[0, 3, 7]])
+    >>> best_paths(scores, tree, "sibling", threshold=0.6)[0]
+    array([[ 0,  3, -1]])
+    """
+    _check_semantics(semantics, stop)
+    log_t = None
+    if threshold is not None:
+        threshold = float(threshold)
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}")
+        log_t = math.log(threshold) if threshold > 0 else -math.inf
+    x2, lead, lay = _prepare(_no_grad(scores), tree, partition, stop)
+    arr = _device_arrays(tree, lay, x2)
+    mv = _normalise_mask_value(mask_value)
+    ops = _ops_for(x2)
+    terminal = semantics == "terminal"
+    nodes, values = [], []
+    for a, b in _row_chunks(ops, x2.shape[0], lay, _itemsize(x2)):
+        node, value = _best_rows(ops, x2[a:b, ...], lay, arr, mv, terminal, log_t)
+        nodes.append(node)
+        values.append(value)
+    if not nodes:
+        node = ops.to_int(ops.zeros((0,), x2))
+        value = ops.zeros((0,), x2)
+    else:
+        node, value = ops.concat(nodes, 0), ops.concat(values, 0)
+    paths = ops.take1(arr["paths_ext"], ops.where(node >= 0, ops.to_int(node), lay.n_classes))
+    xp = array_namespace(x2)
+    return xp.reshape(paths, (*lead, lay.n_levels)), xp.reshape(value, lead)
+
+
+def _stable_topk(V: Any, k: int) -> Any:
+    """Column indices of the ``k`` largest values per row, ties by ascending column: ``(B, k)``."""
+    n = V.shape[1]
+    if is_torch_array(V):
+        import torch
+
+        kth = torch.topk(V, k, dim=1).values[:, -1:]
+        sel = V >= kth
+        width = int(sel.sum(1).max()) if V.shape[0] else 0
+        if width * 4 >= n:  # mass ties: a full stable sort is as cheap
+            return torch.sort(V, dim=1, descending=True, stable=True).indices[:, :k]
+        rows, cols = sel.nonzero(as_tuple=True)  # row-major: columns ascending in each row
+        rank = sel.cumsum(1)[rows, cols] - 1
+        idx = torch.full((V.shape[0], width), n, dtype=torch.int64, device=V.device)
+        idx[rows, rank] = cols
+        vals = torch.cat([V, V.new_full((V.shape[0], 1), -math.inf)], 1).gather(1, idx)
+        order = torch.sort(vals, dim=1, descending=True, stable=True).indices[:, :k]
+        return idx.gather(1, order)
+    if is_numpy_array(V):
+        kth = -np.partition(-V, k - 1, axis=1)[:, k - 1:k]
+        sel = V >= kth
+        width = int(sel.sum(1).max()) if V.shape[0] else 0
+        if width * 4 >= n:
+            return np.argsort(-V, axis=1, kind="stable")[:, :k]
+        rows, cols = np.nonzero(sel)
+        rank = np.cumsum(sel, axis=1)[rows, cols] - 1
+        idx = np.full((V.shape[0], width), n, dtype=np.int64)
+        idx[rows, rank] = cols
+        vals = np.take_along_axis(np.concatenate([V, np.full((V.shape[0], 1), -np.inf, V.dtype)], 1), idx, 1)
+        order = np.argsort(-vals, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(idx, order, 1)
+    xp = array_namespace(V)
+    return xp.argsort(V, axis=1, descending=True, stable=True)[:, :k]
+
+
+def topk_paths(
+    scores: Any,
+    tree: Tree,
+    k: int,
+    partition: str = "level",
+    stop: bool = False,
+    semantics: str = "partial",
+    mask_value: float | None = None,
+) -> tuple[Any, Any]:
+    """The ``k`` valid ancestral paths of highest joint log-probability, exactly.
+
+    Parameters
+    ----------
+    scores : array of shape (..., n_outputs)
+    tree : Tree
+    k : int
+        Number of paths per sample, at most the number of candidates (the leaves under
+        partial semantics, all nodes under terminal semantics).
+    partition, stop, semantics, mask_value
+        As in :func:`best_paths`.
+
+    Returns
+    -------
+    paths : array of int64 of shape (..., k, n_levels)
+        Ancestral paths padded with ``-1``, best first; equal scores in ascending order of
+        their final node id.
+    log_prob : array of shape (..., k)
+        Score of each path, non-increasing.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.ops import topk_paths
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> paths, log_prob = topk_paths(np.zeros(9), tree, 3, "sibling")
+    >>> paths  # three leaves of probability 1/4 (ids 2, 4, 5) before those of 1/12
+    array([[ 0,  2, -1],
+           [ 1,  4, -1],
+           [ 1,  5, -1]])
+    >>> np.exp(log_prob)
+    array([0.25, 0.25, 0.25])
+    """
+    _check_semantics(semantics, stop)
+    x2, lead, lay = _prepare(_no_grad(scores), tree, partition, stop)
+    arr = _device_arrays(tree, lay, x2)
+    n_cand = lay.n_classes if semantics == "terminal" else int(arr["leaves"].shape[0])
+    k = int(k)
+    if not 1 <= k <= n_cand:
+        what = "nodes" if semantics == "terminal" else "leaves"
+        raise ValueError(f"k must be in [1, {n_cand}] (the tree has {n_cand} candidate {what}), got {k}")
+    ops = _ops_for(x2)
+    joint = _node_log_probs_2d(ops, x2, lay, arr, _normalise_mask_value(mask_value), semantics == "terminal")
+    if semantics == "terminal":
+        cand_ids, values = None, joint
+    else:
+        cand_ids, values = arr["leaves"], ops.take(joint, arr["leaves"])
+    order = _stable_topk(values, k)  # (N, k) positions in `values`
+    xp = array_namespace(x2)
+    flat = xp.reshape(order, (-1,))
+    log_prob = _take_rows(values, order)
+    nodes = flat if cand_ids is None else ops.take1(cand_ids, flat)
+    paths = ops.take1(arr["paths_ext"], nodes)
+    return xp.reshape(paths, (*lead, k, lay.n_levels)), xp.reshape(log_prob, (*lead, k))
+
+
+def _take_rows(values: Any, order: Any) -> Any:
+    """``values[i, order[i, j]]`` for every row ``i``."""
+    if is_torch_array(values):
+        return values.gather(1, order)
+    xp = array_namespace(values)
+    if is_numpy_array(values) or hasattr(xp, "take_along_axis"):
+        return xp.take_along_axis(values, order, axis=1)
+    n = values.shape[1]
+    base = xp.reshape(xp.arange(values.shape[0], device=device(values)) * n, (-1, 1))
+    return xp.reshape(xp.take(xp.reshape(values, (-1,)), xp.reshape(order + base, (-1,))), order.shape)

@@ -1,0 +1,242 @@
+"""Exact decoding: best_paths and topk_paths against brute-force enumeration of every path."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import host, random_parents
+from hiclass_parallel import Tree
+from hiclass_parallel.ops.decode import best_paths, topk_paths
+from hiclass_parallel.ops.groups import group_log_softmax, n_outputs, node_log_probs, stop_columns
+
+MODES = [
+    ("level", False, "partial"),
+    ("level", True, "partial"),
+    ("level", True, "terminal"),
+    ("sibling", False, "partial"),
+    ("sibling", True, "partial"),
+    ("sibling", True, "terminal"),
+]
+
+
+def make_tree(seed: int, n: int) -> Tree:
+    return Tree.from_parents(random_parents(np.random.default_rng(seed), n))
+
+
+def enumerate_paths(scores: np.ndarray, tree: Tree, partition: str, stop: bool, semantics: str):
+    """Every candidate path of every sample, scored from scratch: ``[(score, node), ...]`` per row."""
+    logp = group_log_softmax(scores, tree, partition, stop)
+    stops = stop_columns(tree, partition)
+    rows = []
+    for b in range(scores.shape[0]):
+        cands = []
+        for c in range(tree.n_classes):
+            if semantics == "partial" and not tree.is_leaf[c]:
+                continue
+            path = tree.paths[c][tree.paths[c] >= 0]
+            value = logp[b, path].sum() + (logp[b, stops[c]] if semantics == "terminal" and stops[c] >= 0 else 0.0)
+            cands.append((value, c))
+        rows.append(cands)
+    return rows
+
+
+def ranked(joint: np.ndarray, tree: Tree, semantics: str) -> list[list[int]]:
+    """Candidates of every row ranked by (score desc, node id asc) on exactly computed scores."""
+    out = []
+    for row in joint:
+        cands = [c for c in range(tree.n_classes) if semantics == "terminal" or tree.is_leaf[c]]
+        out.append(sorted(cands, key=lambda c: (-row[c], c)))
+    return out
+
+
+def scores_with_ties(rng: np.random.Generator, tree: Tree, partition: str, stop: bool, n: int = 5) -> np.ndarray:
+    """Small integer scores: many exactly equal siblings, hence many exact ties."""
+    return rng.integers(-2, 3, size=(n, n_outputs(tree, partition, stop))).astype(np.float64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 24), mode=st.sampled_from(MODES))
+def test_best_and_topk_equal_brute_force(seed, n, mode):
+    partition, stop, semantics = mode
+    tree = make_tree(seed, n)
+    rng = np.random.default_rng(seed)
+    scores = scores_with_ties(rng, tree, partition, stop)
+    paths, log_prob = best_paths(scores, tree, partition, stop, semantics)
+    # 1. against an independent enumeration (scores summed from scratch): same best score,
+    #    and the returned path is one of the best
+    for b, cands in enumerate(enumerate_paths(scores, tree, partition, stop, semantics)):
+        best = max(v for v, _ in cands)
+        node = int(paths[b][paths[b] >= 0][-1])
+        np.testing.assert_allclose(log_prob[b], best, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(dict((c, v) for v, c in cands)[node], best, rtol=1e-12, atol=1e-12)
+    # 2. exact ties: ranking the engine's own per-node scores by (score desc, id asc) gives
+    #    exactly best_paths and topk_paths
+    joint = node_log_probs(scores, tree, partition, stop, semantics)
+    order = ranked(joint, tree, semantics)
+    np.testing.assert_array_equal(paths, tree.paths[[o[0] for o in order]])
+    k = min(4, len(order[0]))
+    top, top_lp = topk_paths(scores, tree, k, partition, stop, semantics)
+    assert top.shape == (scores.shape[0], k, tree.n_levels)
+    for b in range(scores.shape[0]):
+        np.testing.assert_array_equal(top[b], tree.paths[order[b][:k]])
+        np.testing.assert_array_equal(top_lp[b], joint[b, order[b][:k]])
+    np.testing.assert_array_equal(top[:, 0], paths)
+
+
+def test_ties_go_to_the_lowest_node_id():
+    # two top-level classes with two leaves each; ids interleaved across depths
+    tree = Tree.from_parents([3, -1, 3, -1, 1, 1])  # leaves 0, 2 under 3; leaves 4, 5 under 1
+    zeros = np.zeros((1, 6))
+    for partition in ("level", "sibling"):
+        paths, _ = best_paths(zeros, tree, partition)
+        np.testing.assert_array_equal(paths, [[3, 0]])
+        top, _ = topk_paths(zeros, tree, 4, partition)
+        np.testing.assert_array_equal(top[0, :, 1], [0, 2, 4, 5])
+    # every candidate at -inf: still the lowest id, never an internal node
+    minus_inf = np.full((1, 6), -np.inf)
+    paths, lp = best_paths(minus_inf, tree, "sibling")
+    np.testing.assert_array_equal(paths, [[3, 0]])
+
+
+def test_ids_not_sorted_by_depth(paper_tree):
+    """The anchor's path search orders classes by (level, id): wrong for shuffled ids."""
+    perm = np.random.default_rng(0).permutation(9)
+    parents = np.full(9, -1)
+    for old, new in enumerate(perm):
+        p = paper_tree.parents[old]
+        parents[new] = -1 if p < 0 else perm[p]
+    tree = Tree.from_parents(parents)
+    scores = np.zeros((1, 9))
+    scores[0, perm[3]] = 5.0  # big dog
+    scores[0, perm[8]] = 5.0  # Hound of Hades
+    scores[0, perm[1]] = -5.0  # not a cat
+    paths, _ = best_paths(scores, tree, "level")
+    assert paths[0].tolist() == [perm[0], perm[3], perm[8]]
+
+
+def test_shallow_leaves_are_not_favoured_by_padding():
+    # a shallow leaf against a deep path: the level partition scores each level it uses; the
+    # sibling partition compares proper probabilities. Padded levels never add 0 to a path.
+    tree = Tree.from_parents([-1, -1, 1, 2])  # 0 is a top-level leaf; 1 -> 2 -> 3 a chain
+    scores = np.array([[0.0, 3.0, 0.0, 0.0]])
+    assert best_paths(scores, tree, "sibling")[0][0].tolist() == [1, 2, 3]
+    assert np.isclose(np.exp(best_paths(scores, tree, "sibling")[1][0]), 1 / (1 + np.exp(-3)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n=st.integers(1, 24),
+    partition=st.sampled_from(["level", "sibling"]),
+    threshold=st.sampled_from([0.0, 0.2, 0.5, 0.9, 1.0]),
+)
+def test_threshold_cuts_at_the_deepest_likely_node(seed, n, partition, threshold):
+    tree = make_tree(seed, n)
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(4, tree.n_classes)) * 2
+    paths, log_prob = best_paths(scores, tree, partition, threshold=threshold)
+    joint = node_log_probs(scores, tree, partition)
+    log_t = math.log(threshold) if threshold > 0 else -math.inf
+    for b in range(scores.shape[0]):
+        ok = [c for c in range(tree.n_classes) if joint[b, c] >= log_t]
+        if not ok:
+            assert (paths[b] == -1).all() and log_prob[b] == 0
+            continue
+        deepest = max(tree.depth[c] for c in ok)
+        winner = min((c for c in ok if tree.depth[c] == deepest), key=lambda c: (-joint[b, c], c))
+        np.testing.assert_array_equal(paths[b], tree.paths[winner])
+        assert log_prob[b] == joint[b, winner]
+        # the qualifying nodes are closed under taking ancestors
+        for c in ok:
+            assert all(joint[b, a] >= log_t for a in tree.paths[c][tree.paths[c] >= 0])
+
+
+def test_sibling_threshold_half_is_the_majority_subtree():
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    # P(dog) = 0.9, P(big dog) = 0.9 * 0.6 = 0.54; below big dog nothing reaches 0.5
+    scores = np.log([[0.9, 0.1, 0.4, 0.6, 0.5, 0.5, 0.4, 0.3, 0.3]])
+    paths, log_prob = best_paths(scores, tree, "sibling", threshold=0.5)
+    assert paths[0].tolist() == [0, 3, -1]
+    np.testing.assert_allclose(np.exp(log_prob), [0.54])
+    # the best single leaf is a different answer: small dog (0.36) beats happy big dog (0.216)
+    assert best_paths(scores, tree, "sibling")[0][0].tolist() == [0, 2, -1]
+
+
+@pytest.mark.parametrize("partition, stop, semantics", MODES)
+def test_namespaces_agree(partition, stop, semantics, to_xp):
+    tree = make_tree(3, 40)
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(6, n_outputs(tree, partition, stop))).astype(np.float32)
+    expected = best_paths(scores, tree, partition, stop, semantics)
+    got = best_paths(to_xp(scores), tree, partition, stop, semantics)
+    np.testing.assert_array_equal(host(got[0]), expected[0])
+    assert host(got[0]).dtype == np.int64
+    np.testing.assert_allclose(host(got[1]), expected[1], rtol=1e-5, atol=1e-5)
+    top = topk_paths(to_xp(scores), tree, 3, partition, stop, semantics)
+    expected_top = topk_paths(scores, tree, 3, partition, stop, semantics)
+    np.testing.assert_array_equal(host(top[0]), expected_top[0])
+    np.testing.assert_allclose(host(top[1]), expected_top[1], rtol=1e-5, atol=1e-5)
+    cut = best_paths(to_xp(scores), tree, partition, stop, threshold=0.3)
+    np.testing.assert_array_equal(host(cut[0]), best_paths(scores, tree, partition, stop, threshold=0.3)[0])
+
+
+def test_topk_with_mass_ties_and_large_k():
+    tree = make_tree(4, 200)
+    scores = np.zeros((3, tree.n_classes))
+    n_leaves = int(tree.is_leaf.sum())
+    for x in (scores, torch.as_tensor(scores)):
+        top, lp = topk_paths(x, tree, n_leaves, "sibling")
+        joint = node_log_probs(scores, tree, "sibling")
+        order = ranked(joint, tree, "partial")
+        for b in range(3):
+            np.testing.assert_array_equal(host(top)[b], tree.paths[order[b]])
+
+
+def test_leading_axes_and_errors(paper_tree):
+    scores = np.random.default_rng(5).normal(size=(2, 3, 9))
+    paths, lp = best_paths(scores, paper_tree)
+    assert paths.shape == (2, 3, 3) and lp.shape == (2, 3)
+    flat_paths, _ = best_paths(scores.reshape(6, 9), paper_tree)
+    np.testing.assert_array_equal(paths.reshape(6, 3), flat_paths)
+    top, top_lp = topk_paths(scores, paper_tree, 2)
+    assert top.shape == (2, 3, 2, 3) and top_lp.shape == (2, 3, 2)
+    one, one_lp = best_paths(scores[0, 0], paper_tree)
+    assert one.shape == (3,) and one_lp.shape == ()
+    empty, empty_lp = best_paths(np.zeros((0, 9)), paper_tree)
+    assert empty.shape == (0, 3) and empty_lp.shape == (0,)
+    with pytest.raises(ValueError, match="stop=True"):
+        best_paths(scores, paper_tree, semantics="terminal")
+    with pytest.raises(ValueError, match="k must be in"):
+        topk_paths(scores, paper_tree, 7)
+    with pytest.raises(ValueError, match="threshold"):
+        best_paths(scores, paper_tree, threshold=1.5)
+
+
+def test_torch_inputs_with_grad_are_decoded():
+    tree = make_tree(6, 30)
+    x = torch.randn(4, tree.n_classes, requires_grad=True)
+    paths, lp = best_paths(x, tree, "sibling")
+    assert not lp.requires_grad
+    np.testing.assert_array_equal(paths.numpy(), best_paths(x.detach().numpy(), tree, "sibling")[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+def test_cuda_matches_cpu():
+    tree = make_tree(7, 300)
+    x = torch.randn(32, n_outputs(tree, "sibling", True))
+    for semantics in ("partial", "terminal"):
+        cpu = best_paths(x, tree, "sibling", True, semantics)
+        gpu = best_paths(x.cuda(), tree, "sibling", True, semantics)
+        assert gpu[0].device.type == "cuda"
+        torch.testing.assert_close(gpu[0].cpu(), cpu[0])
+        torch.testing.assert_close(gpu[1].cpu(), cpu[1])
+        top_cpu = topk_paths(x, tree, 5, "sibling", True, semantics)
+        top_gpu = topk_paths(x.cuda(), tree, 5, "sibling", True, semantics)
+        torch.testing.assert_close(top_gpu[0].cpu(), top_cpu[0])
