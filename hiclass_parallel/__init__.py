@@ -17,6 +17,17 @@ from .ops import best_paths, group_log_softmax, n_outputs, node_log_probs, topk_
 from .tree import PAD, PARTITIONS, Tree
 from .estimators import PathEncoder
 
+# Importing the metrics registers the hierarchical scorer names ("hierarchical_f1", ...) with
+# scikit-learn, so `scoring="hierarchical_f1"` works right after `import hiclass_parallel`.
+from . import metrics
+from .metrics import (
+    hierarchical_classification_report,
+    hierarchical_f1_score,
+    hierarchical_fbeta_score,
+    hierarchical_precision_score,
+    hierarchical_recall_score,
+)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -36,6 +47,12 @@ __all__ = [
     "HierarchicalCrossEntropy",
     "PathEncoder",
     "HierarchicalClassifier",
+    "metrics",
+    "hierarchical_precision_score",
+    "hierarchical_recall_score",
+    "hierarchical_f1_score",
+    "hierarchical_fbeta_score",
+    "hierarchical_classification_report",
 ]
 
 

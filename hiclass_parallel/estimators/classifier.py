@@ -225,7 +225,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         The pad label of predicted paths.
     n_features_in_ : int
         Number of features seen in :meth:`fit`.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen in :meth:`fit`, when ``X`` has string column names.
     net_ : skorch.NeuralNet
         The fitted skorch net (``net_.module_`` is the torch module; ``net_.history`` the
