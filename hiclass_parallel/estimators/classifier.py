@@ -167,7 +167,9 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         Pads predicted label paths (and is read as padding in label paths given as ``y``).
         ``None`` means ``""`` for string labels and ``-1`` for integer labels.
     optimizer : type of torch.optim.Optimizer, default=torch.optim.Adam
-        Optimizer class; ``optimizer__*`` parameters pass to it.
+        Optimizer class; ``optimizer__*`` parameters pass to it. Adam and AdamW use torch's
+        fused kernel on CPU and CUDA (about 10x faster per step on large output layers)
+        unless ``optimizer__fused`` or ``optimizer__foreach`` is given.
     lr : float, default=0.003
         Learning rate.
     max_epochs : int, default=10
@@ -624,7 +626,17 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             "iterator_train__collate_fn": collate_batch,
             "iterator_valid__collate_fn": collate_batch,
         }
-        kwargs.update({k: v for k, v in self._skorch_kwargs().items() if not k.startswith("module__")})
+        user_kwargs = self._skorch_kwargs()
+        if (
+            self.optimizer in (torch.optim.Adam, torch.optim.AdamW)
+            and "optimizer__fused" not in user_kwargs
+            and "optimizer__foreach" not in user_kwargs
+            and torch.device(self.device).type in ("cpu", "cuda")
+        ):
+            # torch's default Adam steps tensor by tensor; the fused kernel took 4.7 ms instead
+            # of 58 ms per step on an 11,110 x 256 output layer (benchmarks/bench_peers.py).
+            kwargs["optimizer__fused"] = True
+        kwargs.update({k: v for k, v in user_kwargs.items() if not k.startswith("module__")})
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         return _TreeNet(
             module=module,
