@@ -283,6 +283,7 @@ def run(tree: Tree, tree_name: str, batch: int, devices: list[str], repeat: int,
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "devices": {},
+        "load_average_before": os.getloadavg()[0],
     }
     built = {dev: build_cases(tree, batch, dev, quick) for dev in devices}
     for dev, cases in built.items():
@@ -293,6 +294,7 @@ def run(tree: Tree, tree_name: str, batch: int, devices: list[str], repeat: int,
             }
             for table, fns in cases.items()
         }
+    report["load_average_after"] = os.getloadavg()[0]
     report["exact_cpu_peaks"] = exact_cpu_peaks()
     for dev, cases in built.items():
         for table, fns in cases.items():
@@ -305,7 +307,8 @@ def print_report(report: dict[str, Any]) -> None:
     print(
         f"tree: {report['tree']}: {report['n_classes']:,} classes, {report['n_levels']} levels; "
         f"batch {report['batch']}; dense (B, L, C) float32 = {report['dense_bytes'] / 2**20:.0f} MiB; "
-        f"torch {report['torch']} ({report['threads']} threads)"
+        f"torch {report['torch']} ({report['threads']} threads); {report['cpu_count']} CPUs, "
+        f"load average {report['load_average_before']:.1f} -> {report['load_average_after']:.1f}"
     )
     for dev, tables in report["devices"].items():
         for table, rows in tables.items():

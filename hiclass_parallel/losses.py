@@ -16,7 +16,16 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .ops.groups import SEMANTICS, _empty_is_zero, _layout, _lse_rows, _normalise_mask_value, _row_chunks, _TorchOps, _layout_arrays
+from .ops.groups import (
+    SEMANTICS,
+    _as_kernel_array,
+    _exp_minus_gathered,
+    _group_lse_2d,
+    _kernel_inputs,
+    _layout,
+    _layout_arrays,
+    _normalise_mask_value,
+)
 from .tree import PAD, PARTITIONS, Tree
 
 __all__ = ["HierarchicalCrossEntropy", "REDUCTIONS"]
@@ -33,10 +42,9 @@ class _GroupCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, cols, groups, weights, lay, arr, mask_value):
-        ops = _TorchOps(x)
-        pieces = [_lse_rows(ops, x[a:b], lay, arr, mask_value) for a, b in _row_chunks(ops, x.shape[0], lay, x.element_size())]
-        lse = torch.cat(pieces, 0) if pieces else x.new_zeros((0, lay.n_groups))
-        lse = _empty_is_zero(ops, lse)
+        ops, xk, arrk, back = _kernel_inputs(x, lay, arr)
+        lse = back(_group_lse_2d(ops, xk, lay, arrk, mask_value))
+        lse = torch.where(lse == -torch.inf, 0.0, lse)  # a group of -inf only has no mass
         used = weights != 0
         rows = lse.gather(1, groups) - x.gather(1, cols)
         per_sample = torch.where(used, rows * weights, 0.0).sum(1)
@@ -48,20 +56,15 @@ class _GroupCrossEntropy(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         x, lse, cols, groups, weights = ctx.saved_tensors
-        lay, arr = ctx.lay, ctx.arr
         # d/dx_c = sum over rows of its group of w * softmax_c  -  sum over rows naming c of w.
         # The first term is exp(x_c - (lse - log W)) with W the group's total weight: one gather.
         scale = grad.abs().unsqueeze(1)
         total = torch.zeros_like(lse).scatter_add_(1, groups, weights * scale)
         shift = torch.where(total > 0, lse - total.log(), torch.inf)
-        result = torch.empty_like(x)
-        ops = _TorchOps(x)
-        for a, b in _row_chunks(ops, x.shape[0], lay, x.element_size()):
-            res = torch.index_select(shift[a:b], 1, arr["col_group"], out=result[a:b])
-            torch.sub(x[a:b], res, out=res)
-            res.exp_()
+        ops, xk, arrk, back = _kernel_inputs(x, ctx.lay, ctx.arr)
+        result = back(_exp_minus_gathered(ops, xk, _as_kernel_array(ops, shift), ctx.lay, arrk))
         negative = grad < 0
-        if x.device.type != "cpu" or bool(negative.any()):
+        if x.device.type != "cpu" or bool(negative.any()):  # no host sync on a GPU
             result.mul_(torch.where(negative, -1.0, 1.0).to(x.dtype).unsqueeze(1))
         result.scatter_add_(1, cols, -(weights * grad.unsqueeze(1)))
         return result, None, None, None, None, None, None

@@ -226,9 +226,33 @@ def test_row_chunks_do_not_change_results(monkeypatch, kind):
     scores = np.random.default_rng(6).normal(size=(37, n_outputs(tree, "sibling", True)))
     x = scores if kind == "numpy" else torch.as_tensor(scores)
     whole = [host(f(x, tree, "sibling", True)) for f in (group_log_softmax, node_log_probs)]
-    monkeypatch.setattr(groups_mod, "_CPU_CHUNK_BYTES", 1)  # one row per chunk
+    monkeypatch.setattr(groups_mod, "_CPU_CHUNK_BYTES", 1)  # one row per chunk ...
+    monkeypatch.setattr(groups_mod, "_n_threads", lambda: 3)  # ... spread over 3 threads
     for fn, expected in zip((group_log_softmax, node_log_probs), whole):
         np.testing.assert_allclose(host(fn(x, tree, "sibling", True)), expected, rtol=1e-13, atol=1e-13)
+
+
+def _child(queue, scores, tree):
+    queue.put(group_log_softmax(scores, tree, "sibling"))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_thread_pool_survives_fork(monkeypatch):
+    """A forked child (multiprocessing, DataLoader workers) must not wait on the parent's threads."""
+    import multiprocessing
+
+    monkeypatch.setattr(groups_mod, "_CPU_CHUNK_BYTES", 1)
+    monkeypatch.setattr(groups_mod, "_n_threads", lambda: 2)
+    tree = make_tree(12, 60)
+    scores = np.random.default_rng(12).normal(size=(8, tree.n_classes))
+    expected = group_log_softmax(scores, tree, "sibling")  # starts the pool in the parent
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child, args=(queue, scores, tree))
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(timeout=60)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_no_dense_allocation():
@@ -312,3 +336,45 @@ def test_cuda_matches_cpu():
     xc = x.clone().requires_grad_()
     group_log_softmax(xc, tree, "sibling", True).pow(2).sum().backward()
     torch.testing.assert_close(xg.grad.cpu(), xc.grad)
+
+
+def test_torch_op_kernels_match(monkeypatch):
+    """The kernels written with torch ops (what CUDA runs) agree with the NumPy route."""
+    from hiclass_parallel.losses import HierarchicalCrossEntropy
+    from hiclass_parallel.ops.decode import best_paths, topk_paths
+
+    tree = make_tree(13, 70)
+    x = torch.randn(9, n_outputs(tree, "sibling", True), dtype=torch.float64)
+    y = torch.as_tensor(np.random.default_rng(13).integers(-1, tree.n_classes, 9))
+
+    def run():
+        xg = x.clone().requires_grad_()
+        loss = HierarchicalCrossEntropy(tree, "sibling", stop=True)(xg, y)
+        loss.backward()
+        return (
+            group_log_softmax(x, tree, "sibling", True),
+            group_logsumexp(x, tree, "sibling", True),
+            node_log_probs(x, tree, "sibling", True, "terminal"),
+            *best_paths(x, tree, "sibling", True, "terminal"),
+            *best_paths(x, tree, "sibling", True, threshold=0.2),
+            *topk_paths(x, tree, 4, "sibling", True, "terminal"),
+            loss.detach(),
+            xg.grad,
+        )
+
+    numpy_route = run()
+    monkeypatch.setattr(groups_mod, "_numpy_backed", lambda t: False)
+    torch_route = run()
+    for a, b in zip(numpy_route, torch_route):
+        torch.testing.assert_close(a, b)
+    xg = x.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda s: group_log_softmax(s, tree, "sibling", True), (xg,))
+    assert torch.autograd.gradcheck(lambda s: group_logsumexp(s, tree, "sibling", True) * 2 - 1, (xg,))
+
+
+def test_bfloat16_runs_on_torch_ops():
+    tree = make_tree(14, 40)
+    x = torch.randn(5, tree.n_classes)
+    got = group_log_softmax(x.to(torch.bfloat16), tree, "sibling")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), group_log_softmax(x, tree, "sibling"), atol=0.1, rtol=0.05)

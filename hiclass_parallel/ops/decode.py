@@ -36,8 +36,9 @@ from .groups import (
     _Ops,
     _ops_for,
     _prepare,
-    _row_chunks,
     _itemsize,
+    _kernel_inputs,
+    _map_chunks,
     _node_log_probs_2d,
     node_log_probs,
 )
@@ -165,21 +166,19 @@ def best_paths(
             raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}")
         log_t = math.log(threshold) if threshold > 0 else -math.inf
     x2, lead, lay = _prepare(_no_grad(scores), tree, partition, stop)
-    arr = _device_arrays(tree, lay, x2)
     mv = _normalise_mask_value(mask_value)
-    ops = _ops_for(x2)
+    ops, xk, arr, back = _kernel_inputs(x2, lay, _device_arrays(tree, lay, x2))
     terminal = semantics == "terminal"
-    nodes, values = [], []
-    for a, b in _row_chunks(ops, x2.shape[0], lay, _itemsize(x2)):
-        node, value = _best_rows(ops, x2[a:b, ...], lay, arr, mv, terminal, log_t)
-        nodes.append(node)
-        values.append(value)
-    if not nodes:
-        node = ops.to_int(ops.zeros((0,), x2))
-        value = ops.zeros((0,), x2)
+    results = _map_chunks(
+        ops, lambda a, b: _best_rows(ops, xk[a:b, ...], lay, arr, mv, terminal, log_t), xk.shape[0], lay, _itemsize(xk)
+    )
+    if not results:
+        node = ops.to_int(ops.zeros((0,), xk))
+        value = ops.zeros((0,), xk)
     else:
-        node, value = ops.concat(nodes, 0), ops.concat(values, 0)
-    paths = ops.take1(arr["paths_ext"], ops.where(node >= 0, ops.to_int(node), lay.n_classes))
+        node, value = ops.concat([r[0] for r in results], 0), ops.concat([r[1] for r in results], 0)
+    paths = back(ops.take1(arr["paths_ext"], ops.where(node >= 0, ops.to_int(node), lay.n_classes)))
+    value = back(value)
     xp = array_namespace(x2)
     return xp.reshape(paths, (*lead, lay.n_levels)), xp.reshape(value, lead)
 
@@ -270,8 +269,9 @@ def topk_paths(
     if not 1 <= k <= n_cand:
         what = "nodes" if semantics == "terminal" else "leaves"
         raise ValueError(f"k must be in [1, {n_cand}] (the tree has {n_cand} candidate {what}), got {k}")
+    ops, xk, arrk, back = _kernel_inputs(x2, lay, arr)
+    joint = back(_node_log_probs_2d(ops, xk, lay, arrk, _normalise_mask_value(mask_value), semantics == "terminal"))
     ops = _ops_for(x2)
-    joint = _node_log_probs_2d(ops, x2, lay, arr, _normalise_mask_value(mask_value), semantics == "terminal")
     if semantics == "terminal":
         cand_ids, values = None, joint
     else:

@@ -10,6 +10,8 @@ group is computed with segment reductions over the ``(B, C)`` scores themselves:
   reductions over one axis;
 - on the CPU the batch is processed in row chunks whose layout fits in the cache, so the
   extra passes cost little and no buffer of the batch's size is allocated except the result;
+  the chunks run on a pool of threads, CPU torch tensors through NumPy views of their memory
+  (see :func:`_map_chunks`);
 - path log-probabilities are accumulated level by level from the parent array (one loop
   over the ``L`` levels, never over samples or nodes).
 
@@ -40,7 +42,11 @@ a leaf ends every path through it, so it needs no stop term.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +71,7 @@ SEMANTICS = ("partial", "terminal")
 # bytes: the chunk stays in cache through the max / exp / sum passes, and buffers of this
 # size are recycled by the allocator instead of being page-faulted in at every call.
 _CPU_CHUNK_BYTES = 16 << 20
+_CPU_MIN_CHUNK_BYTES = 2 << 20
 
 # Cost, in padded slots per row, of one more bucket (the few array calls it needs) when
 # grouping groups of similar size into dense blocks: buckets are merged while the padding
@@ -322,6 +329,7 @@ class _Ops:
     """
 
     chunked = False
+    parallel = False
 
     def __init__(self, xp: Any):
         self.xp = xp
@@ -373,6 +381,13 @@ class _Ops:
 
     def exp_(self, v: Any) -> Any:
         return self.xp.exp(v)
+
+    def exp(self, v: Any) -> Any:
+        """``exp(v)`` into a new array (``v`` is kept)."""
+        return self.xp.exp(v)
+
+    def mul_(self, a: Any, b: Any) -> Any:
+        return a * b
 
     def log_(self, v: Any) -> Any:
         return self.xp.log(v)
@@ -440,6 +455,7 @@ class _NumpyOps(_Ops):
     def __init__(self, module: Any, chunked: bool):
         super().__init__(module)
         self.chunked = chunked
+        self.parallel = chunked and module is np
 
     def take(self, x, idx):
         if self.xp is np:  # indices are known to be valid: skip the bounds checks
@@ -507,6 +523,9 @@ class _NumpyOps(_Ops):
     def exp_(self, v):
         return self.xp.exp(v, out=v)
 
+    def mul_(self, a, b):
+        return self.xp.multiply(a, b, out=a)
+
     def log_(self, v):
         if self.xp is np:
             with np.errstate(divide="ignore"):  # a group of -inf only: log 0 = -inf, on purpose
@@ -548,9 +567,6 @@ class _TorchOps(_Ops):
     def __init__(self, like: Any):
         import torch
 
-        global _NUMPY_FLOATS
-        if _NUMPY_FLOATS is None:
-            _NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
         super().__init__(torch)
         self.chunked = like.device.type == "cpu"
 
@@ -599,6 +615,12 @@ class _TorchOps(_Ops):
     def exp_(self, v):
         return v.exp_()
 
+    def exp(self, v):
+        return v.exp()
+
+    def mul_(self, a, b):
+        return a.mul_(b)
+
     def log_(self, v):
         return v.log_()
 
@@ -645,7 +667,7 @@ class _TorchOps(_Ops):
     def argmax_rows(self, v):
         # torch's CPU argmax is not vectorised (about 9x slower than amax); NumPy's is, and
         # a CPU tensor shares its memory with NumPy for free.
-        if v.device.type == "cpu" and v.dtype in _NUMPY_FLOATS and not v.requires_grad:
+        if v.device.type == "cpu" and v.dtype in _torch_numpy_floats() and not v.requires_grad:
             return self.xp.from_numpy(np.ascontiguousarray(v.numpy().argmax(1)).astype(np.int64, copy=False))
         return v.argmax(1)
 
@@ -686,12 +708,93 @@ def _ops_for(x: Any) -> _Ops:
     return _Ops(array_namespace(x))
 
 
-def _row_chunks(ops: _Ops, n_rows: int, lay: _Layout, itemsize: int) -> Iterator[tuple[int, int]]:
-    step = n_rows
-    if ops.chunked:
-        step = max(1, _CPU_CHUNK_BYTES // max(1, max(lay.n_slots, lay.n_outputs) * itemsize))
-    for start in range(0, n_rows, max(step, 1)):
-        yield start, min(n_rows, start + step)
+def _row_chunks(ops: _Ops, n_rows: int, lay: _Layout, itemsize: int) -> list[tuple[int, int]]:
+    """Row ranges of the chunks: about ``_CPU_CHUNK_BYTES`` of layout each on the CPU, and a
+    multiple of the worker threads, so the threads get equal shares."""
+    if n_rows == 0:
+        return []
+    if not ops.chunked:
+        return [(0, n_rows)]
+    row_bytes = max(1, max(lay.n_slots, lay.n_outputs) * itemsize)
+    n_chunks = -(-n_rows // max(1, _CPU_CHUNK_BYTES // row_bytes))  # enough to fit the cache
+    if ops.parallel:
+        threads = _n_threads()
+        # a multiple of the threads, but no chunk below _CPU_MIN_CHUNK_BYTES (the Python
+        # overhead of a chunk holds the GIL, so tiny chunks would serialise the threads)
+        most = max(n_chunks, n_rows * row_bytes // _CPU_MIN_CHUNK_BYTES)
+        n_chunks = min(most, -(-n_chunks // threads) * threads)
+    n_chunks = min(n_rows, n_chunks)
+    step = -(-n_rows // n_chunks)
+    return [(start, min(n_rows, start + step)) for start in range(0, n_rows, step)]
+
+
+_POOL: Any = None
+_POOL_LOCK = threading.Lock()
+
+
+def _n_threads() -> int:
+    """Worker threads for CPU chunks: torch's intra-op setting when torch is loaded."""
+    cpus = os.cpu_count() or 1
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return max(1, min(cpus, torch.get_num_threads()))
+    return cpus
+
+
+def _map_chunks(ops: _Ops, fn: Any, n_rows: int, lay: _Layout, itemsize: int) -> list:
+    """``[fn(a, b) for each chunk]``, the CPU chunks spread over a thread pool.
+
+    NumPy releases the GIL inside its loops, so the chunks run in parallel, and, unlike
+    torch's OpenMP regions (dozens per call here), a pool of plain threads has no barrier
+    that a busy machine can stall: under oversubscription OpenMP made these kernels 5-10x
+    slower, the pool does not.
+    """
+    ranges = _row_chunks(ops, n_rows, lay, itemsize)
+    if len(ranges) <= 1 or not ops.parallel or _n_threads() <= 1:
+        return [fn(a, b) for a, b in ranges]
+    global _POOL
+    with _POOL_LOCK:
+        # A forked child inherits the pool object but not its threads: make a new one.
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="hiclass_parallel"))
+    return list(_POOL[1].map(lambda r: fn(*r), ranges))
+
+
+def _numpy_backed(x: Any) -> bool:
+    """A CPU torch tensor that NumPy can view without a copy."""
+    return (
+        is_torch_array(x)
+        and x.device.type == "cpu"
+        and x.dtype in _torch_numpy_floats()
+        and not (x.is_conj() or x.is_neg())
+    )
+
+
+def _torch_numpy_floats() -> tuple:
+    global _NUMPY_FLOATS
+    if _NUMPY_FLOATS is None:
+        import torch
+
+        _NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+    return _NUMPY_FLOATS
+
+
+def _kernel_inputs(x: Any, lay: _Layout, arr: Mapping[str, Any]) -> tuple[_Ops, Any, Mapping[str, Any], Any]:
+    """How the no-grad kernels run on ``x``: ``(ops, array, layout arrays, back)``.
+
+    CPU torch tensors run through NumPy views of their memory (no copy; see
+    :func:`_map_chunks` for why), ``back`` turns results into tensors again. Everything
+    else runs in its own namespace.
+    """
+    if _numpy_backed(x):
+        import torch
+
+        return _NumpyOps(np, chunked=True), x.detach().numpy(), lay.host, torch.from_numpy
+    return _ops_for(x), x, arr, _identity
+
+
+def _identity(x: Any) -> Any:
+    return x
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -779,7 +882,7 @@ def _itemsize(x: Any) -> int:
 
 
 def _group_lse_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
-    pieces = [_lse_rows(ops, x[a:b, ...], lay, arr, mask_value) for a, b in _row_chunks(ops, x.shape[0], lay, _itemsize(x))]
+    pieces = _map_chunks(ops, lambda a, b: _lse_rows(ops, x[a:b, ...], lay, arr, mask_value), x.shape[0], lay, _itemsize(x))
     if not pieces:
         return ops.zeros((0, lay.n_groups), x)
     return ops.concat(pieces, 0)
@@ -790,10 +893,43 @@ def _group_log_softmax_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any
         lse = _lse_rows(ops, x, lay, arr, mask_value) if x.shape[0] else ops.zeros((0, lay.n_groups), x)
         return x - ops.take(_empty_is_zero(ops, lse), arr["col_group"])
     out = ops.empty(tuple(x.shape), x)
-    for a, b in _row_chunks(ops, x.shape[0], lay, _itemsize(x)):
+
+    def chunk(a: int, b: int) -> None:
         lse = _empty_is_zero(ops, _lse_rows(ops, x[a:b, ...], lay, arr, mask_value))
-        ops.rsub_(ops.take_into(lse, arr["col_group"], out[a:b, ...]), x[a:b, ...])
+        ops.rsub_(ops.take_into(lse, arr["col_group"], out[a:b, ...]), x[a:b, ...])  # x - lse[group]
+
+    _map_chunks(ops, chunk, x.shape[0], lay, _itemsize(x))
     return out
+
+
+def _log_softmax_backward_2d(ops: _Ops, out: Any, grad: Any, lay: _Layout, arr: Mapping[str, Any]) -> Any:
+    """``grad - exp(out) * (group sum of grad)[group]``, chunked."""
+    result = ops.empty(tuple(out.shape), out)
+
+    def chunk(a: int, b: int) -> None:
+        sums = _sum_rows(ops, grad[a:b, ...], lay, arr)
+        res = ops.take_into(sums, arr["col_group"], result[a:b, ...])
+        ops.rsub_(ops.mul_(res, ops.exp(out[a:b, ...])), grad[a:b, ...])
+
+    _map_chunks(ops, chunk, out.shape[0], lay, _itemsize(out))
+    return result
+
+
+def _exp_minus_gathered(ops: _Ops, x: Any, shift: Any, lay: _Layout, arr: Mapping[str, Any]) -> Any:
+    """``exp(x - shift[:, col_group])``, chunked, one allocation: softmax times a group weight."""
+    result = ops.empty(tuple(x.shape), x)
+
+    def chunk(a: int, b: int) -> None:
+        res = ops.take_into(shift[a:b, ...], arr["col_group"], result[a:b, ...])
+        ops.exp_(ops.rsub_(res, x[a:b, ...]))
+
+    _map_chunks(ops, chunk, x.shape[0], lay, _itemsize(x))
+    return result
+
+
+def _as_kernel_array(ops: _Ops, t: Any) -> Any:
+    """A torch tensor as the kernels of ``ops`` want it (a NumPy view on the NumPy route)."""
+    return t.detach().numpy() if isinstance(ops, _NumpyOps) and is_torch_array(t) else t
 
 
 # ---------------------------------------------------------------------------- torch autograd
@@ -812,8 +948,8 @@ def _torch_functions() -> dict[str, Any]:
 
         @staticmethod
         def forward(ctx, x, lay, arr, mask_value):
-            ops = _TorchOps(x)
-            out = _group_log_softmax_2d(ops, x.detach(), lay, arr, mask_value)
+            ops, xk, arrk, back = _kernel_inputs(x, lay, arr)
+            out = back(_group_log_softmax_2d(ops, xk, lay, arrk, mask_value))
             ctx.lay, ctx.arr = lay, arr
             ctx.save_for_backward(out)
             return out
@@ -822,23 +958,17 @@ def _torch_functions() -> dict[str, Any]:
         @once_differentiable
         def backward(ctx, grad):
             (out,) = ctx.saved_tensors
-            lay, arr = ctx.lay, ctx.arr
-            ops = _TorchOps(out)
-            grad = grad.contiguous()
-            result = torch.empty_like(out)
-            for a, b in _row_chunks(ops, out.shape[0], lay, out.element_size()):
-                sums = _sum_rows(ops, grad[a:b, ...], lay, arr)
-                res = torch.index_select(sums, 1, arr["col_group"], out=result[a:b, ...])
-                res.mul_(torch.exp(out[a:b, ...]))
-                torch.sub(grad[a:b, ...], res, out=res)
-            return result, None, None, None
+            ops, outk, arrk, back = _kernel_inputs(out, ctx.lay, ctx.arr)
+            gradk = _as_kernel_array(ops, grad.to(out.dtype))
+            return back(_log_softmax_backward_2d(ops, outk, gradk, ctx.lay, arrk)), None, None, None
 
     class GroupLogSumExp(torch.autograd.Function):
         """Per-group log-normaliser; backward ``softmax * g[group]``."""
 
         @staticmethod
         def forward(ctx, x, lay, arr, mask_value):
-            lse = _group_lse_2d(_TorchOps(x), x.detach(), lay, arr, mask_value)
+            ops, xk, arrk, back = _kernel_inputs(x, lay, arr)
+            lse = back(_group_lse_2d(ops, xk, lay, arrk, mask_value))
             ctx.lay, ctx.arr = lay, arr
             ctx.save_for_backward(x, lse)
             return lse
@@ -847,30 +977,17 @@ def _torch_functions() -> dict[str, Any]:
         @once_differentiable
         def backward(ctx, grad):
             x, lse = ctx.saved_tensors
-            arr = ctx.arr
-            # softmax * g = exp(x - (lse - log|g|)) * sign(g), one gather per element.
-            with torch.no_grad():
-                shift = torch.where(grad != 0, lse - grad.abs().log(), torch.inf)
-                result = _exp_minus_gathered(x, shift, ctx.lay, arr)
-                if x.device.type != "cpu" or bool((grad < 0).any()):  # no host sync on a GPU
-                    result.mul_(torch.where(grad < 0, -1.0, 1.0).to(x.dtype).index_select(1, arr["col_group"]))
+            # softmax * g = exp(x - (lse - log|g|)) * sign(g): one gather per element.
+            shift = torch.where(grad != 0, lse - grad.abs().log(), torch.inf).to(x.dtype)
+            ops, xk, arrk, back = _kernel_inputs(x, ctx.lay, ctx.arr)
+            result = back(_exp_minus_gathered(ops, xk, _as_kernel_array(ops, shift), ctx.lay, arrk))
+            if x.device.type != "cpu" or bool((grad < 0).any()):  # no host sync on a GPU
+                sign = torch.where(grad < 0, -1.0, 1.0).to(x.dtype)
+                result.mul_(sign.index_select(1, ctx.arr["col_group"]))
             return result, None, None, None
 
     _TORCH_FUNCTIONS.update(GroupLogSoftmax=GroupLogSoftmax, GroupLogSumExp=GroupLogSumExp)
     return _TORCH_FUNCTIONS
-
-
-def _exp_minus_gathered(x: Any, shift: Any, lay: _Layout, arr: Mapping[str, Any]) -> Any:
-    """``exp(x - shift[:, col_group])`` for torch, chunked, one allocation."""
-    import torch
-
-    ops = _TorchOps(x)
-    result = torch.empty_like(x)
-    for a, b in _row_chunks(ops, x.shape[0], lay, x.element_size()):
-        res = torch.index_select(shift[a:b, ...], 1, arr["col_group"], out=result[a:b, ...])
-        torch.sub(x[a:b, ...], res, out=res)
-        res.exp_()
-    return result
 
 
 # ---------------------------------------------------------------------------- public API
@@ -1126,8 +1243,8 @@ def node_log_probs(
             levels = _joint_levels(ops, x2, lay, arr, mv, terminal, lse)
             out = _depth_ordered(ops, levels, lay, terminal).index_select(1, arr["inverse_order"])
             return _restore(out, lead, lay.n_classes)
-        x2 = x2.detach()
-    out = _node_log_probs_2d(_ops_for(x2), x2, lay, arr, mv, terminal)
+    ops, xk, arrk, back = _kernel_inputs(x2, lay, arr)
+    out = back(_node_log_probs_2d(ops, xk, lay, arrk, mv, terminal))
     return _restore(out, lead, lay.n_classes)
 
 
@@ -1138,7 +1255,10 @@ def _node_log_probs_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], 
         levels = _joint_levels(ops, x, lay, arr, mv, terminal)
         return ops.take(_depth_ordered(ops, levels, lay, terminal), arr["inverse_order"])
     out = ops.empty((x.shape[0], lay.n_classes), x)
-    for a, b in _row_chunks(ops, x.shape[0], lay, _itemsize(x)):
+
+    def chunk(a: int, b: int) -> None:
         levels = _joint_levels(ops, x[a:b, ...], lay, arr, mv, terminal)
         ops.take_into(_depth_ordered(ops, levels, lay, terminal), arr["inverse_order"], out[a:b, ...])
+
+    _map_chunks(ops, chunk, x.shape[0], lay, _itemsize(x))
     return out
