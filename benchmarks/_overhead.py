@@ -72,7 +72,7 @@ def epoch_overhead(
         torch.manual_seed(seed)
         width = width if width is not None else _n_outputs(tree, name)
         module = module_cls(**module_kwargs_for(module_cls, X.shape[1], width, dict(module_params or {})))
-        models[name] = (module, torch.optim.Adam(module.parameters(), lr=lr), crit)
+        models[name] = (module, torch.optim.Adam(module.parameters(), lr=lr, fused=True), crit)
 
     def step(name: str, xb: Any, yb: Any) -> None:
         module, opt, crit = models[name]

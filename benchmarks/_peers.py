@@ -181,6 +181,8 @@ class FlatTorchBaseline:
             module,
             criterion=torch.nn.CrossEntropyLoss,
             optimizer=self.optimizer or torch.optim.Adam,
+            # The same optimiser as the classifier, which uses torch's fused Adam by default.
+            **({"optimizer__fused": True} if self.optimizer in (None, torch.optim.Adam, torch.optim.AdamW) else {}),
             lr=self.lr,
             max_epochs=self.max_epochs,
             batch_size=self.batch_size,
