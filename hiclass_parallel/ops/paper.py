@@ -202,10 +202,6 @@ def flatten_for_training(partitioned: Any, paths: Any) -> tuple[Any, Any]:
     return rows[keep], targets[keep]
 
 
-def _index_dtype(like: Any) -> Any:
-    return array_namespace(like).int64
-
-
 def _is_c_contiguous(array: Any) -> bool:
     if is_torch_array(array):
         return array.is_contiguous()
