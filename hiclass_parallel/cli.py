@@ -19,7 +19,14 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the command line (exposed for tests and docs)."""
+    """The argument parser of the command line (exposed for tests and docs).
+
+    Examples
+    --------
+    >>> args = build_parser().parse_args(["demo", "--root", "dog.n.01", "--epochs", "5"])
+    >>> args.command, args.root, args.epochs, args.partition
+    ('demo', 'dog.n.01', 5, 'level')
+    """
     parser = argparse.ArgumentParser(
         prog="hiclass-parallel",
         description="Hierarchical classification in parallel: demo, benchmarks and tree inspection.",
@@ -47,7 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def describe_tree(tree) -> str:
-    """A short text description of a tree: sizes per level and memory of its buffers."""
+    """A short text description of a tree: sizes per level and memory of its buffers.
+
+    Examples
+    --------
+    >>> from hiclass_parallel import Tree
+    >>> print(describe_tree(Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])))  # doctest: +NORMALIZE_WHITESPACE
+    Tree(n_classes=9, n_levels=3, n_leaves=6)
+    level   classes    leaves
+        0         2         0
+        1         4         3
+        2         3         3
+    memory: mask 0.00 MB (bool (3, 9)), paths 0.00 MB (int32 (9, 3)), all arrays 0.00 MB
+    """
     import numpy as np
 
     lines = [repr(tree)]
@@ -114,7 +133,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``hiclass-parallel``; returns the exit status."""
+    """Entry point of ``hiclass-parallel``; returns the exit status.
+
+    Examples
+    --------
+    >>> main(["tree", "--root", "dog.n.01"])  # doctest: +ELLIPSIS
+    WordNet 3.0 (shipped with the package)
+    subtree under 'dog.n.01'
+    Tree(n_classes=189, n_levels=6, ...)
+    ...
+    0
+    """
     args = build_parser().parse_args(argv)
     handler = {"demo": _cmd_demo, "benchmark": _cmd_benchmark, "tree": _cmd_tree}[args.command]
     return handler(args)
