@@ -17,6 +17,17 @@ PAPER_NAMES = ["dog", "cat", "small dog", "big dog", "sleepy cat", "curious cat"
 
 
 @pytest.fixture
+def one_torch_thread():
+    """Run a test with one torch thread: for tiny models, and CI shares its two cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def paper_tree() -> Tree:
     return Tree.from_parents(PAPER_PARENTS)
 

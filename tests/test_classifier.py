@@ -30,13 +30,8 @@ from hiclass_parallel.estimators import MLP, HierarchicalClassifier, PathEncoder
 FAST = {"max_epochs": 6, "batch_size": 64, "module__hidden_units": 32, "random_state": 0}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny matrices: two threads only add hand-off costs (and CI shares its two cores).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models: thread hand-offs cost more than the work (see conftest.one_torch_thread).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ expected failures come from one design decision: ``predict`` returns ancestral p
 from __future__ import annotations
 
 import pytest
-import torch
 from sklearn.utils import estimator_checks as sk_checks
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -69,13 +68,8 @@ def _expected_failed_checks(estimator) -> dict[str, str]:
     return table
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The checks fit dozens of tiny models; thread hand-offs cost more than the work.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models: thread hand-offs cost more than the work (see conftest.one_torch_thread).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks, xfail_strict=True)
