@@ -62,10 +62,11 @@ class _GroupCrossEntropy(torch.autograd.Function):
         total = torch.zeros_like(lse).scatter_add_(1, groups, weights * scale)
         shift = torch.where(total > 0, lse - total.log(), torch.inf)
         ops, xk, arrk, back = _kernel_inputs(x, ctx.lay, ctx.arr)
-        result = back(_exp_minus_gathered(ops, xk, _as_kernel_array(ops, shift), ctx.lay, arrk))
         negative = grad < 0
+        sign = None
         if x.device.type != "cpu" or bool(negative.any()):  # no host sync on a GPU
-            result.mul_(torch.where(negative, -1.0, 1.0).to(x.dtype).unsqueeze(1))
+            sign = torch.where(negative, -1.0, 1.0)
+        result = back(_exp_minus_gathered(ops, xk, _as_kernel_array(ops, shift), ctx.lay, arrk, sign))
         result.scatter_add_(1, cols, -(weights * grad.unsqueeze(1)))
         return result, None, None, None, None, None, None
 

@@ -29,6 +29,7 @@ from .._backend import array_namespace, device, is_numpy_array, is_torch_array
 from ..tree import PAD, Tree
 from .groups import (
     _check_semantics,
+    _fused,
     _device_arrays,
     _joint_levels,
     _Layout,
@@ -91,6 +92,31 @@ def _best_rows(
     node = ops.min(ops.where(at_depth & (V == ops.expand(value, 1)), I, C), 1)
     found = deepest >= 0
     return ops.where(found, node, PAD), ops.where(found, value, 0.0)
+
+
+def _fused_best(
+    x: Any, lay: _Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool, log_t: float | None
+) -> tuple[Any, Any]:
+    """:func:`_best_rows` for the fused CUDA route: the ``(B, C)`` joint log-probabilities from one
+    kernel, then argmax reductions (first occurrence: ties go to the lowest id)."""
+    import torch
+
+    joint = _node_log_probs_2d(None, x, lay, arr, mv, terminal and log_t is None)
+    if log_t is None:
+        if terminal:
+            return joint.argmax(1), joint.amax(1)
+        leaf_values = joint.index_select(1, arr["leaves"])
+        pos = leaf_values.argmax(1, keepdim=True)
+        return arr["leaves"][pos.squeeze(1)], leaf_values.gather(1, pos).squeeze(1)
+    # Path probabilities never grow along a path: cut at the deepest depth holding a node at
+    # or above the threshold, at that depth's best node.
+    depth = arr["depth"]
+    deepest = torch.where(joint >= log_t, depth, -1).amax(1, keepdim=True)
+    at_depth = torch.where(depth == deepest, joint, -torch.inf)
+    pos = at_depth.argmax(1, keepdim=True)
+    found = deepest.squeeze(1) >= 0
+    value = at_depth.gather(1, pos).squeeze(1)
+    return torch.where(found, pos.squeeze(1), PAD), torch.where(found, value, 0.0)
 
 
 def best_paths(
@@ -169,6 +195,10 @@ def best_paths(
     mv = _normalise_mask_value(mask_value)
     ops, xk, arr, back = _kernel_inputs(x2, lay, _device_arrays(tree, lay, x2))
     terminal = semantics == "terminal"
+    if _fused(x2):
+        node, value = _fused_best(x2, lay, arr, mv, terminal, log_t)
+        paths = arr["paths_ext"].index_select(0, node.masked_fill(node < 0, lay.n_classes))
+        return paths.reshape(*lead, lay.n_levels), value.reshape(lead)
     results = _map_chunks(
         ops, lambda a, b: _best_rows(ops, xk[a:b, ...], lay, arr, mv, terminal, log_t), xk.shape[0], lay, _itemsize(xk)
     )

@@ -13,7 +13,9 @@ group is computed with segment reductions over the ``(B, C)`` scores themselves:
   the chunks run on a pool of threads, CPU torch tensors through NumPy views of their memory
   (see :func:`_map_chunks`);
 - path log-probabilities are accumulated level by level from the parent array (one loop
-  over the ``L`` levels, never over samples or nodes).
+  over the ``L`` levels, never over samples or nodes);
+- CUDA torch tensors go through fused Triton kernels instead (:mod:`._triton`): there the
+  dozens of small launches of the route above, not memory traffic, would set the time.
 
 Partitions and stop columns
 ---------------------------
@@ -47,13 +49,14 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .._backend import array_namespace, device, is_cupy_array, is_numpy_array, is_torch_array
 from ..tree import PAD, PARTITIONS, Tree
+from . import _triton
 
 __all__ = [
     "SEMANTICS",
@@ -163,6 +166,7 @@ class _Layout:
     n_leaves_at: tuple[int, ...]  # leaves of each depth (they come first in its block)
     log_masked_level: tuple[float, ...]  # log(n_outputs - size) of each depth's group
     host: dict[str, np.ndarray]
+    fused_plans: dict[str, Any] = field(default_factory=dict)  # device -> _triton.SegmentPlan
 
 
 def _plan_buckets(sizes: np.ndarray) -> list[np.ndarray]:
@@ -881,7 +885,31 @@ def _itemsize(x: Any) -> int:
         return 8
 
 
+def _fused(x: Any) -> bool:
+    """Whether ``x`` takes the fused CUDA kernels of :mod:`._triton`."""
+    return is_torch_array(x) and _triton.available(x)
+
+
+def _fused_plan(lay: _Layout, x: Any) -> Any:
+    key = str(x.device)
+    if key not in lay.fused_plans:
+        lay.fused_plans[key] = _triton.build_plan(lay.host["col_group"], lay.n_groups, x)
+    return lay.fused_plans[key]
+
+
+def _fused_lse(x: Any, lay: _Layout, mask_value: float | None) -> Any:
+    lse = _triton.segment_reduce(x, _fused_plan(lay, x), lse=True)
+    if mask_value is not None:
+        import torch
+
+        log_masked = torch.as_tensor(lay.host["log_masked"], dtype=lse.dtype, device=lse.device)
+        lse = torch.logaddexp(lse, log_masked + mask_value)
+    return lse
+
+
 def _group_lse_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
+    if _fused(x):
+        return _fused_lse(x, lay, mask_value)
     pieces = _map_chunks(ops, lambda a, b: _lse_rows(ops, x[a:b, ...], lay, arr, mask_value), x.shape[0], lay, _itemsize(x))
     if not pieces:
         return ops.zeros((0, lay.n_groups), x)
@@ -889,6 +917,8 @@ def _group_lse_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_
 
 
 def _group_log_softmax_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
+    if _fused(x):
+        return _triton.combine(_triton.COMBINE_MINUS, x, _fused_lse(x, lay, mask_value), arr["col_group"])
     if type(ops) is _Ops:  # functional namespaces: one block
         lse = _lse_rows(ops, x, lay, arr, mask_value) if x.shape[0] else ops.zeros((0, lay.n_groups), x)
         return x - ops.take(_empty_is_zero(ops, lse), arr["col_group"])
@@ -904,6 +934,9 @@ def _group_log_softmax_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any
 
 def _log_softmax_backward_2d(ops: _Ops, out: Any, grad: Any, lay: _Layout, arr: Mapping[str, Any]) -> Any:
     """``grad - exp(out) * (group sum of grad)[group]``, chunked."""
+    if _fused(out):
+        sums = _triton.segment_reduce(grad, _fused_plan(lay, out), lse=False)
+        return _triton.combine(_triton.COMBINE_BACKWARD, out, sums, arr["col_group"], b=grad)
     result = ops.empty(tuple(out.shape), out)
 
     def chunk(a: int, b: int) -> None:
@@ -915,8 +948,22 @@ def _log_softmax_backward_2d(ops: _Ops, out: Any, grad: Any, lay: _Layout, arr: 
     return result
 
 
-def _exp_minus_gathered(ops: _Ops, x: Any, shift: Any, lay: _Layout, arr: Mapping[str, Any]) -> Any:
-    """``exp(x - shift[:, col_group])``, chunked, one allocation: softmax times a group weight."""
+def _exp_minus_gathered(
+    ops: _Ops, x: Any, shift: Any, lay: _Layout, arr: Mapping[str, Any], row_scale: Any = None
+) -> Any:
+    """``exp(x - shift[:, col_group])``, chunked, one allocation: softmax times a group weight.
+
+    ``row_scale`` (a torch tensor ``(rows,)``, or ``None``) multiplies each row afterwards
+    (in the same pass on the fused route)."""
+    if _fused(x):
+        return _triton.combine(_triton.COMBINE_EXP_MINUS, x, shift, arr["col_group"], row_scale=row_scale)
+    result = _exp_minus_rows(ops, x, shift, lay, arr)
+    if row_scale is not None:
+        result = ops.mul_(result, ops.expand(ops.astype(_as_kernel_array(ops, row_scale), x), 1))
+    return result
+
+
+def _exp_minus_rows(ops: _Ops, x: Any, shift: Any, lay: _Layout, arr: Mapping[str, Any]) -> Any:
     result = ops.empty(tuple(x.shape), x)
 
     def chunk(a: int, b: int) -> None:
@@ -1249,6 +1296,11 @@ def node_log_probs(
 
 
 def _node_log_probs_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool) -> Any:
+    if _fused(x):
+        # every column's group log-probability (stop columns included), then one sum along
+        # each node's padded path: the level-by-level loop below in one launch
+        logp = _triton.combine(_triton.COMBINE_MINUS, x, _fused_lse(x, lay, mv), arr["col_group"])
+        return _triton.path_sums(logp, arr["paths_ext"], lay.n_classes, lay.n_levels, arr["stop_col"] if terminal else None)
     if type(ops) is _Ops or x.shape[0] == 0:
         if x.shape[0] == 0:
             return ops.zeros((0, lay.n_classes), x)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The CUDA / CuPy checks, in one command, for a machine with an NVIDIA GPU.
+#
+# Development and CI machines have no GPU, so the CUDA and CuPy code paths only run here:
+# the whole test suite (GPU tests included), then both benchmarks on the GPU. Logs and JSON
+# go to $OUT (default: gpu-out/).
+#
+#   bash scripts/gpu_check.sh            # everything
+#   bash scripts/gpu_check.sh tests      # only the test suite
+#   bash scripts/gpu_check.sh bench      # only the benchmarks
+#
+# Wheels in .whl/ (for an offline machine without skorch / array-api-compat) are installed
+# into /tmp/site first.
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+what=${1:-all}
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+$PY - <<'EOF' | tee -a "$OUT/device.txt"
+import numpy, sklearn, torch, skorch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name())
+print("numpy", numpy.__version__, "scikit-learn", sklearn.__version__, "skorch", skorch.__version__)
+try:
+    import cupy
+    print("cupy", cupy.__version__)
+except ImportError as exc:
+    print("cupy missing:", exc)
+EOF
+
+status=0
+if [ "$what" = all ] || [ "$what" = tests ]; then
+    # -p no:cacheprovider: the checkout may be read-only; -n 8: 16 cores, leave room for CUDA.
+    $PY -m pytest -p no:cacheprovider -n 8 -q -rs 2>&1 | tee "$OUT/pytest.log" | tail -n 60
+    status=$((status | ${PIPESTATUS[0]}))
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+    $PY -m benchmarks.bench_paper_table --backends torch-cuda,cupy-cuda --json "$OUT/paper_table_cuda.json" 2>&1 | tee "$OUT/paper_table_cuda.txt"
+    status=$((status | ${PIPESTATUS[0]}))
+    $PY -m benchmarks.bench_engine --device cuda --json "$OUT/engine_cuda.json" 2>&1 | tee "$OUT/engine_cuda.txt"
+    status=$((status | ${PIPESTATUS[0]}))
+fi
+exit $status
