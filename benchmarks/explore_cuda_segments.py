@@ -156,6 +156,22 @@ def profile():
         "loss level fwd+bwd": loss,
         "best_paths level": lambda: best_paths(x, tree, "level"),
     }
+    # tile shapes of the path-sum kernel
+    from hiclass_parallel.ops import _triton
+
+    lay = G._layout(tree, "level", False)
+    plan = G._fused_plan(lay, x)
+    logp = G.group_log_softmax(x, tree, "level")
+    saved = (_triton._PATH_BLOCK, _triton._PATH_ROWS, _triton._PATH_WARPS)
+    ref = None
+    for shape in [(128, 16, 4), (256, 16, 4), (64, 32, 4), (128, 32, 4), (64, 16, 2), (256, 32, 8)]:
+        _triton._PATH_BLOCK, _triton._PATH_ROWS, _triton._PATH_WARPS = shape
+        got = _triton.path_sums(logp, plan)
+        ref = got if ref is None else ref
+        ms = timeit(lambda: _triton.path_sums(logp, plan))
+        print(f"path_sums BLOCK, ROWS, warps = {shape}: {ms:.3f} ms, max diff {(got - ref).abs().max().item():.2e}")
+    _triton._PATH_BLOCK, _triton._PATH_ROWS, _triton._PATH_WARPS = saved
+    print(f"logp.t().contiguous(): {timeit(lambda: logp.t().contiguous()):.3f} ms")
     for name, fn in calls.items():
         for _ in range(5):
             fn()
@@ -165,7 +181,7 @@ def profile():
                 fn()
             sync()
         print(f"\n===== {name} (10 calls): {timeit(fn):.3f} ms per call")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=50))
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=40))
 
 
 if __name__ == "__main__":

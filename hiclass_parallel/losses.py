@@ -209,7 +209,9 @@ class HierarchicalCrossEntropy(nn.Module):
         target = target.to(device=self.paths_ext.device, dtype=torch.int64)
         C, L = self.tree.n_classes, self.tree.n_levels
         if target.ndim == 1:
-            missing = (target == self.ignore_index) | (target == PAD)
+            missing = target == PAD
+            if self.ignore_index != PAD:
+                missing |= target == self.ignore_index
             if self.validate:
                 bad = ~missing & ((target < 0) | (target >= C))
                 if bool(bad.any()):
