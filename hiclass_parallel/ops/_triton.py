@@ -6,7 +6,7 @@ exp / sum per size bucket) is bound by its ~100 kernel launches, not by memory: 
 lean level log-softmax took 1.9 ms, 18x a flat ``log_softmax``. These kernels do the same
 arithmetic in two or three launches, reading each score once.
 
-Three kernels:
+Four kernels:
 
 - ``segment``: log-sum-exp (online max rescaling, as in a fused softmax) or plain sum of
   every group of every row. Groups are visited in order of size and launched in a few size
@@ -14,9 +14,10 @@ Three kernels:
 - ``combine``: one elementwise pass over ``(B, n_outputs)`` that reads the row's group value
   ``t[b, group[c]]``: ``x - t`` (log-softmax), ``exp(x - t)`` (gradients), or
   ``g - exp(y) * t`` (the log-softmax backward).
+- ``minus_t``: the log-probabilities ``x - t`` written transposed, ``(n_outputs, B)``, for:
 - ``paths``: the joint log-probability of every node, the sum of its ancestors' group
-  log-probabilities along the tree's padded path matrix, optionally with each internal
-  node's stop term.
+  log-probabilities along the tree's (transposed) path matrix, optionally with each internal
+  node's stop term; or, for decoding, only the best candidate of each tile of nodes per row.
 
 Used only for CUDA torch tensors when Triton can be imported (torch's CUDA wheels ship it);
 ``HICLASS_PARALLEL_TRITON=0`` turns them off. Everything else, CPU and CuPy included, uses the
@@ -38,6 +39,7 @@ _SIZE_CLASSES = ((4, 4, 128), (32, 32, 32), (256, 256, 4))
 _LOOP_TILE = 1024
 _COMBINE_BLOCK = 2048
 _PATH_BLOCK, _PATH_ROWS, _PATH_WARPS = 128, 16, 4  # best of 11 tile shapes on an H100
+_MINUS_T_COLS, _MINUS_T_ROWS = 128, 32
 
 COMBINE_MINUS, COMBINE_EXP_MINUS, COMBINE_BACKWARD = 0, 1, 2
 
@@ -110,13 +112,29 @@ def _kernels() -> dict[str, Any] | None:
         tl.store(out_ptr + row * out_stride + cols, res, mask=live)
 
     @triton.jit
-    def paths(logp_t_ptr, logp_t_stride, paths_t_ptr, stop_ptr, out_ptr, out_stride, n_nodes, n_rows,
-              L: tl.constexpr, TERMINAL: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, ACC: tl.constexpr):
+    def minus_t(x_ptr, x_stride, t_ptr, t_stride, group_ptr, out_ptr, out_stride, n_rows, n_cols,
+                BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, ACC: tl.constexpr):
+        # The log-probabilities x - lse[group] of a (rows, cols) tile, stored transposed: the
+        # path-sum kernel reads them as (n_outputs, B). Saves a separate transpose of (B, C).
+        cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+        rows = (tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+        live = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        g = tl.load(group_ptr + cols, mask=cols < n_cols, other=0)
+        a = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=live, other=0.0).to(ACC)
+        t = tl.load(t_ptr + rows[:, None] * t_stride + g[None, :], mask=live, other=0.0).to(ACC)
+        res = a - tl.where(t == float("-inf"), 0.0, t)
+        out = out_ptr + cols.to(tl.int64)[:, None] * out_stride + rows[None, :]
+        tl.store(out, tl.trans(res), mask=tl.trans(live))
+
+    @triton.jit
+    def paths(logp_t_ptr, logp_t_stride, paths_t_ptr, stop_ptr, cand_ptr, out_ptr, out_stride, idx_ptr, n_nodes,
+              n_rows, L: tl.constexpr, TERMINAL: tl.constexpr, BEST: tl.constexpr, BLOCK: tl.constexpr,
+              ROWS: tl.constexpr, ACC: tl.constexpr, LOWEST: tl.constexpr):
         # A (nodes, rows) tile, with both operands laid out for it: the path matrix comes
         # transposed, (L, C) int32, so a level's ancestors of a block of nodes are one contiguous
         # read; the log-probabilities come transposed, (n_outputs, B), so an ancestor is read for
         # a run of rows at once. (Row-major gathers wasted most of every memory sector: 0.64 ms
-        # per WordNet batch of 100 on an H100, against 0.27 with the transposed log-probabilities.)
+        # per WordNet batch of 100 on an H100, against 0.26 with the transposed operands.)
         nodes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         live = nodes < n_nodes
         rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
@@ -132,10 +150,20 @@ def _kernels() -> dict[str, Any] | None:
             take = (stop >= 0)[:, None] & rows_live[None, :]
             acc += tl.load(logp_t_ptr + stop.to(tl.int64)[:, None] * logp_t_stride + rows[None, :], mask=take,
                            other=0.0).to(ACC)
-        out = out_ptr + rows.to(tl.int64)[None, :] * out_stride + nodes[:, None]
-        tl.store(out, acc, mask=live[:, None] & rows_live[None, :])
+        if BEST:
+            # The block's best candidate per row, ties to the lowest id (nodes ascend). A
+            # candidate at -inf still beats a non-candidate: it counts as the lowest finite value.
+            cand = live & (tl.load(cand_ptr + nodes, mask=live, other=0) != 0)
+            val = tl.where(cand[:, None], tl.where(acc == float("-inf"), LOWEST, acc), float("-inf"))
+            best = tl.argmax(val, 0, tie_break_left=True)
+            block_out = rows.to(tl.int64) * out_stride + tl.program_id(0)
+            tl.store(out_ptr + block_out, tl.max(val, 0), mask=rows_live)
+            tl.store(idx_ptr + block_out, tl.program_id(0) * BLOCK + best, mask=rows_live)
+        else:
+            out = out_ptr + rows.to(tl.int64)[None, :] * out_stride + nodes[:, None]
+            tl.store(out, acc, mask=live[:, None] & rows_live[None, :])
 
-    return {"triton": triton, "tl": tl, "segment": segment, "combine": combine, "paths": paths}
+    return {"triton": triton, "tl": tl, "segment": segment, "combine": combine, "minus_t": minus_t, "paths": paths}
 
 
 def available(x: Any) -> bool:
@@ -155,10 +183,13 @@ class SegmentPlan:
     launches: tuple[tuple[int, int, int, int, int], ...]  # (k0, n_k, bound, width, groups per program)
     n_groups: int
     paths_t: Any  # int32 (L, C): the tree's padded paths, transposed for the path-sum kernel
+    leaf: Any  # int8 (C,): 1 for a leaf
+    all_nodes: Any  # int8 (C,): all 1
 
 
-def build_plan(col_group: np.ndarray, n_groups: int, paths: np.ndarray, like: Any) -> SegmentPlan:
-    """The plan of a column -> group map and a ``(C, L)`` path matrix, arrays on ``like``'s device."""
+def build_plan(col_group: np.ndarray, n_groups: int, paths: np.ndarray, leaves: np.ndarray, like: Any) -> SegmentPlan:
+    """The plan of a column -> group map, a ``(C, L)`` path matrix and the leaf ids, with its
+    arrays on ``like``'s device."""
     import torch
 
     sizes = np.bincount(col_group, minlength=n_groups)
@@ -189,6 +220,8 @@ def build_plan(col_group: np.ndarray, n_groups: int, paths: np.ndarray, like: An
         launches=tuple(launches),
         n_groups=n_groups,
         paths_t=put(paths.T, torch.int32),
+        leaf=put(np.isin(np.arange(paths.shape[0]), leaves), torch.int8),
+        all_nodes=put(np.ones(paths.shape[0]), torch.int8),
     )
 
 
@@ -242,21 +275,64 @@ def combine(mode: int, a: Any, table: Any, group: Any, b: Any = None, row_scale:
     return out
 
 
-def path_sums(logp: Any, plan: SegmentPlan, stop_col: Any = None) -> Any:
-    """``out[b, c]``: the sum of ``logp[b, a]`` over the ancestors ``a`` of node ``c`` (``c``
-    included), plus ``logp[b, stop_col[c]]`` where that column is ``>= 0`` when ``stop_col`` is
-    given (terminal semantics): ``(B, n_outputs) -> (B, C)``."""
+def log_probs_transposed(x: Any, lse: Any, group: Any) -> Any:
+    """``(x - lse[:, group]).T`` (``-inf`` in ``lse`` read as 0), contiguous ``(n_outputs, B)``."""
     kern = _kernels()
-    n_levels, n_nodes = plan.paths_t.shape
-    out = logp.new_empty((logp.shape[0], n_nodes))
-    if logp.shape[0] == 0:
+    x, lse = _rows(x), _rows(lse)
+    out = x.new_empty((x.shape[1], x.shape[0]))
+    if x.shape[0] == 0 or x.shape[1] == 0:
         return out
-    logp_t = logp.t().contiguous()
-    terminal = stop_col is not None
-    grid = (-(-n_nodes // _PATH_BLOCK), -(-logp.shape[0] // _PATH_ROWS))
-    kern["paths"][grid](
-        logp_t, logp_t.stride(0), plan.paths_t, stop_col if terminal else plan.paths_t, out, out.stride(0), n_nodes,
-        logp.shape[0], L=n_levels, TERMINAL=terminal, BLOCK=_PATH_BLOCK, ROWS=_PATH_ROWS, ACC=_acc(kern, logp.dtype),
-        num_warps=_PATH_WARPS,
+    grid = (-(-x.shape[1] // _MINUS_T_COLS), -(-x.shape[0] // _MINUS_T_ROWS))
+    kern["minus_t"][grid](
+        x, x.stride(0), lse, lse.stride(0), group, out, out.stride(0), x.shape[0], x.shape[1],
+        BLOCK_C=_MINUS_T_COLS, BLOCK_R=_MINUS_T_ROWS, ACC=_acc(kern, x.dtype),
     )
     return out
+
+
+def _launch_paths(logp_t: Any, plan: SegmentPlan, stop_col: Any, out: Any, idx: Any, cand: Any) -> None:
+    import torch
+
+    kern = _kernels()
+    n_levels, n_nodes = plan.paths_t.shape
+    n_rows = logp_t.shape[1]
+    best = idx is not None
+    grid = (-(-n_nodes // _PATH_BLOCK), -(-n_rows // _PATH_ROWS))
+    kern["paths"][grid](
+        logp_t, logp_t.stride(0), plan.paths_t, plan.paths_t if stop_col is None else stop_col,
+        plan.leaf if cand is None else cand, out, out.stride(0), idx if best else out, n_nodes, n_rows,
+        L=n_levels, TERMINAL=stop_col is not None, BEST=best, BLOCK=_PATH_BLOCK, ROWS=_PATH_ROWS,
+        ACC=_acc(kern, logp_t.dtype), LOWEST=torch.finfo(out.dtype).min, num_warps=_PATH_WARPS,
+    )
+
+
+def path_sums(logp_t: Any, plan: SegmentPlan, stop_col: Any = None) -> Any:
+    """``out[b, c]``: the sum of ``logp_t[a, b]`` over the ancestors ``a`` of node ``c`` (``c``
+    included), plus ``logp_t[stop_col[c], b]`` where that column is ``>= 0`` when ``stop_col``
+    is given (terminal semantics): ``(n_outputs, B) -> (B, C)``."""
+    n_rows, n_nodes = logp_t.shape[1], plan.paths_t.shape[1]
+    out = logp_t.new_empty((n_rows, n_nodes))
+    if n_rows:
+        _launch_paths(logp_t, plan, stop_col, out, None, None)
+    return out
+
+
+def best_nodes(logp_t: Any, plan: SegmentPlan, stop_col: Any = None, leaves_only: bool = True) -> tuple[Any, Any]:
+    """The candidate with the highest :func:`path_sums` value per row, and that value, without
+    the ``(B, C)`` result: each tile of nodes reduces its rows, then a ``(B, C / tile)`` argmax.
+    Candidates are the leaves (``leaves_only``) or every node; ties go to the lowest id."""
+    import torch
+
+    n_rows, n_nodes = logp_t.shape[1], plan.paths_t.shape[1]
+    n_blocks = -(-n_nodes // _PATH_BLOCK)
+    acc_dtype = torch.float64 if logp_t.dtype == torch.float64 else torch.float32
+    val = torch.empty((n_rows, n_blocks), dtype=acc_dtype, device=logp_t.device)
+    idx = torch.empty((n_rows, n_blocks), dtype=torch.int64, device=logp_t.device)
+    if n_rows == 0:
+        return idx[:, 0], val[:, 0].to(logp_t.dtype)
+    cand = plan.leaf if leaves_only else plan.all_nodes
+    _launch_paths(logp_t, plan, stop_col, val, idx, cand)
+    block = val.argmax(1, keepdim=True)
+    value = val.gather(1, block).squeeze(1)
+    value = torch.where(value == torch.finfo(acc_dtype).min, -torch.inf, value)
+    return idx.gather(1, block).squeeze(1), value.to(logp_t.dtype)

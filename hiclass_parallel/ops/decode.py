@@ -26,10 +26,13 @@ from typing import Any
 import numpy as np
 
 from .._backend import array_namespace, device, is_numpy_array, is_torch_array
+from . import _triton
 from ..tree import PAD, Tree
 from .groups import (
     _check_semantics,
     _fused,
+    _fused_lse,
+    _fused_plan,
     _device_arrays,
     _joint_levels,
     _Layout,
@@ -101,13 +104,11 @@ def _fused_best(
     kernel, then argmax reductions (first occurrence: ties go to the lowest id)."""
     import torch
 
-    joint = _node_log_probs_2d(None, x, lay, arr, mv, terminal and log_t is None)
-    if log_t is None:
-        if terminal:
-            return joint.argmax(1), joint.amax(1)
-        leaf_values = joint.index_select(1, arr["leaves"])
-        pos = leaf_values.argmax(1, keepdim=True)
-        return arr["leaves"][pos.squeeze(1)], leaf_values.gather(1, pos).squeeze(1)
+    if log_t is None:  # each tile of nodes reduces its rows in the kernel: no (B, C) result
+        logp_t = _triton.log_probs_transposed(x, _fused_lse(x, lay, mv), arr["col_group"])
+        stop_col = arr["stop_col"] if terminal else None
+        return _triton.best_nodes(logp_t, _fused_plan(lay, x), stop_col, leaves_only=not terminal)
+    joint = _node_log_probs_2d(None, x, lay, arr, mv, False)
     # Path probabilities never grow along a path: cut at the deepest depth holding a node at
     # or above the threshold, at that depth's best node.
     depth = arr["depth"]

@@ -894,7 +894,7 @@ def _fused_plan(lay: _Layout, x: Any) -> Any:
     key = str(x.device)
     if key not in lay.fused_plans:
         paths = lay.host["paths_ext"][: lay.n_classes]
-        lay.fused_plans[key] = _triton.build_plan(lay.host["col_group"], lay.n_groups, paths, x)
+        lay.fused_plans[key] = _triton.build_plan(lay.host["col_group"], lay.n_groups, paths, lay.host["leaves"], x)
     return lay.fused_plans[key]
 
 
@@ -1300,8 +1300,8 @@ def _node_log_probs_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], 
     if _fused(x):
         # every column's group log-probability (stop columns included), then one sum along
         # each node's padded path: the level-by-level loop below in one launch
-        logp = _triton.combine(_triton.COMBINE_MINUS, x, _fused_lse(x, lay, mv), arr["col_group"])
-        return _triton.path_sums(logp, _fused_plan(lay, x), arr["stop_col"] if terminal else None)
+        logp_t = _triton.log_probs_transposed(x, _fused_lse(x, lay, mv), arr["col_group"])
+        return _triton.path_sums(logp_t, _fused_plan(lay, x), arr["stop_col"] if terminal else None)
     if type(ops) is _Ops or x.shape[0] == 0:
         if x.shape[0] == 0:
             return ops.zeros((0, lay.n_classes), x)
