@@ -16,10 +16,13 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .ops import _triton
 from .ops.groups import (
     SEMANTICS,
     _as_kernel_array,
     _exp_minus_gathered,
+    _fused,
+    _fused_lse,
     _group_lse_2d,
     _kernel_inputs,
     _layout,
@@ -69,6 +72,27 @@ class _GroupCrossEntropy(torch.autograd.Function):
         result = back(_exp_minus_gathered(ops, xk, _as_kernel_array(ops, shift), ctx.lay, arrk, sign))
         result.scatter_add_(1, cols, -(weights * grad.unsqueeze(1)))
         return result, None, None, None, None, None, None
+
+
+class _FusedCrossEntropy(torch.autograd.Function):
+    """:class:`_GroupCrossEntropy` on the fused CUDA kernels: each sample's rows are read from
+    the tree inside the kernels (no ``(B, L)`` index tensors), about 10 launches in all."""
+
+    @staticmethod
+    def forward(ctx, x, nodes, lay, arrays, mask_value, stop):
+        lse = _fused_lse(x, lay, mask_value)
+        loss, count = _triton.cross_entropy_forward(x, lse, nodes, arrays, lay.n_levels, stop)
+        ctx.save_for_backward(x, lse, nodes)
+        ctx.arrays, ctx.n_levels, ctx.stop = arrays, lay.n_levels, stop
+        ctx.mark_non_differentiable(count)
+        return loss, count
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad, _count_grad):
+        x, lse, nodes = ctx.saved_tensors
+        result = _triton.cross_entropy_backward(x, lse, nodes, grad, ctx.arrays, ctx.n_levels, ctx.stop)
+        return result, None, None, None, None, None
 
 
 class HierarchicalCrossEntropy(nn.Module):
@@ -254,6 +278,12 @@ class HierarchicalCrossEntropy(nn.Module):
         if target.shape[0] != scores.shape[0]:
             raise ValueError(f"target has {target.shape[0]} samples but scores have {scores.shape[0]}")
         nodes = self.target_nodes(target)
+        if _fused(scores):
+            lay = _layout(self.tree, self.partition, self.stop)
+            arrays = {**self._arrays(), "level_weights": self.level_weights}
+            stop_rows = self.stop and self.semantics == "terminal"
+            per_sample, counts = _FusedCrossEntropy.apply(scores, nodes, lay, arrays, self._mask_value, stop_rows)
+            return self._reduce(per_sample, counts)
         C, L = self.tree.n_classes, self.tree.n_levels
         labelled = nodes >= 0
         safe = torch.where(labelled, nodes, C)
@@ -273,6 +303,10 @@ class HierarchicalCrossEntropy(nn.Module):
         per_sample = _GroupCrossEntropy.apply(
             scores, cols, groups, weights, lay, self._arrays(), self._mask_value
         )
+        return self._reduce(per_sample, weights)
+
+    def _reduce(self, per_sample: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Apply ``reduction``; ``weights`` holds the rows' weights (any shape) for the mean."""
         if self.reduction == "none":
             return per_sample
         total = per_sample.sum()

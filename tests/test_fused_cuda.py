@@ -97,6 +97,27 @@ def test_gradients_and_loss_match_cpu(partition, stop):
     torch.testing.assert_close(results[1][1], results[0][1])
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize(("partition", "stop", "semantics"), [("level", True, "partial"), ("sibling", True, "terminal"),
+                                                             ("sibling", False, "partial")])
+def test_fused_loss_options_match_cpu(reduction, partition, stop, semantics):
+    tree = TREES["wide"]
+    x = scores_for(tree, partition, stop)
+    weights = np.random.default_rng(4).uniform(0, 2, tree.n_levels)
+    y = torch.as_tensor(np.random.default_rng(5).integers(-1, tree.n_classes, x.shape[0]))
+    criterion = HierarchicalCrossEntropy(tree, partition, stop=stop, semantics=semantics, reduction=reduction,
+                                         level_weights=weights)
+    upstream = torch.linspace(-1.5, 2.0, x.shape[0], dtype=x.dtype)
+    results = []
+    for dev in ("cpu", "cuda"):
+        xd = x.to(dev, copy=True).requires_grad_()
+        loss = criterion.to(dev)(xd, y.to(dev))
+        (loss * (upstream.to(dev) if loss.ndim else 1.0)).sum().backward()
+        results.append((loss.detach().cpu(), xd.grad.cpu()))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    torch.testing.assert_close(results[1][1], results[0][1])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_low_precision_dtypes(dtype):
     tree = TREES["wide"]

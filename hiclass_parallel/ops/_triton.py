@@ -45,125 +45,15 @@ COMBINE_MINUS, COMBINE_EXP_MINUS, COMBINE_BACKWARD = 0, 1, 2
 
 
 @functools.lru_cache(maxsize=1)
-def _kernels() -> dict[str, Any] | None:
-    """The compiled-on-first-call kernels, or ``None`` where Triton is missing."""
+def _kernels() -> Any:
+    """The kernel module (compiled per signature on first call), or ``None`` without Triton."""
     if os.environ.get("HICLASS_PARALLEL_TRITON", "1") == "0":
         return None
     try:
-        import triton
-        import triton.language as tl
+        from . import _triton_kernels
     except Exception:  # not installed, or a broken install: the torch-op route still works
         return None
-
-    @triton.jit
-    def segment(x_ptr, x_stride, members_ptr, first_ptr, size_ptr, gid_ptr, out_ptr, out_stride,
-                k0, n_k, bound,
-                LSE: tl.constexpr, BLOCK_G: tl.constexpr, W: tl.constexpr, ACC: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        ks = tl.program_id(1) * BLOCK_G + tl.arange(0, BLOCK_G)
-        live = ks < n_k
-        k = k0 + ks
-        first = tl.load(first_ptr + k, mask=live, other=0)
-        size = tl.load(size_ptr + k, mask=live, other=0)
-        if BLOCK_G == 1:  # a big group: loop over its own size
-            bound = tl.max(size, 0)
-        x_row = x_ptr + row * x_stride
-        j = tl.arange(0, W)
-        m = tl.full([BLOCK_G], float("-inf"), ACC)
-        s = tl.zeros([BLOCK_G], ACC)
-        for start in range(0, bound, W):
-            jj = start + j
-            inside = (jj[None, :] < size[:, None]) & live[:, None]
-            col = tl.load(members_ptr + first[:, None] + jj[None, :], mask=inside, other=0)
-            if LSE:
-                v = tl.load(x_row + col, mask=inside, other=float("-inf")).to(ACC)
-                m_new = tl.maximum(m, tl.max(v, 1))
-                shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a group of -inf so far
-                s = s * tl.exp(m - shift) + tl.sum(tl.exp(v - shift[:, None]), 1)
-                m = m_new
-            else:
-                v = tl.load(x_row + col, mask=inside, other=0.0).to(ACC)
-                s += tl.sum(v, 1)
-        if LSE:
-            res = tl.where(m == float("-inf"), float("-inf"), m + tl.log(s))
-        else:
-            res = s
-        gid = tl.load(gid_ptr + k, mask=live, other=0)
-        tl.store(out_ptr + row * out_stride + gid, res, mask=live)
-
-    @triton.jit
-    def combine(a_ptr, a_stride, b_ptr, b_stride, t_ptr, t_stride, group_ptr, scale_ptr, out_ptr, out_stride, n_cols,
-                MODE: tl.constexpr, SCALE: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        live = cols < n_cols
-        g = tl.load(group_ptr + cols, mask=live, other=0)
-        t = tl.load(t_ptr + row * t_stride + g, mask=live, other=0.0).to(ACC)
-        a = tl.load(a_ptr + row * a_stride + cols, mask=live, other=0.0).to(ACC)
-        if MODE == 0:  # log-softmax: x - lse, a group with no mass gets lse 0
-            res = a - tl.where(t == float("-inf"), 0.0, t)
-        elif MODE == 1:  # exp(x - shift), times a factor per row
-            res = tl.exp(a - t)
-            if SCALE:
-                res *= tl.load(scale_ptr + row).to(ACC)
-        else:  # log-softmax backward: g - exp(y) * (group sum of g)
-            b = tl.load(b_ptr + row * b_stride + cols, mask=live, other=0.0).to(ACC)
-            res = b - tl.exp(a) * t
-        tl.store(out_ptr + row * out_stride + cols, res, mask=live)
-
-    @triton.jit
-    def minus_t(x_ptr, x_stride, t_ptr, t_stride, group_ptr, out_ptr, out_stride, n_rows, n_cols,
-                BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, ACC: tl.constexpr):
-        # The log-probabilities x - lse[group] of a (rows, cols) tile, stored transposed: the
-        # path-sum kernel reads them as (n_outputs, B). Saves a separate transpose of (B, C).
-        cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-        rows = (tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-        live = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-        g = tl.load(group_ptr + cols, mask=cols < n_cols, other=0)
-        a = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=live, other=0.0).to(ACC)
-        t = tl.load(t_ptr + rows[:, None] * t_stride + g[None, :], mask=live, other=0.0).to(ACC)
-        res = a - tl.where(t == float("-inf"), 0.0, t)
-        out = out_ptr + cols.to(tl.int64)[:, None] * out_stride + rows[None, :]
-        tl.store(out, tl.trans(res), mask=tl.trans(live))
-
-    @triton.jit
-    def paths(logp_t_ptr, logp_t_stride, paths_t_ptr, stop_ptr, cand_ptr, out_ptr, out_stride, idx_ptr, n_nodes,
-              n_rows, L: tl.constexpr, TERMINAL: tl.constexpr, BEST: tl.constexpr, BLOCK: tl.constexpr,
-              ROWS: tl.constexpr, ACC: tl.constexpr, LOWEST: tl.constexpr):
-        # A (nodes, rows) tile, with both operands laid out for it: the path matrix comes
-        # transposed, (L, C) int32, so a level's ancestors of a block of nodes are one contiguous
-        # read; the log-probabilities come transposed, (n_outputs, B), so an ancestor is read for
-        # a run of rows at once. (Row-major gathers wasted most of every memory sector: 0.64 ms
-        # per WordNet batch of 100 on an H100, against 0.26 with the transposed operands.)
-        nodes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        live = nodes < n_nodes
-        rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
-        rows_live = rows < n_rows
-        acc = tl.zeros([BLOCK, ROWS], ACC)
-        for level in range(L):
-            anc = tl.load(paths_t_ptr + level * n_nodes + nodes, mask=live, other=-1)
-            take = (anc >= 0)[:, None] & rows_live[None, :]
-            acc += tl.load(logp_t_ptr + anc.to(tl.int64)[:, None] * logp_t_stride + rows[None, :], mask=take,
-                           other=0.0).to(ACC)
-        if TERMINAL:  # an internal node also pays the log-probability of its stop column
-            stop = tl.load(stop_ptr + nodes, mask=live, other=-1)
-            take = (stop >= 0)[:, None] & rows_live[None, :]
-            acc += tl.load(logp_t_ptr + stop.to(tl.int64)[:, None] * logp_t_stride + rows[None, :], mask=take,
-                           other=0.0).to(ACC)
-        if BEST:
-            # The block's best candidate per row, ties to the lowest id (nodes ascend). A
-            # candidate at -inf still beats a non-candidate: it counts as the lowest finite value.
-            cand = live & (tl.load(cand_ptr + nodes, mask=live, other=0) != 0)
-            val = tl.where(cand[:, None], tl.where(acc == float("-inf"), LOWEST, acc), float("-inf"))
-            best = tl.argmax(val, 0, tie_break_left=True)
-            block_out = rows.to(tl.int64) * out_stride + tl.program_id(0)
-            tl.store(out_ptr + block_out, tl.max(val, 0), mask=rows_live)
-            tl.store(idx_ptr + block_out, tl.program_id(0) * BLOCK + best, mask=rows_live)
-        else:
-            out = out_ptr + rows.to(tl.int64)[None, :] * out_stride + nodes[:, None]
-            tl.store(out, acc, mask=live[:, None] & rows_live[None, :])
-
-    return {"triton": triton, "tl": tl, "segment": segment, "combine": combine, "minus_t": minus_t, "paths": paths}
+    return _triton_kernels
 
 
 def available(x: Any) -> bool:
@@ -228,7 +118,7 @@ def build_plan(col_group: np.ndarray, n_groups: int, paths: np.ndarray, leaves: 
 def _acc(kern: dict[str, Any], dtype: Any) -> Any:
     import torch
 
-    return kern["tl"].float64 if dtype == torch.float64 else kern["tl"].float32
+    return kern.tl.float64 if dtype == torch.float64 else kern.tl.float32
 
 
 def _rows(x: Any) -> Any:
@@ -249,16 +139,16 @@ def segment_reduce(x: Any, plan: SegmentPlan, lse: bool) -> Any:
     acc = _acc(kern, x.dtype)
     for k0, n_k, bound, width, per_program in plan.launches:
         grid = (x.shape[0], -(-n_k // per_program))
-        kern["segment"][grid](
+        kern.segment[grid](
             x, x.stride(0), plan.members, plan.first, plan.size, plan.gid, out, out.stride(0),
             k0, n_k, bound, LSE=lse, BLOCK_G=per_program, W=width, ACC=acc,
         )
     return out
 
 
-def combine(mode: int, a: Any, table: Any, group: Any, b: Any = None, row_scale: Any = None) -> Any:
+def combine(mode: int, a: Any, table: Any, group: Any, b: Any = None, row_sign: Any = None) -> Any:
     """One elementwise pass with a per-row group lookup ``t = table[row, group[col]]``:
-    ``a - t`` (``-inf`` read as 0), ``exp(a - t)`` (times ``row_scale[row]`` if given), or
+    ``a - t`` (``-inf`` read as 0), ``exp(a - t)`` (negated in rows where ``row_sign < 0``), or
     ``b - exp(a) * t``, by ``mode``."""
     kern = _kernels()
     a, table = _rows(a), _rows(table)
@@ -267,10 +157,10 @@ def combine(mode: int, a: Any, table: Any, group: Any, b: Any = None, row_scale:
     if a.shape[0] == 0 or a.shape[1] == 0:
         return out
     grid = (a.shape[0], -(-a.shape[1] // _COMBINE_BLOCK))
-    kern["combine"][grid](
-        a, a.stride(0), b, b.stride(0), table, table.stride(0), group, a if row_scale is None else row_scale.contiguous(),
+    kern.combine[grid](
+        a, a.stride(0), b, b.stride(0), table, table.stride(0), group, a if row_sign is None else row_sign.contiguous(),
         out, out.stride(0), a.shape[1],
-        MODE=mode, SCALE=row_scale is not None, BLOCK=_COMBINE_BLOCK, ACC=_acc(kern, a.dtype),
+        MODE=mode, SCALE=row_sign is not None, BLOCK=_COMBINE_BLOCK, ACC=_acc(kern, a.dtype),
     )
     return out
 
@@ -283,7 +173,7 @@ def log_probs_transposed(x: Any, lse: Any, group: Any) -> Any:
     if x.shape[0] == 0 or x.shape[1] == 0:
         return out
     grid = (-(-x.shape[1] // _MINUS_T_COLS), -(-x.shape[0] // _MINUS_T_ROWS))
-    kern["minus_t"][grid](
+    kern.minus_t[grid](
         x, x.stride(0), lse, lse.stride(0), group, out, out.stride(0), x.shape[0], x.shape[1],
         BLOCK_C=_MINUS_T_COLS, BLOCK_R=_MINUS_T_ROWS, ACC=_acc(kern, x.dtype),
     )
@@ -298,7 +188,7 @@ def _launch_paths(logp_t: Any, plan: SegmentPlan, stop_col: Any, out: Any, idx: 
     n_rows = logp_t.shape[1]
     best = idx is not None
     grid = (-(-n_nodes // _PATH_BLOCK), -(-n_rows // _PATH_ROWS))
-    kern["paths"][grid](
+    kern.paths[grid](
         logp_t, logp_t.stride(0), plan.paths_t, plan.paths_t if stop_col is None else stop_col,
         plan.leaf if cand is None else cand, out, out.stride(0), idx if best else out, n_nodes, n_rows,
         L=n_levels, TERMINAL=stop_col is not None, BEST=best, BLOCK=_PATH_BLOCK, ROWS=_PATH_ROWS,
@@ -336,3 +226,48 @@ def best_nodes(logp_t: Any, plan: SegmentPlan, stop_col: Any = None, leaves_only
     value = val.gather(1, block).squeeze(1)
     value = torch.where(value == torch.finfo(acc_dtype).min, -torch.inf, value)
     return idx.gather(1, block).squeeze(1), value.to(logp_t.dtype)
+
+
+def cross_entropy_forward(x: Any, lse: Any, nodes: Any, arrays: dict[str, Any], n_levels: int, stop: bool) -> tuple[Any, Any]:
+    """Per-sample weighted loss ``sum w * (lse[group] - x[col])`` over each sample's labelled rows
+    (its path, and its stop row when ``stop``), and per-sample weight sums: two ``(B,)``."""
+    kern = _kernels()
+    x, lse = _rows(x), _rows(lse)
+    n = x.shape[0]
+    loss, count = x.new_empty(n), x.new_empty(n)
+    if n:
+        kern.ce_forward[(n,)](
+            x, x.stride(0), lse, lse.stride(0), nodes, arrays["paths_ext"], arrays["col_group"],
+            arrays["level_weights"], arrays["stop_col"], arrays["depth"], loss, count, arrays["paths_ext"].shape[0] - 1,
+            L=n_levels, LP=_pow2(n_levels), STOP=stop, ACC=_acc(kern, x.dtype),
+        )
+    return loss, count
+
+
+def cross_entropy_backward(
+    x: Any, lse: Any, nodes: Any, grad: Any, arrays: dict[str, Any], n_levels: int, stop: bool
+) -> Any:
+    """Gradient of :func:`cross_entropy_forward`'s loss: ``g * w * (softmax of each labelled
+    group - one_hot(col))`` summed over each sample's rows, in four launches."""
+    import torch
+
+    kern = _kernels()
+    x, lse = _rows(x), _rows(lse)
+    grad = grad.contiguous()
+    common = dict(L=n_levels, LP=_pow2(n_levels), STOP=stop, ACC=_acc(kern, x.dtype))
+    rows = (nodes, arrays["paths_ext"], arrays["col_group"], arrays["level_weights"], arrays["stop_col"],
+            arrays["depth"], arrays["paths_ext"].shape[0] - 1)
+    n = x.shape[0]
+    shift = torch.full_like(lse, torch.inf)
+    if n:
+        kern.ce_backward_rows[(n,)](lse, lse.stride(0), shift, shift.stride(0), x, x.stride(0), grad, *rows,
+                                       SHIFT=True, **common)
+    result = combine(COMBINE_EXP_MINUS, x, shift, arrays["col_group"], row_sign=grad)
+    if n:
+        kern.ce_backward_rows[(n,)](lse, lse.stride(0), shift, shift.stride(0), result, result.stride(0), grad,
+                                       *rows, SHIFT=False, **common)
+    return result
+
+
+def _pow2(n: int) -> int:
+    return max(2, 1 << (n - 1).bit_length())

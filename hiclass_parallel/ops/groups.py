@@ -950,17 +950,17 @@ def _log_softmax_backward_2d(ops: _Ops, out: Any, grad: Any, lay: _Layout, arr: 
 
 
 def _exp_minus_gathered(
-    ops: _Ops, x: Any, shift: Any, lay: _Layout, arr: Mapping[str, Any], row_scale: Any = None
+    ops: _Ops, x: Any, shift: Any, lay: _Layout, arr: Mapping[str, Any], row_sign: Any = None
 ) -> Any:
     """``exp(x - shift[:, col_group])``, chunked, one allocation: softmax times a group weight.
 
-    ``row_scale`` (a torch tensor ``(rows,)``, or ``None``) multiplies each row afterwards
-    (in the same pass on the fused route)."""
+    ``row_sign`` (a torch tensor ``(rows,)`` of -1 and 1, or ``None``) multiplies each row
+    afterwards (in the same pass on the fused route)."""
     if _fused(x):
-        return _triton.combine(_triton.COMBINE_EXP_MINUS, x, shift, arr["col_group"], row_scale=row_scale)
+        return _triton.combine(_triton.COMBINE_EXP_MINUS, x, shift, arr["col_group"], row_sign=row_sign)
     result = _exp_minus_rows(ops, x, shift, lay, arr)
-    if row_scale is not None:
-        result = ops.mul_(result, ops.expand(ops.astype(_as_kernel_array(ops, row_scale), x), 1))
+    if row_sign is not None:
+        result = ops.mul_(result, ops.expand(ops.astype(_as_kernel_array(ops, row_sign), x), 1))
     return result
 
 
