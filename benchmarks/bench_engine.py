@@ -7,7 +7,8 @@ CUDA when present:
 
 - log-softmax: flat ``torch.log_softmax`` over all classes (the reference), the paper's dense
   ``partition_scores`` + ``log_softmax`` over ``(B, L, C)``, the lean ``group_log_softmax``
-  (level and sibling partitions; NumPy too);
+  (level and sibling partitions; NumPy input too; on the CPU the level partition also without
+  the optional C kernel, as where it was not built);
 - loss forward + backward: flat ``cross_entropy``, the paper's dense loss (partition, flatten,
   drop padded rows, ``cross_entropy``), the lean ``HierarchicalCrossEntropy``;
 - decoding: the exact best path over all candidates, dense (``(B, C, L)`` gather of the
@@ -260,8 +261,21 @@ def build_cases(tree: Tree, batch: int, device: str, quick: bool) -> dict[str, d
     }
     if device == "cpu" and not quick:
         cases["log-softmax"]["lean level, NumPy"] = lambda: group_log_softmax(scores_np, tree, "level")
+        cases["log-softmax"]["lean level, without the C kernel"] = lambda: _without_c_kernel(group_log_softmax, scores, tree)
         cases["best-path decoding"]["lean level, NumPy"] = lambda: best_paths(scores_np, tree, "level")
     return cases
+
+
+def _without_c_kernel(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on the NumPy route, as where the optional C kernel was not built."""
+    from hiclass_parallel.ops import groups
+
+    saved = groups._native_plan
+    groups._native_plan = lambda *a: None
+    try:
+        return fn(*args)
+    finally:
+        groups._native_plan = saved
 
 
 TARGETS = {

@@ -56,7 +56,7 @@ import numpy as np
 
 from .._backend import array_namespace, device, is_cupy_array, is_numpy_array, is_torch_array
 from ..tree import PAD, PARTITIONS, Tree
-from . import _triton
+from . import _native, _triton
 
 __all__ = [
     "SEMANTICS",
@@ -166,7 +166,7 @@ class _Layout:
     n_leaves_at: tuple[int, ...]  # leaves of each depth (they come first in its block)
     log_masked_level: tuple[float, ...]  # log(n_outputs - size) of each depth's group
     host: dict[str, np.ndarray]
-    fused_plans: dict[str, Any] = field(default_factory=dict)  # device -> _triton.SegmentPlan
+    plans: dict[str, Any] = field(default_factory=dict)  # "native" / a CUDA device -> its kernel plan
 
 
 def _plan_buckets(sizes: np.ndarray) -> list[np.ndarray]:
@@ -892,10 +892,27 @@ def _fused(x: Any) -> bool:
 
 def _fused_plan(lay: _Layout, x: Any) -> Any:
     key = str(x.device)
-    if key not in lay.fused_plans:
+    if key not in lay.plans:
         paths = lay.host["paths_ext"][: lay.n_classes]
-        lay.fused_plans[key] = _triton.build_plan(lay.host["col_group"], lay.n_groups, paths, lay.host["leaves"], x)
-    return lay.fused_plans[key]
+        lay.plans[key] = _triton.build_plan(lay.host["col_group"], lay.n_groups, paths, lay.host["leaves"], x)
+    return lay.plans[key]
+
+
+#: The C kernel serves partitions whose groups average at least this many members: it
+#: vectorises within a group, the bucketed NumPy layout across groups (WordNet's sibling
+#: groups average 6 members: 78 ms in C against 72 ms in NumPy; its levels 5,883: 29 against 65).
+_NATIVE_MIN_MEAN_GROUP = 32
+
+
+def _native_plan(ops: _Ops, x: Any, lay: _Layout, mask_value: float | None) -> Any:
+    """The C kernel's plan when it serves this NumPy-route call, else ``None``."""
+    if not (isinstance(ops, _NumpyOps) and ops.xp is np and mask_value is None and _native.serves(x)):
+        return None
+    if lay.n_outputs < _NATIVE_MIN_MEAN_GROUP * lay.n_groups:
+        return None
+    if "native" not in lay.plans:
+        lay.plans["native"] = _native.build_plan(lay.host["col_group"], lay.n_groups)
+    return lay.plans["native"]
 
 
 def _fused_lse(x: Any, lay: _Layout, mask_value: float | None) -> Any:
@@ -911,6 +928,11 @@ def _fused_lse(x: Any, lay: _Layout, mask_value: float | None) -> Any:
 def _group_lse_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
     if _fused(x):
         return _fused_lse(x, lay, mask_value)
+    plan = _native_plan(ops, x, lay, mask_value)
+    if plan is not None:
+        lse = np.empty((x.shape[0], lay.n_groups), dtype=x.dtype)
+        _map_chunks(ops, lambda a, b: _native.group_lse(x[a:b], plan, lse[a:b]), x.shape[0], lay, _itemsize(x))
+        return lse
     pieces = _map_chunks(ops, lambda a, b: _lse_rows(ops, x[a:b, ...], lay, arr, mask_value), x.shape[0], lay, _itemsize(x))
     if not pieces:
         return ops.zeros((0, lay.n_groups), x)
@@ -920,6 +942,15 @@ def _group_lse_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_
 def _group_log_softmax_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
     if _fused(x):
         return _triton.combine(_triton.COMBINE_MINUS, x, _fused_lse(x, lay, mask_value), arr["col_group"])
+    plan = _native_plan(ops, x, lay, mask_value)
+    if plan is not None:
+        out = np.empty(x.shape, dtype=x.dtype)
+
+        def native_chunk(a: int, b: int) -> None:
+            _native.group_lse(x[a:b], plan, np.empty((b - a, lay.n_groups), dtype=x.dtype), out[a:b])
+
+        _map_chunks(ops, native_chunk, x.shape[0], lay, _itemsize(x))
+        return out
     if type(ops) is _Ops:  # functional namespaces: one block
         lse = _lse_rows(ops, x, lay, arr, mask_value) if x.shape[0] else ops.zeros((0, lay.n_groups), x)
         return x - ops.take(_empty_is_zero(ops, lse), arr["col_group"])
