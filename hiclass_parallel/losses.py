@@ -17,6 +17,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from .ops import _triton
+from .ops._array_ops import _kernel_inputs
+from .ops._layout import _layout, _layout_arrays
 from .ops.groups import (
     SEMANTICS,
     _as_kernel_array,
@@ -24,9 +26,6 @@ from .ops.groups import (
     _fused,
     _fused_lse,
     _group_lse_2d,
-    _kernel_inputs,
-    _layout,
-    _layout_arrays,
     _normalise_mask_value,
 )
 from .tree import PAD, PARTITIONS, Tree

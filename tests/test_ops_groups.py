@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hiclass_parallel.ops.groups as groups_mod
+import hiclass_parallel.ops._array_ops as array_ops_mod
 from conftest import host, random_parents
 from hiclass_parallel import Tree, partition_scores
 from hiclass_parallel.ops.groups import (
@@ -226,8 +226,8 @@ def test_row_chunks_do_not_change_results(monkeypatch, kind):
     scores = np.random.default_rng(6).normal(size=(37, n_outputs(tree, "sibling", True)))
     x = scores if kind == "numpy" else torch.as_tensor(scores)
     whole = [host(f(x, tree, "sibling", True)) for f in (group_log_softmax, node_log_probs)]
-    monkeypatch.setattr(groups_mod, "_CPU_CHUNK_BYTES", 1)  # one row per chunk ...
-    monkeypatch.setattr(groups_mod, "_n_threads", lambda: 3)  # ... spread over 3 threads
+    monkeypatch.setattr(array_ops_mod, "_CPU_CHUNK_BYTES", 1)  # one row per chunk ...
+    monkeypatch.setattr(array_ops_mod, "_n_threads", lambda: 3)  # ... spread over 3 threads
     for fn, expected in zip((group_log_softmax, node_log_probs), whole):
         np.testing.assert_allclose(host(fn(x, tree, "sibling", True)), expected, rtol=1e-13, atol=1e-13)
 
@@ -241,8 +241,8 @@ def test_thread_pool_survives_fork(monkeypatch):
     """A forked child (multiprocessing, DataLoader workers) must not wait on the parent's threads."""
     import multiprocessing
 
-    monkeypatch.setattr(groups_mod, "_CPU_CHUNK_BYTES", 1)
-    monkeypatch.setattr(groups_mod, "_n_threads", lambda: 2)
+    monkeypatch.setattr(array_ops_mod, "_CPU_CHUNK_BYTES", 1)
+    monkeypatch.setattr(array_ops_mod, "_n_threads", lambda: 2)
     tree = make_tree(12, 60)
     scores = np.random.default_rng(12).normal(size=(8, tree.n_classes))
     expected = group_log_softmax(scores, tree, "sibling")  # starts the pool in the parent
@@ -363,7 +363,7 @@ def test_torch_op_kernels_match(monkeypatch):
         )
 
     numpy_route = run()
-    monkeypatch.setattr(groups_mod, "_numpy_backed", lambda t: False)
+    monkeypatch.setattr(array_ops_mod, "_numpy_backed", lambda t: False)
     torch_route = run()
     for a, b in zip(numpy_route, torch_route):
         torch.testing.assert_close(a, b)

@@ -26,24 +26,19 @@ from typing import Any
 import numpy as np
 
 from .._backend import array_namespace, device, is_numpy_array, is_torch_array
-from . import _triton
 from ..tree import PAD, Tree
+from . import _triton
+from ._array_ops import _itemsize, _kernel_inputs, _map_chunks, _Ops, _ops_for
+from ._layout import _device_arrays, _Layout
 from .groups import (
     _check_semantics,
     _fused,
     _fused_lse,
     _fused_plan,
-    _device_arrays,
     _joint_levels,
-    _Layout,
-    _normalise_mask_value,
-    _Ops,
-    _ops_for,
-    _prepare,
-    _itemsize,
-    _kernel_inputs,
-    _map_chunks,
     _node_log_probs_2d,
+    _normalise_mask_value,
+    _prepare,
     node_log_probs,
 )
 
