@@ -79,7 +79,7 @@ class _FusedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, nodes, lay, arrays, mask_value, stop):
-        lse = _fused_lse(x, lay, mask_value)
+        lse = _fused_lse(x, lay, arrays, mask_value)
         loss, count = _triton.cross_entropy_forward(x, lse, nodes, arrays, lay.n_levels, stop)
         ctx.save_for_backward(x, lse, nodes)
         ctx.arrays, ctx.n_levels, ctx.stop = arrays, lay.n_levels, stop

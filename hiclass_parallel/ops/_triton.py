@@ -236,11 +236,8 @@ def cross_entropy_forward(x: Any, lse: Any, nodes: Any, arrays: dict[str, Any], 
     n = x.shape[0]
     loss, count = x.new_empty(n), x.new_empty(n)
     if n:
-        kern.ce_forward[(n,)](
-            x, x.stride(0), lse, lse.stride(0), nodes, arrays["paths_ext"], arrays["col_group"],
-            arrays["level_weights"], arrays["stop_col"], arrays["depth"], loss, count, arrays["paths_ext"].shape[0] - 1,
-            L=n_levels, LP=_pow2(n_levels), STOP=stop, ACC=_acc(kern, x.dtype),
-        )
+        rows, constants = _sample_rows_args(kern, nodes, arrays, n_levels, stop, x.dtype)
+        kern.ce_forward[(n,)](x, x.stride(0), lse, lse.stride(0), *rows, loss, count, **constants)
     return loss, count
 
 
@@ -254,9 +251,7 @@ def cross_entropy_backward(
     kern = _kernels()
     x, lse = _rows(x), _rows(lse)
     grad = grad.contiguous()
-    common = dict(L=n_levels, LP=_pow2(n_levels), STOP=stop, ACC=_acc(kern, x.dtype))
-    rows = (nodes, arrays["paths_ext"], arrays["col_group"], arrays["level_weights"], arrays["stop_col"],
-            arrays["depth"], arrays["paths_ext"].shape[0] - 1)
+    rows, common = _sample_rows_args(kern, nodes, arrays, n_levels, stop, x.dtype)
     n = x.shape[0]
     shift = torch.full_like(lse, torch.inf)
     if n:
@@ -269,5 +264,12 @@ def cross_entropy_backward(
     return result
 
 
-def _pow2(n: int) -> int:
-    return max(2, 1 << (n - 1).bit_length())
+def _sample_rows_args(
+    kern: Any, nodes: Any, arrays: dict[str, Any], n_levels: int, stop: bool, dtype: Any
+) -> tuple[tuple, dict[str, Any]]:
+    """What the loss kernels pass to ``sample_rows``: its tensors (then the number of classes)
+    and the compile-time constants."""
+    rows = (nodes, arrays["paths_ext"], arrays["col_group"], arrays["level_weights"], arrays["stop_col"],
+            arrays["depth"], arrays["paths_ext"].shape[0] - 1)
+    constants = dict(L=n_levels, LP=max(2, 1 << (n_levels - 1).bit_length()), STOP=stop, ACC=_acc(kern, dtype))
+    return rows, constants

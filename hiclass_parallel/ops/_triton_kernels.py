@@ -145,7 +145,7 @@ def sample_rows(b, nodes_ptr, paths_ptr, group_ptr, lw_ptr, stop_ptr, depth_ptr,
 
 @triton.jit
 def ce_forward(x_ptr, x_stride, lse_ptr, lse_stride, nodes_ptr, paths_ptr, group_ptr, lw_ptr, stop_ptr,
-               depth_ptr, loss_ptr, count_ptr, n_classes,
+               depth_ptr, n_classes, loss_ptr, count_ptr,
                L: tl.constexpr, LP: tl.constexpr, STOP: tl.constexpr, ACC: tl.constexpr):
     # Per sample: sum over its rows of w * (lse[group] - x[col]), and the sum of the weights.
     b = tl.program_id(0).to(tl.int64)

@@ -95,12 +95,13 @@ def _best_rows(
 def _fused_best(
     x: Any, lay: _Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool, log_t: float | None
 ) -> tuple[Any, Any]:
-    """:func:`_best_rows` for the fused CUDA route: the ``(B, C)`` joint log-probabilities from one
-    kernel, then argmax reductions (first occurrence: ties go to the lowest id)."""
+    """:func:`_best_rows` for the fused CUDA route. Without a threshold each tile of nodes keeps
+    its best candidate per row inside the path-sum kernel (no ``(B, C)`` result); with one, the
+    ``(B, C)`` joint log-probabilities are reduced here. Ties go to the lowest id."""
     import torch
 
-    if log_t is None:  # each tile of nodes reduces its rows in the kernel: no (B, C) result
-        logp_t = _triton.log_probs_transposed(x, _fused_lse(x, lay, mv), arr["col_group"])
+    if log_t is None:
+        logp_t = _triton.log_probs_transposed(x, _fused_lse(x, lay, arr, mv), arr["col_group"])
         stop_col = arr["stop_col"] if terminal else None
         return _triton.best_nodes(logp_t, _fused_plan(lay, x), stop_col, leaves_only=not terminal)
     joint = _node_log_probs_2d(None, x, lay, arr, mv, False)
@@ -193,16 +194,16 @@ def best_paths(
     terminal = semantics == "terminal"
     if _fused(x2):
         node, value = _fused_best(x2, lay, arr, mv, terminal, log_t)
-        paths = arr["paths_ext"].index_select(0, node.masked_fill(node < 0, lay.n_classes))
-        return paths.reshape(*lead, lay.n_levels), value.reshape(lead)
-    results = _map_chunks(
-        ops, lambda a, b: _best_rows(ops, xk[a:b, ...], lay, arr, mv, terminal, log_t), xk.shape[0], lay, _itemsize(xk)
-    )
-    if not results:
-        node = ops.to_int(ops.zeros((0,), xk))
-        value = ops.zeros((0,), xk)
     else:
-        node, value = ops.concat([r[0] for r in results], 0), ops.concat([r[1] for r in results], 0)
+        results = _map_chunks(
+            ops, lambda a, b: _best_rows(ops, xk[a:b, ...], lay, arr, mv, terminal, log_t), xk.shape[0], lay,
+            _itemsize(xk),
+        )
+        if not results:
+            node = ops.to_int(ops.zeros((0,), xk))
+            value = ops.zeros((0,), xk)
+        else:
+            node, value = ops.concat([r[0] for r in results], 0), ops.concat([r[1] for r in results], 0)
     paths = back(ops.take1(arr["paths_ext"], ops.where(node >= 0, ops.to_int(node), lay.n_classes)))
     value = back(value)
     xp = array_namespace(x2)

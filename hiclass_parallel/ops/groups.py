@@ -239,24 +239,33 @@ def _native_plan(ops: _Ops, x: Any, lay: _Layout, mask_value: float | None) -> A
     return lay.plans["native"]
 
 
-def _fused_lse(x: Any, lay: _Layout, mask_value: float | None) -> Any:
+def _fused_lse(x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
     lse = _triton.segment_reduce(x, _fused_plan(lay, x), lse=True)
     if mask_value is not None:
         import torch
 
-        log_masked = torch.as_tensor(lay.host["log_masked"], dtype=lse.dtype, device=lse.device)
-        lse = torch.logaddexp(lse, log_masked + mask_value)
+        lse = torch.logaddexp(lse, arr["log_masked"].to(lse.dtype) + mask_value)
     return lse
+
+
+def _native_rows(ops: _Ops, x: Any, lay: _Layout, plan: Any, log_softmax: bool) -> tuple[Any, Any]:
+    """The C kernel over the row chunks: ``(lse, out)``, ``out`` (the log-softmax) only if asked."""
+    lse = np.empty((x.shape[0], lay.n_groups), dtype=x.dtype)
+    out = np.empty(x.shape, dtype=x.dtype) if log_softmax else None
+
+    def chunk(a: int, b: int) -> None:
+        _native.group_lse(x[a:b], plan, lse[a:b], None if out is None else out[a:b])
+
+    _map_chunks(ops, chunk, x.shape[0], lay, _itemsize(x))
+    return lse, out
 
 
 def _group_lse_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
     if _fused(x):
-        return _fused_lse(x, lay, mask_value)
+        return _fused_lse(x, lay, arr, mask_value)
     plan = _native_plan(ops, x, lay, mask_value)
     if plan is not None:
-        lse = np.empty((x.shape[0], lay.n_groups), dtype=x.dtype)
-        _map_chunks(ops, lambda a, b: _native.group_lse(x[a:b], plan, lse[a:b]), x.shape[0], lay, _itemsize(x))
-        return lse
+        return _native_rows(ops, x, lay, plan, log_softmax=False)[0]
     pieces = _map_chunks(ops, lambda a, b: _lse_rows(ops, x[a:b, ...], lay, arr, mask_value), x.shape[0], lay, _itemsize(x))
     if not pieces:
         return ops.zeros((0, lay.n_groups), x)
@@ -265,16 +274,10 @@ def _group_lse_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_
 
 def _group_log_softmax_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mask_value: float | None) -> Any:
     if _fused(x):
-        return _triton.combine(_triton.COMBINE_MINUS, x, _fused_lse(x, lay, mask_value), arr["col_group"])
+        return _triton.combine(_triton.COMBINE_MINUS, x, _fused_lse(x, lay, arr, mask_value), arr["col_group"])
     plan = _native_plan(ops, x, lay, mask_value)
     if plan is not None:
-        out = np.empty(x.shape, dtype=x.dtype)
-
-        def native_chunk(a: int, b: int) -> None:
-            _native.group_lse(x[a:b], plan, np.empty((b - a, lay.n_groups), dtype=x.dtype), out[a:b])
-
-        _map_chunks(ops, native_chunk, x.shape[0], lay, _itemsize(x))
-        return out
+        return _native_rows(ops, x, lay, plan, log_softmax=True)[1]
     if type(ops) is _Ops:  # functional namespaces: one block
         lse = _lse_rows(ops, x, lay, arr, mask_value) if x.shape[0] else ops.zeros((0, lay.n_groups), x)
         return x - ops.take(_empty_is_zero(ops, lse), arr["col_group"])
@@ -655,7 +658,7 @@ def _node_log_probs_2d(ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], 
     if _fused(x):
         # every column's group log-probability (stop columns included), then one sum along
         # each node's padded path: the level-by-level loop below in one launch
-        logp_t = _triton.log_probs_transposed(x, _fused_lse(x, lay, mv), arr["col_group"])
+        logp_t = _triton.log_probs_transposed(x, _fused_lse(x, lay, arr, mv), arr["col_group"])
         return _triton.path_sums(logp_t, _fused_plan(lay, x), arr["stop_col"] if terminal else None)
     if type(ops) is _Ops or x.shape[0] == 0:
         if x.shape[0] == 0:
