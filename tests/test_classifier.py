@@ -236,7 +236,8 @@ def test_pipeline_with_tfidf_on_text():
     assert pred.tolist() == [["animal", "dog"], ["plant", "flower"]]
 
 
-def test_sparse_input_is_made_dense_one_batch_at_a_time(small, monkeypatch):
+def test_sparse_input_is_made_dense_one_batch_at_a_time_for_dense_modules(small, monkeypatch):
+    # A module without accepts_sparse (here MLP, given explicitly) gets dense batches.
     X, y, tree = small
     X_sparse = sp.csr_matrix(np.where(np.abs(X) > 1, X, 0.0))
     shapes = []
@@ -247,8 +248,9 @@ def test_sparse_input_is_made_dense_one_batch_at_a_time(small, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(sp.csr_matrix, "toarray", spy)
-    clf = HierarchicalClassifier(tree, **{**FAST, "batch_size": 32}).fit(X_sparse, y)
+    clf = HierarchicalClassifier(tree, module=MLP, **{**FAST, "batch_size": 32}).fit(X_sparse, y)
     proba = clf.predict_proba(X_sparse)
+    assert clf.partition_ == "level" and not clf.path_local_
     assert shapes and max(rows for rows, _ in shapes) <= 32
     monkeypatch.setattr(sp.csr_matrix, "toarray", original)
     dense = HierarchicalClassifier(tree, **{**FAST, "batch_size": 32}).fit(X_sparse.toarray(), y)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .transformer import PathEncoder
 
-__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP"]
+__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,8 +16,12 @@ def __getattr__(name: str) -> Any:
         from .classifier import HierarchicalClassifier
 
         return HierarchicalClassifier
-    if name == "MLP":
-        from ._modules import MLP
+    if name in ("MLP", "SparseMLP", "SparseLinear", "ColumnScorer"):
+        from . import _modules
 
-        return MLP
+        return getattr(_modules, name)
+    if name == "LazyAdam":
+        from ._optim import LazyAdam
+
+        return LazyAdam
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

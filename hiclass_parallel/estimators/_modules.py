@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["MLP"]
+__all__ = ["MLP", "SparseLinear", "ColumnScorer", "SparseMLP"]
 
 
 class MLP(nn.Module):
@@ -79,3 +79,177 @@ class MLP(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return self.layers(X)
+
+
+def _csr_parts(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Column indices, row offsets and values of a torch sparse CSR batch."""
+    crow = X.crow_indices()
+    return X.col_indices(), crow[:-1], X.values()
+
+
+class SparseLinear(nn.Module):
+    """A linear layer whose cost follows the input's non-zeros: ``X @ weight + bias``.
+
+    A torch sparse CSR batch (what the classifier feeds for a scipy sparse ``X``) goes
+    through an ``EmbeddingBag`` sum weighted by the values: O(non-zeros x width) per batch,
+    and with ``sparse=True`` the gradient touches only the rows of the features present.
+    A dense batch is an ordinary matrix product with the same weights.
+
+    Parameters
+    ----------
+    n_features : int
+        Width of the input.
+    width : int
+        Width of the output.
+    sparse : bool, default=True
+        Give the weight a sparse gradient (needs an optimizer that takes sparse gradients,
+        such as :class:`~hiclass_parallel.estimators.LazyAdam`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.estimators import SparseLinear
+    >>> import warnings
+    >>> layer = SparseLinear(5, 3)
+    >>> dense = torch.tensor([[0.0, 2.0, 0.0, 0.0, 1.0]])
+    >>> with warnings.catch_warnings():  # torch calls sparse CSR tensors beta
+    ...     warnings.simplefilter("ignore")
+    ...     sparse = dense.to_sparse_csr()
+    >>> torch.allclose(layer(sparse), layer(dense))
+    True
+    """
+
+    def __init__(self, n_features: int, width: int, sparse: bool = True):
+        super().__init__()
+        self.embedding = nn.EmbeddingBag(int(n_features), int(width), mode="sum", sparse=bool(sparse))
+        bound = 1.0 / max(int(n_features), 1) ** 0.5  # nn.Linear's default initialisation
+        nn.init.uniform_(self.embedding.weight, -bound, bound)
+        self.bias = nn.Parameter(torch.empty(int(width)).uniform_(-bound, bound))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        if X.layout == torch.sparse_csr:
+            cols, offsets, values = _csr_parts(X)
+            out = self.embedding(cols, offsets, per_sample_weights=values.to(self.bias.dtype))
+        else:
+            out = X.to(self.bias.dtype) @ self.embedding.weight
+        return out + self.bias
+
+
+class ColumnScorer(nn.Module):
+    """An output layer that scores whole rows or only the columns asked for.
+
+    ``forward(h)`` gives every column, ``h @ weight.T + bias``; :meth:`scorer` gives a score
+    function ``(samples, columns) -> scores`` for path-local training and best-first
+    decoding, which touches only the rows of ``weight`` it is asked for (sparse gradients).
+
+    Parameters
+    ----------
+    width : int
+        Width of the hidden representation.
+    n_outputs : int
+        Number of columns.
+    """
+
+    def __init__(self, width: int, n_outputs: int):
+        super().__init__()
+        self.weight = nn.Embedding(int(n_outputs), int(width), sparse=True)
+        self.bias = nn.Embedding(int(n_outputs), 1, sparse=True)
+        nn.init.normal_(self.weight.weight, std=1.0 / max(int(width), 1) ** 0.5)
+        nn.init.zeros_(self.bias.weight)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias.weight.squeeze(1), h, self.weight.weight.t())
+
+    def scorer(self, h: torch.Tensor):
+        """Score function of the rows of ``h``: ``score(samples, columns) -> (T,)``."""
+        return _ColumnScores(self, h)
+
+
+class _ColumnScores:
+    """``score(samples, columns)`` of a :class:`ColumnScorer` on hidden rows ``h`` (picklable)."""
+
+    def __init__(self, head: ColumnScorer, h: torch.Tensor):
+        self.head, self.h = head, h
+
+    def __call__(self, samples: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        # The rows of a batch share most of their columns (the upper groups of the tree), so
+        # one matrix product against the distinct columns beats a per-pair dot product: it
+        # reads each weight row once and runs as BLAS, and the sparse gradient has no repeats.
+        unique, where = torch.unique(columns, return_inverse=True)
+        scores = torch.addmm(self.head.bias(unique).squeeze(-1), self.h, self.head.weight(unique).t())
+        return scores[samples, where]
+
+
+class SparseMLP(nn.Module):
+    """The classifier's default network for sparse input (text): sparse in, columns on demand.
+
+    ``SparseLinear`` (cost O(non-zeros x hidden)), an activation and dropout, then a
+    :class:`ColumnScorer`: with the sibling partition the classifier trains it path-locally
+    (only the groups on each labelled path are scored) and decodes best-first (only the
+    children of expanded nodes are scored). ``forward`` still returns every score, so
+    ``predict_proba`` and the exhaustive routes work as with :class:`MLP`.
+
+    Parameters
+    ----------
+    n_features : int
+        Width of the input; set by the classifier from ``X``.
+    n_outputs : int
+        Number of scores (classes plus stops); set by the classifier from the tree.
+    hidden_units : int, default=512
+        Width of the hidden representation.
+    dropout : float, default=0.0
+        Dropout probability on the hidden representation while training.
+    activation : type of nn.Module or None, default=None
+        Activation class after the sparse layer; ``None`` keeps it linear (a low-rank
+        linear model, which measured best on TF-IDF text: ``docs/benchmark-text.md``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.estimators import SparseMLP
+    >>> net = SparseMLP(n_features=6, n_outputs=4, hidden_units=8)
+    >>> X = torch.tensor([[0.0, 1.0, 0, 0, 0, 2.0]])
+    >>> with torch.no_grad():
+    ...     scores = net(X)
+    ...     some = net.scorer(net.encode(X))(torch.tensor([0, 0]), torch.tensor([2, 3]))
+    >>> scores.shape
+    torch.Size([1, 4])
+    >>> torch.allclose(some, scores[0, 2:])
+    True
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        n_outputs: int,
+        hidden_units: int = 512,
+        dropout: float = 0.0,
+        activation: type[nn.Module] | None = None,
+    ):
+        super().__init__()
+        if int(hidden_units) <= 0:
+            raise ValueError(f"hidden_units must be a positive width, got {hidden_units!r}")
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        if activation is not None and (isinstance(activation, nn.Module) or not isinstance(activation, type)):
+            raise TypeError(f"activation must be an nn.Module class such as nn.ReLU, or None; got {activation!r}")
+        self.input = SparseLinear(n_features, hidden_units)
+        self.activation = nn.Identity() if activation is None else activation()
+        self.dropout = nn.Dropout(float(dropout))
+        self.head = ColumnScorer(hidden_units, n_outputs)
+        self.n_features = int(n_features)
+        self.n_outputs = int(n_outputs)
+
+    #: The classifier feeds scipy sparse input to this module as torch sparse CSR batches.
+    accepts_sparse = True
+
+    def encode(self, X: torch.Tensor) -> torch.Tensor:
+        """The hidden representation ``(batch, hidden_units)``."""
+        return self.dropout(self.activation(self.input(X)))
+
+    def scorer(self, hidden: torch.Tensor) -> "_ColumnScores":
+        """Score function ``(samples, columns) -> scores`` of hidden rows (see :class:`ColumnScorer`)."""
+        return self.head.scorer(hidden)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encode(X))

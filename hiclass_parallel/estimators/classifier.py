@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import warnings
 from collections.abc import Iterator
 from numbers import Integral, Real
 from typing import Any
@@ -30,12 +31,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping, ProgressBar
-from skorch.dataset import ValidSplit
+from skorch.dataset import ValidSplit, unpack_data
+from skorch.utils import to_tensor
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.collate import default_collate
 
 from ..tree import PAD, PARTITIONS, Tree
-from ._modules import MLP
+from ._modules import MLP, SparseMLP
+from ._optim import LazyAdam
 from .transformer import (
     _check_pad_not_a_label,
     as_host_labels,
@@ -70,16 +73,19 @@ class _TreeDataset(Dataset):
     Rows become float32 tensors (the module's dtype).
     """
 
-    def __init__(self, X: Any, y: np.ndarray | None = None):
+    def __init__(self, X: Any, y: np.ndarray | None = None, sparse_batches: bool = False):
         self.X = X
         self.y = y
+        self.sparse_batches = bool(sparse_batches) and sp.issparse(X)
 
     def __len__(self) -> int:
         return int(self.X.shape[0])
 
     def _rows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         X = self.X
-        if sp.issparse(X):
+        if self.sparse_batches:
+            Xb = _csr_tensor(X[idx])
+        elif sp.issparse(X):
             Xb = torch.from_numpy(X[idx].toarray().astype(np.float32, copy=False))
         elif isinstance(X, torch.Tensor):
             Xb = X[torch.as_tensor(idx, device=X.device)].to(torch.float32)
@@ -96,6 +102,25 @@ class _TreeDataset(Dataset):
         return _Batch(self._rows(np.asarray(indices, dtype=np.int64)))
 
 
+def _csr_tensor(X: sp.spmatrix) -> torch.Tensor:
+    """A scipy sparse batch as a torch sparse CSR float32 tensor (for ``SparseLinear``)."""
+    X = sp.csr_matrix(X)
+    with warnings.catch_warnings():  # torch flags sparse CSR as beta; the layer uses only its parts
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(X.indptr.astype(np.int64)),
+            torch.from_numpy(X.indices.astype(np.int64)),
+            torch.from_numpy(X.data.astype(np.float32, copy=False)),
+            size=X.shape,
+            check_invariants=False,
+        )
+
+
+def _scores_columns(module: type) -> bool:
+    """Whether a module class can score columns on demand (``encode`` + ``scorer``)."""
+    return callable(getattr(module, "encode", None)) and callable(getattr(module, "scorer", None))
+
+
 class _TreeNet(NeuralNet):
     """The skorch net: a plain ``NeuralNet`` that checks the module's output width.
 
@@ -105,9 +130,32 @@ class _TreeNet(NeuralNet):
         The number of scores per sample the tree loss needs (classes plus stops).
     """
 
-    def __init__(self, *args: Any, n_scores: int | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, n_scores: int | None = None, path_local: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.n_scores = n_scores
+        self.path_local = path_local
+
+    def _path_local_step(self, batch: Any, training: bool) -> dict[str, Any]:
+        # The module scores only the columns the loss asks for (the groups on each labelled
+        # path), instead of producing all n_scores scores; y_pred is the hidden representation.
+        self._set_training(training)
+        Xi, yi = unpack_data(batch)
+        with torch.set_grad_enabled(training):
+            hidden = self.module_.encode(to_tensor(Xi, device=self.device))
+            loss = self.criterion_(self.module_.scorer(hidden), to_tensor(yi, device=self.device))
+        if training:
+            loss.backward()
+        return {"loss": loss, "y_pred": hidden}
+
+    def train_step_single(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
+        if not self.path_local:
+            return super().train_step_single(batch, **fit_params)
+        return self._path_local_step(batch, training=True)
+
+    def validation_step(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
+        if not self.path_local:
+            return super().validation_step(batch, **fit_params)
+        return self._path_local_step(batch, training=False)
 
     def infer(self, x: Any, **fit_params: Any) -> torch.Tensor:
         scores = super().infer(x, **fit_params)
@@ -139,13 +187,21 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         The class tree. ``None`` learns it in :meth:`fit` from ``y``: label paths (2-D ``y``)
         give the hierarchy; 1-D labels give a flat tree (every label a top-level class).
     module : type of torch.nn.Module, default=None
-        The network class (not an instance); ``None`` means :class:`MLP`. It is built with
+        The network class (not an instance); ``None`` means :class:`SparseMLP` for a scipy
+        sparse ``X`` (text features: cost per row follows its non-zeros) and :class:`MLP`
+        otherwise. It is built with
         the ``module__*`` parameters, plus ``n_features`` (from ``X``) and ``n_outputs``
         (from the tree) when its ``__init__`` accepts them. It must map a float32 batch
-        ``(batch, n_features)`` to scores ``(batch, n_scores_)``.
-    partition : {"level", "sibling"}, default="level"
+        ``(batch, n_features)`` to scores ``(batch, n_scores_)``. A module whose class has
+        ``accepts_sparse = True`` gets sparse input as torch sparse CSR batches (others get
+        dense batches); one with ``encode(X)`` and ``scorer(hidden)`` methods (as
+        :class:`SparseMLP`) is trained path-locally and decoded best-first under the
+        sibling partition.
+    partition : {"auto", "level", "sibling"}, default="auto"
         How classes are grouped into mutually exclusive softmax groups: by depth (the
-        paper's method) or by parent (a conditional softmax).
+        paper's method) or by parent (a conditional softmax). ``"auto"``: ``"sibling"`` for
+        a module that scores columns on demand (the default for sparse ``X``), where each
+        row then pays only for the groups on its path; ``"level"`` otherwise.
     stop : bool, default=None
         Add one "stop" score per group (but the top level's), so that a label at an internal
         node also teaches the model that the path ends there: training then reads such
@@ -166,10 +222,13 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
     pad_label : hashable, default=None
         Pads predicted label paths (and is read as padding in label paths given as ``y``).
         ``None`` means ``""`` for string labels and ``-1`` for integer labels.
-    optimizer : type of torch.optim.Optimizer, default=torch.optim.Adam
-        Optimizer class; ``optimizer__*`` parameters pass to it. Adam and AdamW use torch's
-        fused kernel on CPU and CUDA (about 10x faster per step on large output layers)
-        unless ``optimizer__fused`` or ``optimizer__foreach`` is given.
+    optimizer : type of torch.optim.Optimizer, default=None
+        Optimizer class; ``optimizer__*`` parameters pass to it. ``None`` means
+        :class:`LazyAdam` for modules with sparse gradients (:class:`SparseMLP`: only the
+        rows of the features and classes in a batch are updated) and ``torch.optim.Adam``
+        otherwise. Adam and AdamW use torch's fused kernel on CPU and CUDA (about 10x faster
+        per step on large output layers) unless ``optimizer__fused`` or
+        ``optimizer__foreach`` is given.
     lr : float, default=0.003
         Learning rate.
     max_epochs : int, default=10
@@ -222,7 +281,10 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
     stop_ : bool
         Whether the model has stop scores.
     partition_ : str
-        The partition the model was trained with.
+        The partition the model was trained with (``"auto"`` resolved).
+    path_local_ : bool
+        Whether training scored only the groups on each labelled path (sibling partition
+        with a module that scores columns on demand); prediction then decodes best-first.
     pad_label_ : hashable
         The pad label of predicted paths.
     n_features_in_ : int
@@ -270,14 +332,14 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "tree": [Tree, None],
         "module": "no_validation",  # checked in fit, with a message about classes vs instances
-        "partition": [StrOptions(set(PARTITIONS))],
+        "partition": [StrOptions({"auto", *PARTITIONS})],
         "stop": ["boolean", None],
         "semantics": [StrOptions({"partial", "terminal"})],
         "decoding": [StrOptions({"best", "threshold"})],
         "threshold": [Interval(Real, 0, 1, closed="both")],
         "top_k": [Interval(Integral, 1, None, closed="left")],
         "pad_label": "no_validation",
-        "optimizer": [callable],
+        "optimizer": [callable, None],
         "lr": [Interval(Real, 0, None, closed="neither")],
         "max_epochs": [Interval(Integral, 0, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), Options(Integral, {-1})],
@@ -297,7 +359,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         self,
         tree: Tree | None = None,
         module: type[torch.nn.Module] | None = None,
-        partition: str = "level",
+        partition: str = "auto",
         *,
         stop: bool | None = None,
         semantics: str = "partial",
@@ -305,7 +367,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         threshold: float = 0.5,
         top_k: int = 5,
         pad_label: Any = None,
-        optimizer: Any = torch.optim.Adam,
+        optimizer: Any = None,
         lr: float = 3e-3,
         max_epochs: int = 10,
         batch_size: int = 256,
@@ -499,8 +561,14 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         ids = self._encode_y(X, y)
         self.classes_ = self.tree_.labels
         self.n_levels_ = self.tree_.n_levels
-        self.partition_ = self.partition
+        self.module_class_ = self._module_class(X)
+        self.partition_ = self._resolve_partition(self.module_class_)
         self.stop_ = (self.semantics == "terminal") if self.stop is None else bool(self.stop)
+        self.path_local_ = (
+            self.partition_ == "sibling"
+            and _scores_columns(self.module_class_)
+            and set(self._skorch_kwargs("criterion__")) <= {"reduction", "semantics"}
+        )
         self.n_scores_ = int(n_outputs(self.tree_, partition=self.partition_, stop=self.stop_))
         seed = None
         if self.random_state is not None:
@@ -508,7 +576,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         net = self._build_net(seed)
         with self._rng(seed):
             net.initialize()
-            net.partial_fit(_TreeDataset(X, ids), None, epochs=epochs)
+            net.partial_fit(self._dataset(X, ids), None, epochs=epochs)
         self.net_ = net
         return self
 
@@ -519,7 +587,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         changed = [
             name
             for name, now, then in (
-                ("partition", self.partition, self.partition_),
+                ("partition", self._resolve_partition(self.module_class_), self.partition_),
                 ("stop", stop, self.stop_),
                 ("tree", self.tree if self.tree is not None else self.tree_, self.tree_),
             )
@@ -534,8 +602,22 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         ids = self._encode_y(X, y)
         self.net_.set_params(**self._changed_net_params())
         with self._rng(None):
-            self.net_.partial_fit(_TreeDataset(X, ids), None, epochs=epochs)
+            self.net_.partial_fit(self._dataset(X, ids), None, epochs=epochs)
         return self
+
+    def _module_class(self, X: Any) -> type[torch.nn.Module]:
+        """The network class: the user's, else SparseMLP for sparse X and MLP otherwise."""
+        if self.module is not None:
+            return self.module
+        return SparseMLP if sp.issparse(X) else MLP
+
+    def _resolve_partition(self, module: type[torch.nn.Module]) -> str:
+        if self.partition != "auto":
+            return self.partition
+        return "sibling" if _scores_columns(module) else "level"
+
+    def _dataset(self, X: Any, ids: np.ndarray | None = None) -> _TreeDataset:
+        return _TreeDataset(X, ids, sparse_batches=getattr(self.module_class_, "accepts_sparse", False))
 
     def _changed_net_params(self) -> dict[str, Any]:
         """Parameters to push to the fitted net before continuing: those that changed."""
@@ -583,8 +665,9 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
 
     def _build_net(self, seed: int | None) -> _TreeNet:
         from ..losses import HierarchicalCrossEntropy
+        from ..path_local_loss import PathLocalCrossEntropy
 
-        module = MLP if self.module is None else self.module
+        module = self.module_class_
         module_kwargs = self._skorch_kwargs("module__")
         try:
             signature = inspect.signature(module.__init__).parameters
@@ -619,16 +702,27 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         if self.verbose:
             callbacks.append(("progress_bar", ProgressBar()))
 
+        if self.path_local_:
+            criterion = {"criterion": PathLocalCrossEntropy}
+        else:
+            criterion = {
+                "criterion": HierarchicalCrossEntropy,
+                "criterion__partition": self.partition_,
+                # Targets were checked when y was encoded; skip the per-batch check (a GPU sync).
+                "criterion__validate": False,
+            }
         kwargs = {
-            # Targets were checked when y was encoded; skip the loss's per-batch check (a GPU sync).
-            "criterion__validate": False,
+            **criterion,
             "iterator_train__shuffle": True,
             "iterator_train__collate_fn": collate_batch,
             "iterator_valid__collate_fn": collate_batch,
         }
         user_kwargs = self._skorch_kwargs()
+        optimizer = self.optimizer
+        if optimizer is None:
+            optimizer = LazyAdam if getattr(module, "accepts_sparse", False) else torch.optim.Adam
         if (
-            self.optimizer in (torch.optim.Adam, torch.optim.AdamW)
+            optimizer in (torch.optim.Adam, torch.optim.AdamW)
             and "optimizer__fused" not in user_kwargs
             and "optimizer__foreach" not in user_kwargs
             and torch.device(self.device).type in ("cpu", "cuda")
@@ -640,11 +734,9 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         return _TreeNet(
             module=module,
-            criterion=HierarchicalCrossEntropy,
             criterion__tree=self.tree_,
-            criterion__partition=self.partition_,
             criterion__stop=self.stop_,
-            optimizer=self.optimizer,
+            optimizer=optimizer,
             lr=self.lr,
             max_epochs=self.max_epochs,
             batch_size=self.batch_size,
@@ -657,6 +749,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             verbose=self.verbose,
             device=self.device,
             n_scores=self.n_scores_,
+            path_local=self.path_local_,
             **kwargs,
         )
 
@@ -668,8 +761,34 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         net = self.net_
         net.batch_size = self.batch_size  # an inference setting too: set_params applies at once
         with torch.no_grad():
-            for scores in net.forward_iter(_TreeDataset(X), training=False, device=net.device):
+            for scores in net.forward_iter(self._dataset(X), training=False, device=net.device):
                 yield scores
+
+    def _hidden_batches(self, X: Any) -> Iterator[torch.Tensor]:
+        """The module's hidden representation (``encode``), one mini-batch at a time."""
+        check_is_fitted(self)
+        X = self._validate_X(X, reset=False)
+        net = self.net_
+        net.batch_size = self.batch_size
+        net.module_.eval()
+        with torch.no_grad():
+            for batch in net.get_iterator(self._dataset(X), training=False):
+                Xi, _ = unpack_data(batch)
+                yield net.module_.encode(to_tensor(Xi, device=net.device))
+
+    def _best_first(self) -> bool:
+        """Whether decoding searches best-first (scoring only expanded groups) instead of scoring all."""
+        return self.path_local_ and self.decoding == "best"
+
+    def _decode_best_first(self, X: Any, k: int | None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        from ..ops.best_first import best_first_paths
+
+        kwargs = self._decode_kwargs()
+        for hidden in self._hidden_batches(X):
+            yield best_first_paths(
+                self.net_.module_.scorer(hidden), hidden.shape[0], self.tree_, stop=self.stop_,
+                semantics=kwargs["semantics"], k=k, like=hidden,
+            )
 
     def _decode_kwargs(self) -> dict[str, Any]:
         check_is_fitted(self)
@@ -773,6 +892,10 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         from ..ops.decode import best_paths
 
         kwargs = self._decode_kwargs()
+        if self._best_first():
+            return np.concatenate(
+                [p.cpu().numpy().astype(np.int64, copy=False) for p, _ in self._decode_best_first(X, None)]
+            )
         threshold = self.threshold if self.decoding == "threshold" else None
         out = []
         for scores in self._score_batches(X):
@@ -866,8 +989,11 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         if not 1 <= k <= n_candidates:
             raise ValueError(f"k={k} must be between 1 and the number of candidate paths ({n_candidates})")
         paths, log_prob = [], []
-        for scores in self._score_batches(X):
-            p, lp = topk_paths(scores, self.tree_, k, **kwargs)
+        batches = (
+            self._decode_best_first(X, k) if self._best_first()
+            else (topk_paths(scores, self.tree_, k, **kwargs) for scores in self._score_batches(X))
+        )
+        for p, lp in batches:
             paths.append(p.cpu().numpy().astype(np.int64, copy=False))
             log_prob.append(lp.cpu().numpy())
         labels = self._label_lookup()[np.concatenate(paths)]
