@@ -505,9 +505,7 @@ class Tree:
             ids = np.fromiter((index.get(_hashable(v), -1) for v in flat), dtype=np.int64, count=flat.size)
             found = ids >= 0
         if not found.all():
-            unknown = list(dict.fromkeys(_hashable(v) for v in flat[~found]))
-            noun = "label is" if len(unknown) == 1 else "labels are"
-            raise UnknownLabelError(f"{len(unknown)} {noun} not a class of the tree: {describe_some(unknown)}")
+            raise UnknownLabelError.of(_hashable(v) for v in flat[~found])
         return ids.reshape(shape)
 
     def to_labels(self, ids: Any) -> np.ndarray:

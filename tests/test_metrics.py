@@ -316,8 +316,6 @@ def test_errors(tree):
         hierarchical_f1_score(Y_TRUE, Y_PRED, tree, sample_weight=[1, 2])
     with pytest.raises(ValueError, match="empty"):
         hierarchical_f1_score([], [], tree)
-    with pytest.raises(ValueError, match="ragged"):
-        hierarchical_f1_score([("dog", "big dog"), ("cat",)], Y_PRED[:2], tree)
     with pytest.raises(ValueError, match="beta"):
         hierarchical_fbeta_score(Y_TRUE, Y_PRED, tree, beta=-1)
     with pytest.raises(ValueError, match="height"):
@@ -585,3 +583,21 @@ def test_get_scorer_lookup():
     from sklearn.metrics import get_scorer as sk_get_scorer
 
     assert repr(sk_get_scorer("hierarchical_recall_macro")) == repr(get_scorer("hierarchical_recall_macro"))
+
+
+def test_ragged_lists_of_paths_read_as_in_the_path_encoder(tree):
+    """A ragged list of label paths means what it means to PathEncoder: short rows are padded."""
+    from hiclass_parallel.estimators import PathEncoder
+
+    ragged = [["dog", "big dog"], ["cat"], ["dog", "big dog", "happy big dog"]]
+    pred = ["big dog", "dog", "big dog"]
+    true_ids, pred_ids, _ = check_paths(ragged, pred, tree)
+    encoded = PathEncoder(tree).fit(LABELS).transform(ragged)
+    np.testing.assert_array_equal(true_ids, encoded)
+    # sets: {dog, big} vs {dog, big}: 2/2; {cat} vs {dog}: 0; {dog, big, happy} vs {dog, big}: 2
+    assert hierarchical_f1_score(ragged, pred, tree) == pytest.approx(2 * 4 / (6 + 5))
+    assert hierarchical_f1_score(ragged, pred, tree) == pytest.approx(
+        hierarchical_f1_score(["big dog", "cat", "happy big dog"], pred, tree)
+    )
+    without_tree = hierarchical_f1_score(ragged, [["dog", "big dog"], ["dog"], ["dog", "big dog"]])
+    assert without_tree == pytest.approx(2 * 4 / (6 + 5))

@@ -34,15 +34,9 @@ from skorch.dataset import ValidSplit
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.collate import default_collate
 
+from .._labels import as_host_labels, check_pad_not_a_label, default_pad_label, labels_to_ids, learn_tree
 from ..tree import PAD, PARTITIONS, Tree
 from ._modules import MLP
-from .transformer import (
-    _check_pad_not_a_label,
-    as_host_labels,
-    default_pad_label,
-    labels_to_ids,
-    learn_tree,
-)
 
 __all__ = ["HierarchicalClassifier"]
 
@@ -495,7 +489,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         self.tree_, self.pad_label_ = self._resolve_tree(y, classes)
-        _check_pad_not_a_label(self.tree_, self.pad_label_)
+        check_pad_not_a_label(self.tree_, self.pad_label_)
         ids = self._encode_y(X, y)
         self.classes_ = self.tree_.labels
         self.n_levels_ = self.tree_.n_levels
