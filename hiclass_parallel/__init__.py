@@ -17,8 +17,6 @@ from .ops import best_paths, group_log_softmax, n_outputs, node_log_probs, topk_
 from .tree import PAD, PARTITIONS, Tree
 from .estimators import PathEncoder
 
-# Importing the metrics registers the hierarchical scorer names ("hierarchical_f1", ...) with
-# scikit-learn, so `scoring="hierarchical_f1"` works right after `import hiclass_parallel`.
 from . import metrics
 from .metrics import (
     hierarchical_classification_report,
