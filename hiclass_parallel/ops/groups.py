@@ -48,7 +48,7 @@ import numpy as np
 
 from .._backend import is_torch_array
 from ..tree import Tree
-from ._engine import SEMANTICS, autograd, check_partition, check_semantics, layout, prepare, restore
+from ._engine import SEMANTICS, Prepared, autograd, check_partition, check_semantics, layout, prepare, restore
 
 __all__ = [
     "SEMANTICS",
@@ -121,6 +121,13 @@ def stop_columns(tree: Tree, partition: str = "level") -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- public API
+def _differentiable(p: Prepared, function: str, primitive: str) -> Any:
+    """A backend primitive on prepared scores; through its autograd Function for torch tensors."""
+    if is_torch_array(p.x):
+        return getattr(autograd(), function).apply(p.x, p.backend, p.lay, p.arr, p.mv)
+    return getattr(p.backend, primitive)(p.x, p.lay, p.arr, p.mv)
+
+
 def group_logsumexp(
     scores: Any,
     tree: Tree,
@@ -160,11 +167,7 @@ def group_logsumexp(
     array([0.6931, 1.3863, 1.0986])
     """
     p = prepare(scores, tree, partition, stop, mask_value)
-    if is_torch_array(p.x):
-        lse = autograd().GroupLogSumExp.apply(p.x, p.backend, p.lay, p.arr, p.mv)
-    else:
-        lse = p.backend.lse(p.x, p.lay, p.arr, p.mv)
-    return restore(lse, p.lead, p.lay.n_groups)
+    return restore(_differentiable(p, "GroupLogSumExp", "lse"), p.lead, p.lay.n_groups)
 
 
 def group_log_softmax(
@@ -215,11 +218,7 @@ def group_log_softmax(
     (11,)
     """
     p = prepare(scores, tree, partition, stop, mask_value)
-    if is_torch_array(p.x):
-        out = autograd().GroupLogSoftmax.apply(p.x, p.backend, p.lay, p.arr, p.mv)
-    else:
-        out = p.backend.log_softmax(p.x, p.lay, p.arr, p.mv)
-    return restore(out, p.lead, p.lay.n_outputs)
+    return restore(_differentiable(p, "GroupLogSoftmax", "log_softmax"), p.lead, p.lay.n_outputs)
 
 
 def node_log_probs(
