@@ -268,14 +268,10 @@ def build_cases(tree: Tree, batch: int, device: str, quick: bool) -> dict[str, d
 
 def _without_c_kernel(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` on the NumPy route, as where the optional C kernel was not built."""
-    from hiclass_parallel.ops import groups
+    from hiclass_parallel.ops._backends import use_backend
 
-    saved = groups._native_plan
-    groups._native_plan = lambda *a: None
-    try:
+    with use_backend("numpy"):
         return fn(*args)
-    finally:
-        groups._native_plan = saved
 
 
 TARGETS = {

@@ -31,7 +31,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from hiclass_parallel.datasets import load_wordnet_tree  # noqa: E402
-from hiclass_parallel.ops import _array_ops, _layout  # noqa: E402
+from hiclass_parallel.ops import _array_ops, _bucketed, _layout  # noqa: E402
 from hiclass_parallel.ops import groups as G  # noqa: E402
 
 
@@ -63,7 +63,7 @@ def main():
     x[1] -= 200 * torch.as_tensor(tree.depth > 3, dtype=torch.float32, device=dev)
     rows = []
     for partition in ("level", "sibling"):
-        lay = _layout._layout(tree, partition, False)
+        lay = _layout.layout(tree, partition, False)
         col_group = torch.as_tensor(lay.host["col_group"], device=dev)
         n_groups = lay.n_groups
         ref = G.group_logsumexp(x.double().cpu(), tree, partition).to(dev)
@@ -95,10 +95,10 @@ def main():
         _layout._BUCKET_OVERHEAD = 200_000
         big = _layout._build_layout(tree, partition, False)
         _layout._BUCKET_OVERHEAD = saved
-        arr_big = _layout._layout_arrays(big, x)
+        arr_big = _layout.layout_arrays(big, x)
 
         def big_buckets():
-            return G._lse_rows(_array_ops._TorchOps(x), x, big, arr_big, None)
+            return _bucketed.lse_rows(_array_ops.TorchOps(x), x, big, arr_big, None)
 
         variants = {
             "current": lambda: G.group_logsumexp(x, tree, partition),
@@ -166,8 +166,8 @@ def profile():
     # tile shapes of the path-sum kernel
     from hiclass_parallel.ops import _triton
 
-    lay = _layout._layout(tree, "level", False)
-    plan = G._fused_plan(lay, x)
+    lay = _layout.layout(tree, "level", False)
+    plan = _triton.plan_for(lay, x)
     logp_t = G.group_log_softmax(x, tree, "level").t().contiguous()
     saved = (_triton._PATH_BLOCK, _triton._PATH_ROWS, _triton._PATH_WARPS)
     ref = None

@@ -10,7 +10,9 @@ sys.path.insert(0, os.path.abspath(".."))
 project = "hiclass_parallel"
 author = "hiclass_parallel developers"
 copyright = "2026, hiclass_parallel developers"
-release = "0.1.0"
+import hiclass_parallel  # noqa: E402
+
+release = hiclass_parallel.__version__  # the one version string
 
 extensions = [
     "sphinx.ext.autodoc",

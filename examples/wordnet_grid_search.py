@@ -19,7 +19,7 @@ from sklearn.pipeline import Pipeline
 
 from hiclass_parallel import HierarchicalClassifier
 from hiclass_parallel.datasets import load_wordnet_glosses
-from hiclass_parallel.metrics import hierarchical_classification_report, hierarchical_f1_score
+from hiclass_parallel.metrics import get_scorer, hierarchical_classification_report, hierarchical_f1_score
 
 
 def main(root: str = "mammal.n.01", epochs: int = 15, cv: int = 3, seed: int = 0) -> dict:
@@ -30,7 +30,7 @@ def main(root: str = "mammal.n.01", epochs: int = 15, cv: int = 3, seed: int = 0
         ("clf", HierarchicalClassifier(data.tree, semantics="terminal", max_epochs=epochs, random_state=seed)),
     ])
     grid = {"clf__lr": [3e-3, 1e-2], "clf__module__hidden_units": [128, 256]}
-    search = GridSearchCV(pipe, grid, scoring="hierarchical_f1", cv=cv, n_jobs=1)
+    search = GridSearchCV(pipe, grid, scoring=get_scorer("hierarchical_f1"), cv=cv, n_jobs=1)
     search.fit(X_train, y_train)
     print(f"{len(data.data)} synsets under {root}; best {search.best_params_}, CV hF1 {search.best_score_:.3f}")
     pred = search.predict(X_test)

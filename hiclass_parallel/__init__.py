@@ -1,14 +1,18 @@
 """hiclass_parallel: hierarchical classification in parallel.
 
-Layers, each using only those above it:
+Layers, each importing only from the layers above it (``tests/test_layers.py`` checks every
+import of the package against this list; modules on one line do not import each other):
 
-1. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays;
-2. :mod:`~hiclass_parallel.ops` -- tensor methods on NumPy, torch and CuPy arrays;
-3. :mod:`~hiclass_parallel.losses` -- torch criteria;
-4. :mod:`~hiclass_parallel.estimators` -- the path transformer and the classifier;
+1. :mod:`~hiclass_parallel.exceptions`, :mod:`~hiclass_parallel._backend` -- errors, array-namespace plumbing;
+2. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays;
+3. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.datasets` -- tensor methods on NumPy, torch and CuPy arrays; synthetic data and WordNet 3.0;
+4. :mod:`~hiclass_parallel._labels`, :mod:`~hiclass_parallel.losses` -- the label reader; torch criteria;
 5. :mod:`~hiclass_parallel.metrics` -- hierarchical metrics and scorers;
-6. :mod:`~hiclass_parallel.datasets` -- synthetic data and WordNet 3.0;
-7. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
+6. :mod:`~hiclass_parallel.estimators` -- the path transformer and the classifier;
+7. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;
+8. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
+
+(:mod:`~hiclass_parallel.wordnet` is the former import path of :mod:`hiclass_parallel.datasets.wordnet`.)
 """
 
 from .exceptions import TreeError, UnknownLabelError
@@ -17,8 +21,6 @@ from .ops import best_paths, group_log_softmax, n_outputs, node_log_probs, topk_
 from .tree import PAD, PARTITIONS, Tree
 from .estimators import PathEncoder
 
-# Importing the metrics registers the hierarchical scorer names ("hierarchical_f1", ...) with
-# scikit-learn, so `scoring="hierarchical_f1"` works right after `import hiclass_parallel`.
 from . import metrics
 from .metrics import (
     hierarchical_classification_report,

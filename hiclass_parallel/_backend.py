@@ -28,23 +28,20 @@ def tree_buffer(tree: Any, name: str, like: Any, dtype: Any = None) -> Any:
     ``name`` is an attribute of the tree, or ``"groups:<partition>"``.
     """
     xp = array_namespace(like)
-    key = (xp.__name__, _device_key(like), name, str(dtype))
-    cache = tree._device_cache
-    if key not in cache:
+
+    def build() -> Any:
         if name.startswith("groups:"):
             host = tree.groups(name.split(":", 1)[1])
         else:
             host = getattr(tree, name)
         host = np.ascontiguousarray(host)
         if is_numpy_array(like):
-            buf = host if dtype is None else host.astype(dtype, copy=False)
-        else:
-            # A writable copy: torch warns on (and may alias) read-only NumPy memory.
-            buf = xp.asarray(np.array(host, copy=True), device=device(like))
-            if dtype is not None:
-                buf = xp.astype(buf, dtype)
-        cache[key] = buf
-    return cache[key]
+            return host if dtype is None else host.astype(dtype, copy=False)
+        # A writable copy: torch warns on (and may alias) read-only NumPy memory.
+        buf = xp.asarray(np.array(host, copy=True), device=device(like))
+        return buf if dtype is None else xp.astype(buf, dtype)
+
+    return tree.cached((__name__, xp.__name__, _device_key(like), name, str(dtype)), build)
 
 
 def to_numpy(array: Any) -> np.ndarray:

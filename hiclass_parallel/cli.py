@@ -4,14 +4,15 @@ Subcommands:
 
 - ``demo``: train a :class:`~hiclass_parallel.HierarchicalClassifier` in a TF-IDF pipeline on
   the shipped WordNet gloss data set (hypernym placement) and report hierarchical metrics;
-- ``benchmark``: the paper-table and lean-engine benchmarks from ``benchmarks/``;
 - ``tree``: describe a tree (the shipped WordNet tree by default, or a saved ``.npz``).
+
+The benchmarks are not part of the installed package: from a source checkout run
+``python -m benchmarks.bench_paper_table`` and ``python -m benchmarks.bench_engine``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(
         prog="hiclass-parallel",
-        description="Hierarchical classification in parallel: demo, benchmarks and tree inspection.",
+        description="Hierarchical classification in parallel: demo and tree inspection.",
+        epilog="benchmarks, from a source checkout:\n  python -m benchmarks.bench_paper_table\n  python -m benchmarks.bench_engine",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -42,10 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, default=Path("demo-output"), help="folder for the plot (default: %(default)s)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
-
-    bench = sub.add_parser("benchmark", help="run the paper-table and lean-engine benchmarks")
-    bench.add_argument("--quick", action="store_true", help="small, fast settings")
-    bench.add_argument("--which", choices=["paper", "engine", "all"], default="all")
 
     tree = sub.add_parser("tree", help="describe a tree: classes, levels, leaves per level, buffer memory")
     tree.add_argument("path", nargs="?", default=None, help="a tree saved with Tree.save (default: shipped WordNet 3.0)")
@@ -99,31 +98,6 @@ def _cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import_benchmarks():
-    """``benchmarks/`` lives beside the package in a source checkout, not in a wheel."""
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "benchmarks" / "__init__.py").exists():
-        raise SystemExit(
-            "the benchmarks live in the source repository (benchmarks/); run this command from a clone of it"
-        )
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-
-
-def _cmd_benchmark(args: argparse.Namespace) -> int:
-    _import_benchmarks()
-    argv = ["--quick"] if args.quick else []
-    if args.which in ("paper", "all"):
-        from benchmarks import bench_paper_table
-
-        bench_paper_table.main(argv)
-    if args.which in ("engine", "all"):
-        from benchmarks import bench_engine
-
-        bench_engine.main(argv)
-    return 0
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -145,5 +119,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     args = build_parser().parse_args(argv)
-    handler = {"demo": _cmd_demo, "benchmark": _cmd_benchmark, "tree": _cmd_tree}[args.command]
+    handler = {"demo": _cmd_demo, "tree": _cmd_tree}[args.command]
     return handler(args)

@@ -20,6 +20,15 @@ class UnknownLabelError(ValueError, KeyError):
         # KeyError.__str__ would wrap the message in quotes; show it as written.
         return str(self.args[0]) if self.args else ""
 
+    @classmethod
+    def of(cls, unknown, name: str | None = None) -> UnknownLabelError:
+        """The error naming the ``unknown`` labels (each once, in order), prefixed by the
+        name of the input that holds them."""
+        unknown = list(dict.fromkeys(unknown))
+        noun = "label is" if len(unknown) == 1 else "labels are"
+        message = f"{len(unknown)} {noun} not a class of the tree: {describe_some(unknown)}"
+        return cls(message if name is None else f"{name}: {message}")
+
 
 def describe_some(values, limit: int = 5) -> str:
     """A short, readable list of offending values for an error message."""

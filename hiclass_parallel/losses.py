@@ -1,10 +1,18 @@
-"""Layer 3: torch criteria built on the lean engine (:mod:`hiclass_parallel.ops.groups`).
+"""Layer 3: torch criteria built on the lean engine (:mod:`hiclass_parallel.ops`).
 
 :class:`HierarchicalCrossEntropy` is the paper's training loss -- cross-entropy at every
 labelled level of every sample, in parallel -- computed without the ``(B, L, C)`` tensor:
 each row's loss is ``logsumexp(its group) - score(its class)``, the group log-normalisers come
 from one segment reduction over ``(B, C)``, and the backward pass is one fused
 ``softmax * weight - one_hot`` over ``(B, C)``.
+
+:class:`PathLocalCrossEntropy` is the same loss for the sibling partition, but takes a *score
+function* instead of the full scores and asks it only for the groups on each sample's
+labelled path (:mod:`hiclass_parallel.ops.sibling_paths`): per sample, the sum of the group
+sizes on its path times the hidden width, never classes times hidden. Loss and gradients are
+those of ``HierarchicalCrossEntropy(tree, "sibling", stop, ...)`` on the full scores (tested
+on random trees with shuffled ids). The level partition has no such exact form (see
+:mod:`hiclass_parallel.ops.sibling_paths`).
 """
 
 from __future__ import annotations
@@ -14,84 +22,18 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
-from .ops import _triton
-from .ops._array_ops import _kernel_inputs
-from .ops._layout import _layout, _layout_arrays
-from .ops.groups import (
-    SEMANTICS,
-    _as_kernel_array,
-    _exp_minus_gathered,
-    _fused,
-    _fused_lse,
-    _group_lse_2d,
-    _normalise_mask_value,
-)
+from .ops._engine import SEMANTICS, autograd, backend_for, layout, layout_arrays, normalise_mask_value
+from .ops.sibling_paths import ScoreFn, expand_rows, path_rows, segment_logsumexp, sibling_plan
 from .tree import PAD, PARTITIONS, Tree
 
-__all__ = ["HierarchicalCrossEntropy", "REDUCTIONS"]
+__all__ = ["HierarchicalCrossEntropy", "PathLocalCrossEntropy", "REDUCTIONS"]
 
 #: Reductions of :class:`HierarchicalCrossEntropy`.
 REDUCTIONS = ("mean", "sum", "none")
 
 # Layout arrays the loss needs on the device, registered as (non-persistent) buffers.
 _BUFFERS = ("src", "pad", "group_pos", "col_group", "log_masked", "paths_ext", "depth", "stop_col")
-
-
-class _GroupCrossEntropy(torch.autograd.Function):
-    """Per-sample ``sum_r w_r * (lse[b, group_r] - x[b, col_r])`` with a fused O(B*C) backward."""
-
-    @staticmethod
-    def forward(ctx, x, cols, groups, weights, lay, arr, mask_value):
-        ops, xk, arrk, back = _kernel_inputs(x, lay, arr)
-        lse = back(_group_lse_2d(ops, xk, lay, arrk, mask_value))
-        lse = torch.where(lse == -torch.inf, 0.0, lse)  # a group of -inf only has no mass
-        used = weights != 0
-        rows = lse.gather(1, groups) - x.gather(1, cols)
-        per_sample = torch.where(used, rows * weights, 0.0).sum(1)
-        ctx.lay, ctx.arr = lay, arr
-        ctx.save_for_backward(x, lse, cols, groups, weights)
-        return per_sample
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        x, lse, cols, groups, weights = ctx.saved_tensors
-        # d/dx_c = sum over rows of its group of w * softmax_c  -  sum over rows naming c of w.
-        # The first term is exp(x_c - (lse - log W)) with W the group's total weight: one gather.
-        scale = grad.abs().unsqueeze(1)
-        total = torch.zeros_like(lse).scatter_add_(1, groups, weights * scale)
-        shift = torch.where(total > 0, lse - total.log(), torch.inf)
-        ops, xk, arrk, back = _kernel_inputs(x, ctx.lay, ctx.arr)
-        negative = grad < 0
-        sign = None
-        if x.device.type != "cpu" or bool(negative.any()):  # no host sync on a GPU
-            sign = torch.where(negative, -1.0, 1.0)
-        result = back(_exp_minus_gathered(ops, xk, _as_kernel_array(ops, shift), ctx.lay, arrk, sign))
-        result.scatter_add_(1, cols, -(weights * grad.unsqueeze(1)))
-        return result, None, None, None, None, None, None
-
-
-class _FusedCrossEntropy(torch.autograd.Function):
-    """:class:`_GroupCrossEntropy` on the fused CUDA kernels: each sample's rows are read from
-    the tree inside the kernels (no ``(B, L)`` index tensors), about 10 launches in all."""
-
-    @staticmethod
-    def forward(ctx, x, nodes, lay, arrays, mask_value, stop):
-        lse = _fused_lse(x, lay, arrays, mask_value)
-        loss, count = _triton.cross_entropy_forward(x, lse, nodes, arrays, lay.n_levels, stop)
-        ctx.save_for_backward(x, lse, nodes)
-        ctx.arrays, ctx.n_levels, ctx.stop = arrays, lay.n_levels, stop
-        ctx.mark_non_differentiable(count)
-        return loss, count
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad, _count_grad):
-        x, lse, nodes = ctx.saved_tensors
-        result = _triton.cross_entropy_backward(x, lse, nodes, grad, ctx.arrays, ctx.n_levels, ctx.stop)
-        return result, None, None, None, None, None
 
 
 class HierarchicalCrossEntropy(nn.Module):
@@ -195,10 +137,10 @@ class HierarchicalCrossEntropy(nn.Module):
         self.semantics = semantics
         self.mask_value = mask_value
         self.validate = bool(validate)
-        self._mask_value = _normalise_mask_value(mask_value)
-        lay = _layout(tree, partition, self.stop)
+        self._mask_value = normalise_mask_value(mask_value)
+        lay = layout(tree, partition, self.stop)
         self.n_outputs = lay.n_outputs
-        host = _layout_arrays(lay, torch.empty(0))
+        host = layout_arrays(lay, torch.empty(0))
         for name in _BUFFERS:
             self.register_buffer(name, host[name], persistent=False)
         if level_weights is None:
@@ -277,11 +219,14 @@ class HierarchicalCrossEntropy(nn.Module):
         if target.shape[0] != scores.shape[0]:
             raise ValueError(f"target has {target.shape[0]} samples but scores have {scores.shape[0]}")
         nodes = self.target_nodes(target)
-        if _fused(scores):
-            lay = _layout(self.tree, self.partition, self.stop)
+        lay = layout(self.tree, self.partition, self.stop)
+        backend = backend_for(scores, lay)
+        if backend.fuses_loss:
             arrays = {**self._arrays(), "level_weights": self.level_weights}
             stop_rows = self.stop and self.semantics == "terminal"
-            per_sample, counts = _FusedCrossEntropy.apply(scores, nodes, lay, arrays, self._mask_value, stop_rows)
+            per_sample, counts = autograd().FusedCrossEntropy.apply(
+                scores, nodes, backend, lay, arrays, self._mask_value, stop_rows
+            )
             return self._reduce(per_sample, counts)
         C, L = self.tree.n_classes, self.tree.n_levels
         labelled = nodes >= 0
@@ -298,9 +243,8 @@ class HierarchicalCrossEntropy(nn.Module):
             cols = torch.cat([cols, stop_col.clamp_min(0).unsqueeze(1)], 1)
             weights = torch.cat([weights, stop_w.unsqueeze(1)], 1)
         groups = self.col_group[cols]
-        lay = _layout(self.tree, self.partition, self.stop)
-        per_sample = _GroupCrossEntropy.apply(
-            scores, cols, groups, weights, lay, self._arrays(), self._mask_value
+        per_sample = autograd().GroupCrossEntropy.apply(
+            scores, cols, groups, weights, backend, lay, self._arrays(), self._mask_value
         )
         return self._reduce(per_sample, weights)
 
@@ -313,3 +257,87 @@ class HierarchicalCrossEntropy(nn.Module):
             return total
         count = weights.sum()
         return total / torch.where(count > 0, count, torch.ones_like(count))
+
+
+class PathLocalCrossEntropy(nn.Module):
+    """Exact sibling cross-entropy over the groups on each labelled path, scored on demand.
+
+    Used by :class:`~hiclass_parallel.estimators.HierarchicalClassifier` with the sibling
+    partition and a module that scores columns on demand (:class:`~hiclass_parallel.estimators.SparseMLP`).
+
+    Parameters
+    ----------
+    tree : Tree
+        The class tree.
+    stop : bool, default=False
+        Whether the score vector has stop columns (one per internal node, after the ``C``
+        class columns, as :func:`~hiclass_parallel.ops.groups.n_outputs` counts them).
+    reduction : {"mean", "sum", "none"}, default="mean"
+        ``"mean"``: mean over all labelled rows (one per path node, plus stop rows), as
+        :class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`; ``"sum"``; ``"none"``:
+        per-sample sums ``(B,)``.
+    semantics : {"partial", "terminal"}, default=None
+        As in :class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`: ``None`` means
+        ``"terminal"`` with ``stop=True``, else ``"partial"``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.losses import HierarchicalCrossEntropy
+    >>> from hiclass_parallel.losses import PathLocalCrossEntropy
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> scores = torch.randn(4, 9, dtype=torch.float64)
+    >>> target = torch.tensor([6, 2, 1, -1])
+    >>> local = PathLocalCrossEntropy(tree)(lambda rows, cols: scores[rows, cols], target)
+    >>> full = HierarchicalCrossEntropy(tree, "sibling")(scores, target)
+    >>> bool(torch.isclose(local, full))
+    True
+    """
+
+    def __init__(self, tree: Tree, stop: bool = False, reduction: str = "mean", *, semantics: str | None = None):
+        super().__init__()
+        if not isinstance(tree, Tree):
+            raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if semantics is None:
+            semantics = "terminal" if stop else "partial"
+        if semantics not in SEMANTICS:
+            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        self.tree = tree
+        self.stop = bool(stop)
+        self.reduction = reduction
+        self.semantics = semantics
+        self.n_outputs = sibling_plan(tree, self.stop).n_outputs
+
+    def extra_repr(self) -> str:
+        return f"n_outputs={self.n_outputs}, stop={self.stop}, semantics={self.semantics!r}, reduction={self.reduction!r}"
+
+    def forward(self, score: ScoreFn, target: torch.Tensor) -> torch.Tensor:
+        """Loss of the scores ``score(samples, columns)`` against node ids ``target (B,)``.
+
+        ``-1`` marks an unlabelled sample. Returns a scalar (``"mean"``, ``"sum"``) or
+        per-sample losses ``(B,)`` (``"none"``).
+        """
+        if target.ndim != 1 or target.dtype.is_floating_point or target.dtype == torch.bool:
+            raise ValueError(f"target must be integer node ids of shape (B,), got {target.dtype} {tuple(target.shape)}")
+        C = self.tree.n_classes
+        bad = (target < PAD) | (target >= C)
+        if bool(bad.any()):
+            raise IndexError(f"target ids {sorted(set(target[bad].tolist()))[:5]} are out of range [0, {C}) (-1: unlabelled)")
+        plan = sibling_plan(self.tree, self.stop)
+        sample, group, column = path_rows(plan, target, self.semantics == "terminal")
+        row, cand, start = expand_rows(plan, group)
+        values = score(sample[row], cand)
+        lse = segment_logsumexp(values, row, group.shape[0])
+        picked = values[start + plan.arrays(target)["col_pos"][column]]
+        per_row = lse - picked
+        B = target.shape[0]
+        per_sample = torch.zeros(B, dtype=values.dtype, device=values.device).index_add(0, sample, per_row)
+        if self.reduction == "none":
+            return per_sample
+        total = per_sample.sum()
+        if self.reduction == "sum":
+            return total
+        return total / max(int(sample.shape[0]), 1)

@@ -13,7 +13,7 @@ have many top-level classes; the padding value is ``-1`` (:data:`PAD`).
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,7 +114,7 @@ class Tree:
         self._label_index: dict | None = None
         self._groups: dict[str, np.ndarray] = {}
         self._children: tuple[np.ndarray, np.ndarray] | None = None
-        # Device copies of the buffers, filled lazily by hiclass_parallel._backend.
+        # Arrays derived from the tree (layouts, device copies), filled through `cached`.
         self._device_cache: dict = {}
 
     # ------------------------------------------------------------------ construction
@@ -440,6 +440,40 @@ class Tree:
             raise ValueError("group_parents is defined for the 'sibling' partition only")
         return np.unique(self._parents).astype(np.int32)
 
+    def cached(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """``build()``, computed once per tree and ``key`` and kept on the tree.
+
+        The one place where other modules keep what they derive from a tree (the lean
+        engine's layout, copies of the tree's arrays on a device, label look-up tables), so
+        each is made once per tree, namespace and device. What is cached is derived from the
+        tree's value and never changes it: the tree stays immutable, equality ignores the
+        cache, and a pickled tree travels without it (device arrays are rebuilt on use).
+
+        Parameters
+        ----------
+        key : hashable
+            Names what is cached; a tuple that starts with the caller's module name (and,
+            for device arrays, the namespace and device) keeps callers apart.
+        build : callable
+            Makes the value on first use.
+
+        Returns
+        -------
+        object
+            The cached value.
+
+        Examples
+        --------
+        >>> tree = Tree.from_parents([-1, 0, 0])
+        >>> first = tree.cached(("doc", "leaves"), lambda: tree.leaves + 0)
+        >>> tree.cached(("doc", "leaves"), lambda: None) is first
+        True
+        """
+        cache = self._device_cache
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
     # ------------------------------------------------------------------ labels <-> ids
     def to_ids(self, labels: Any) -> np.ndarray:
         """Node ids (int64) of labels; any shape. Raises :class:`UnknownLabelError`.
@@ -471,9 +505,7 @@ class Tree:
             ids = np.fromiter((index.get(_hashable(v), -1) for v in flat), dtype=np.int64, count=flat.size)
             found = ids >= 0
         if not found.all():
-            unknown = list(dict.fromkeys(_hashable(v) for v in flat[~found]))
-            noun = "label is" if len(unknown) == 1 else "labels are"
-            raise UnknownLabelError(f"{len(unknown)} {noun} not a class of the tree: {describe_some(unknown)}")
+            raise UnknownLabelError.of(_hashable(v) for v in flat[~found])
         return ids.reshape(shape)
 
     def to_labels(self, ids: Any) -> np.ndarray:

@@ -10,6 +10,7 @@ from conftest import random_parents
 from hiclass_parallel import Tree
 from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops import _triton
+from hiclass_parallel.ops._backends import use_backend
 from hiclass_parallel.ops.decode import best_paths, topk_paths
 from hiclass_parallel.ops.groups import group_log_softmax, group_logsumexp, n_outputs, node_log_probs
 
@@ -23,8 +24,10 @@ CASES = [("level", False), ("level", True), ("sibling", False), ("sibling", True
 
 @pytest.fixture(scope="module", autouse=True)
 def needs_triton():
+    # Where Triton is installed, a kernel module that fails to import raises here (a failure),
+    # never a skip.
     if _triton._kernels() is None:
-        pytest.skip("Triton is not importable (or HICLASS_PARALLEL_TRITON=0): the fused kernels are off")
+        pytest.skip("Triton is not installed (or HICLASS_PARALLEL_TRITON=0): the fused kernels are off")
 
 
 def wide_tree(seed: int) -> Tree:
@@ -149,13 +152,13 @@ def test_decoding_matches_cpu(partition, stop):
         torch.testing.assert_close(gpu_k[1].cpu(), cpu_k[1])
 
 
-def test_fused_and_torch_op_routes_agree(monkeypatch):
-    """With the kernels switched off, CUDA runs the torch-op route: same numbers."""
+def test_fused_and_torch_op_routes_agree():
+    """The torch-op route on CUDA (what runs without Triton) gives the same numbers."""
     tree = TREES["wide"]
     x = scores_for(tree, "sibling", True).cuda()
     fused = [group_log_softmax(x, tree, "sibling", True), node_log_probs(x, tree, "sibling", True, "terminal")]
-    monkeypatch.setattr(_triton, "available", lambda x: False)
-    plain = [group_log_softmax(x, tree, "sibling", True), node_log_probs(x, tree, "sibling", True, "terminal")]
+    with use_backend("torch"):
+        plain = [group_log_softmax(x, tree, "sibling", True), node_log_probs(x, tree, "sibling", True, "terminal")]
     for a, b in zip(fused, plain):
         torch.testing.assert_close(a, b)
 

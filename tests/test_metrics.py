@@ -316,8 +316,6 @@ def test_errors(tree):
         hierarchical_f1_score(Y_TRUE, Y_PRED, tree, sample_weight=[1, 2])
     with pytest.raises(ValueError, match="empty"):
         hierarchical_f1_score([], [], tree)
-    with pytest.raises(ValueError, match="ragged"):
-        hierarchical_f1_score([("dog", "big dog"), ("cat",)], Y_PRED[:2], tree)
     with pytest.raises(ValueError, match="beta"):
         hierarchical_fbeta_score(Y_TRUE, Y_PRED, tree, beta=-1)
     with pytest.raises(ValueError, match="height"):
@@ -500,11 +498,19 @@ def test_scorer_on_fake_estimator(data):
     assert repr(get_scorer("neg_mean_tree_distance")) == "make_hierarchical_scorer(mean_tree_distance, greater_is_better=False)"
 
 
-def test_grid_search_picks_by_hierarchical_score(data):
+@pytest.fixture
+def registered_names():
+    """The scorer names made known to scikit-learn, as a user does: explicitly."""
+    from hiclass_parallel.metrics import register_scorers
+
+    return register_scorers()
+
+
+def test_grid_search_picks_by_hierarchical_score(data, registered_names):
     X, y = data
     grid = {"max_depth": [0, 1, 2], "confuse": [False, True]}
     for scoring in (
-        "hierarchical_f1",  # a name: registered with scikit-learn on import
+        "hierarchical_f1",  # a name: registered with scikit-learn by register_scorers()
         get_scorer("hierarchical_f1"),
         make_hierarchical_scorer(hierarchical_fbeta_score, beta=0.5),
     ):
@@ -522,7 +528,7 @@ def test_grid_search_picks_by_hierarchical_score(data):
     assert get_scorer("hierarchical_f1")(search, X, y) == 1.0
 
 
-def test_cross_validate_with_several_scorers(data):
+def test_cross_validate_with_several_scorers(data, registered_names):
     X, y = data
     names = ["hierarchical_f1", "hierarchical_precision_macro", "exact_path_accuracy", "neg_tree_distance"]
     PREDICT_CALLS["n"] = 0
@@ -569,12 +575,13 @@ def test_scorer_through_pipeline_and_given_tree(data):
     assert make_scorer(hierarchical_f1_score, tree=tree)(PathPredictor().fit(X, y), X, y) == 1.0
 
 
-def test_get_scorer_lookup():
+def test_get_scorer_lookup(registered_names):
     import sys
 
     from hiclass_parallel.metrics import register_scorers
 
-    assert set(register_scorers()) == set(get_scorer_names())  # idempotent
+    assert set(registered_names) == set(get_scorer_names())
+    assert register_scorers() == registered_names  # idempotent
     assert "matplotlib.pyplot" not in sys.modules or "hiclass_parallel.metrics.plot" in sys.modules
     assert get_scorer("accuracy") is not None  # falls back to scikit-learn
     f = lambda est, X, y: 0.0  # noqa: E731
@@ -585,3 +592,52 @@ def test_get_scorer_lookup():
     from sklearn.metrics import get_scorer as sk_get_scorer
 
     assert repr(sk_get_scorer("hierarchical_recall_macro")) == repr(get_scorer("hierarchical_recall_macro"))
+
+
+def test_ragged_lists_of_paths_read_as_in_the_path_encoder(tree):
+    """A ragged list of label paths means what it means to PathEncoder: short rows are padded."""
+    from hiclass_parallel.estimators import PathEncoder
+
+    ragged = [["dog", "big dog"], ["cat"], ["dog", "big dog", "happy big dog"]]
+    pred = ["big dog", "dog", "big dog"]
+    true_ids, pred_ids, _ = check_paths(ragged, pred, tree)
+    encoded = PathEncoder(tree).fit(LABELS).transform(ragged)
+    np.testing.assert_array_equal(true_ids, encoded)
+    # sets: {dog, big} vs {dog, big}: 2/2; {cat} vs {dog}: 0; {dog, big, happy} vs {dog, big}: 2
+    assert hierarchical_f1_score(ragged, pred, tree) == pytest.approx(2 * 4 / (6 + 5))
+    assert hierarchical_f1_score(ragged, pred, tree) == pytest.approx(
+        hierarchical_f1_score(["big dog", "cat", "happy big dog"], pred, tree)
+    )
+    without_tree = hierarchical_f1_score(ragged, [["dog", "big dog"], ["dog"], ["dog", "big dog"]])
+    assert without_tree == pytest.approx(2 * 4 / (6 + 5))
+
+
+def test_importing_the_package_registers_nothing():
+    """Registration is explicit: a fresh interpreter that imports the package leaves
+    scikit-learn's scorer table and its parameter constraints as they were."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sklearn.metrics, sklearn.model_selection as ms, hiclass_parallel, hiclass_parallel.metrics;"
+        "from sklearn.metrics import get_scorer_names;"
+        "assert 'hierarchical_f1' not in get_scorer_names();"
+        "assert not any('hierarchical_f1' in c.options for c in ms.GridSearchCV._parameter_constraints['scoring'] "
+        "if hasattr(c, 'options'))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_registration_fails_loudly_when_sklearn_internals_change(monkeypatch):
+    from sklearn.metrics import _scorer as sk_scorer
+
+    from hiclass_parallel.metrics import _scorers, register_scorers
+
+    monkeypatch.delattr(sk_scorer, "_SCORERS")
+    with pytest.raises(RuntimeError, match="_SCORERS"):
+        register_scorers()
+    monkeypatch.undo()
+    monkeypatch.setattr(_scorers, "_SCORING_MODULES", ())  # as if no module had the constraints
+    monkeypatch.setattr(_scorers, "_SCORING_MODULES_IF_LOADED", ())
+    with pytest.raises(RuntimeError, match="StrOptions"):
+        register_scorers()

@@ -8,11 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hiclass_parallel.ops.groups as groups_mod
 from conftest import random_parents
 from hiclass_parallel import Tree, partition_scores
 from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops import _native
+from hiclass_parallel.ops._backends import backend_for, use_backend
+from hiclass_parallel.ops._layout import layout
 from hiclass_parallel.ops.groups import group_log_softmax, group_logsumexp, n_outputs
 
 pytestmark = pytest.mark.skipif(
@@ -22,19 +23,16 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def every_partition(monkeypatch):
+def every_partition():
     """Let the kernel serve small trees and the sibling partition too (normally the NumPy
     layout does: their groups are small)."""
-    monkeypatch.setattr(groups_mod, "_NATIVE_MIN_MEAN_GROUP", 0)
+    with use_backend("native"):
+        yield
 
 
 def numpy_route(fn, *args, **kwargs):
-    saved = groups_mod._native_plan
-    groups_mod._native_plan = lambda *a: None
-    try:
+    with use_backend("numpy"):
         return fn(*args, **kwargs)
-    finally:
-        groups_mod._native_plan = saved
 
 
 def tree_of(seed: int, n: int) -> Tree:
@@ -45,35 +43,25 @@ def tree_of(seed: int, n: int) -> Tree:
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 60), rows=st.integers(0, 6),
        partition=st.sampled_from(["level", "sibling"]), stop=st.booleans(), dtype=st.sampled_from(["float32", "float64"]))
 def test_matches_numpy_route(seed, n, rows, partition, stop, dtype):
-    groups_mod._NATIVE_MIN_MEAN_GROUP, saved = 0, groups_mod._NATIVE_MIN_MEAN_GROUP
-    try:
-        tree = tree_of(seed, n)
-        rng = np.random.default_rng(seed)
-        x = (rng.normal(size=(rows, n_outputs(tree, partition, stop))) * 5).astype(dtype)
-        x[rng.random(x.shape) < 0.2] = -np.inf  # scattered -inf, and whole groups of it
-        tol = 1e-5 if dtype == "float32" else 1e-12
-        for fn in (group_log_softmax, group_logsumexp):
+    tree = tree_of(seed, n)
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(rows, n_outputs(tree, partition, stop))) * 5).astype(dtype)
+    x[rng.random(x.shape) < 0.2] = -np.inf  # scattered -inf, and whole groups of it
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for fn in (group_log_softmax, group_logsumexp):
+        with use_backend("native"):
             got = fn(x, tree, partition, stop)
-            expected = numpy_route(fn, x, tree, partition, stop)
-            assert got.dtype == x.dtype
-            np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
-    finally:
-        groups_mod._NATIVE_MIN_MEAN_GROUP = saved
+        expected = numpy_route(fn, x, tree, partition, stop)
+        assert got.dtype == x.dtype
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
 
 
 def test_level_partition_equals_the_papers_dense_softmax():
     """A tree whose levels are large enough for the default rule to pick the kernel."""
     tree = tree_of(3, 400)
-    assert n_outputs(tree) >= groups_mod._NATIVE_MIN_MEAN_GROUP * tree.n_levels
-    calls = []
-    real = _native.group_lse
-    try:
-        _native.group_lse = lambda *a, **k: (calls.append(1), real(*a, **k))[1]
-        x = np.random.default_rng(0).normal(size=(5, tree.n_classes)) * 3
-        got = group_log_softmax(x, tree)
-    finally:
-        _native.group_lse = real
-    assert calls, "the level partition of a large tree should take the C kernel"
+    x = np.random.default_rng(0).normal(size=(5, tree.n_classes)) * 3
+    assert backend_for(x, layout(tree, "level", False)).name == "native", "a large tree's levels take the C kernel"
+    got = group_log_softmax(x, tree)
     dense = torch.log_softmax(partition_scores(torch.as_tensor(x), tree), -1).numpy()
     np.testing.assert_allclose(got, dense[:, tree.depth, np.arange(tree.n_classes)], rtol=1e-10, atol=1e-10)
 
@@ -101,14 +89,19 @@ def test_strided_and_batched_inputs(every_partition):
     np.testing.assert_allclose(group_log_softmax(x, tree), numpy_route(group_log_softmax, x, tree), rtol=1e-5, atol=1e-5)
 
 
-def test_finite_mask_values_and_other_dtypes_use_numpy(every_partition):
+def test_finite_mask_values_and_other_dtypes_use_numpy(every_partition, monkeypatch):
+    """The kernel computes float32/float64 without a finite mask value; the rest runs on NumPy."""
     tree = tree_of(8, 50)
     x = np.random.default_rng(3).normal(size=(2, tree.n_classes))
-    lay = groups_mod._layout(tree, "level", False)
-    ops = groups_mod._NumpyOps(np, chunked=True)
-    assert groups_mod._native_plan(ops, x, lay, None) is not None
-    assert groups_mod._native_plan(ops, x, lay, -5.0) is None
-    assert groups_mod._native_plan(ops, x.astype(np.float16), lay, None) is None
+    calls = []
+    real = _native.group_lse
+    monkeypatch.setattr(_native, "group_lse", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    group_log_softmax(x, tree)
+    assert len(calls) == 1
+    for args in ((x, tree, "level", False, -5.0), (x.astype(np.float16), tree)):
+        got = group_log_softmax(*args)
+        np.testing.assert_allclose(got, numpy_route(group_log_softmax, *args), rtol=1e-3)
+    assert len(calls) == 1
 
 
 def test_loading_keeps_denormals():

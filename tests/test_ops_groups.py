@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 import hiclass_parallel.ops._array_ops as array_ops_mod
 from conftest import host, random_parents
+from hiclass_parallel.ops._backends import BACKENDS, backend_for, use_backend
+from hiclass_parallel.ops._layout import layout
 from hiclass_parallel import Tree, partition_scores
 from hiclass_parallel.ops.groups import (
     group_log_softmax,
@@ -338,7 +340,7 @@ def test_cuda_matches_cpu():
     torch.testing.assert_close(xg.grad.cpu(), xc.grad)
 
 
-def test_torch_op_kernels_match(monkeypatch):
+def test_torch_op_kernels_match():
     """The kernels written with torch ops (what CUDA runs) agree with the NumPy route."""
     from hiclass_parallel.losses import HierarchicalCrossEntropy
     from hiclass_parallel.ops.decode import best_paths, topk_paths
@@ -362,9 +364,10 @@ def test_torch_op_kernels_match(monkeypatch):
             xg.grad,
         )
 
-    numpy_route = run()
-    monkeypatch.setattr(array_ops_mod, "_numpy_backed", lambda t: False)
-    torch_route = run()
+    with use_backend("numpy"):
+        numpy_route = run()
+    with use_backend("torch"):
+        torch_route = run()
     for a, b in zip(numpy_route, torch_route):
         torch.testing.assert_close(a, b)
     xg = x.clone().requires_grad_()
@@ -378,3 +381,23 @@ def test_bfloat16_runs_on_torch_ops():
     got = group_log_softmax(x.to(torch.bfloat16), tree, "sibling")
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), group_log_softmax(x, tree, "sibling"), atol=0.1, rtol=0.05)
+
+
+def test_backend_choice_by_array_kind():
+    """One place picks the route: by the array's kind, the C kernel only for large groups."""
+    from hiclass_parallel.ops import _native
+
+    small, big = make_tree(15, 30), Tree.from_parents([-1] * 100 + [0] * 100)  # 2 levels of 100
+    lay_small, lay_big = layout(small, "sibling", False), layout(big, "level", False)
+    assert backend_for(np.zeros((1, small.n_classes)), lay_small).name == "numpy"
+    assert backend_for(np.zeros((1, big.n_classes)), lay_big).name == ("native" if _native.available() else "numpy")
+    assert backend_for(torch.zeros(1, small.n_classes), lay_small).name == "numpy"  # through NumPy views
+    assert backend_for(torch.zeros(1, small.n_classes, dtype=torch.bfloat16), lay_small).name == "torch"
+    with use_backend("torch"):
+        assert backend_for(torch.zeros(1, small.n_classes), lay_small).name == "torch"
+        with pytest.raises(ValueError, match="cannot run"):
+            backend_for(np.zeros((1, small.n_classes)), lay_small)
+    with pytest.raises(ValueError, match="must be one of"):
+        with use_backend("fortran"):
+            pass
+    assert set(BACKENDS) == {"triton", "torch", "native", "numpy", "cupy", "array_api"}

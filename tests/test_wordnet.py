@@ -22,7 +22,7 @@ import pytest
 
 from hiclass_parallel import Tree, UnknownLabelError
 from hiclass_parallel.datasets import _wordnet, load_wordnet_glosses, load_wordnet_tree
-from hiclass_parallel.wordnet import PARENT_RULE, WordNetNotFoundError, find_wordnet_data
+from hiclass_parallel.datasets.wordnet import PARENT_RULE, WordNetNotFoundError, find_wordnet_data
 
 # The ancestral paths documented in docs/wordnet.md. dog.n.01 takes the paper's path (a);
 # rock_hind.n.01 is the one synset at the 20th level.
@@ -175,7 +175,7 @@ def _build_in_subprocesses(source: Path, folder: Path) -> list[Path]:
     code = """
         import sys
         from hiclass_parallel.datasets._wordnet import _write_wordnet_file
-        from hiclass_parallel.wordnet import read_wordnet
+        from hiclass_parallel.datasets.wordnet import read_wordnet
         _write_wordnet_file(read_wordnet(sys.argv[1]), sys.argv[2])
     """
     jobs = {seed: folder / f"seed{seed}.npz" for seed in ("0", "987654321")}
@@ -228,7 +228,7 @@ def test_nltk_builder_equals_the_shipped_file_whatever_the_hash_seed(tmp_path):
 @pytest.mark.slow
 def test_builder_copes_with_crlf_missing_lexnames_and_shared_files(tmp_path):
     """nltk's quirks: byte offsets (CRLF breaks them), a lexnames file, private files only."""
-    from hiclass_parallel.wordnet import _nltk_reader
+    from hiclass_parallel.datasets.wordnet import _nltk_reader
 
     source = _wordnet_source()
     if source.suffix == ".zip":

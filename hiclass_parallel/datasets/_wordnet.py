@@ -1,9 +1,9 @@
 """WordNet 3.0 shipped with the package: the paper's 117,659-class tree and a gloss data set.
 
 The file ``data/wordnet30.npz`` holds, for every synset of WordNet 3.0, its nltk name, its
-parent under :data:`hiclass_parallel.wordnet.PARENT_RULE`, its definition, its examples and
-its lemma names. It is built by ``scripts/build_wordnet_data.py`` with
-:func:`hiclass_parallel.wordnet.read_wordnet`; loading it needs neither nltk nor a network.
+parent under :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`, its definition, its examples and
+its lemma names. It is built by ``python -m hiclass_parallel.datasets.wordnet`` with
+:func:`hiclass_parallel.datasets.wordnet.read_wordnet`; loading it needs neither nltk nor a network.
 The WordNet licence, which allows this redistribution with its notice, is in
 ``data/WORDNET_LICENSE.txt``.
 
@@ -30,7 +30,7 @@ from sklearn.utils import Bunch
 from ..tree import Tree
 
 if TYPE_CHECKING:  # the nltk builder is only needed to write the file
-    from ..wordnet import WordNetData
+    from .wordnet import WordNetData
 
 __all__ = ["load_wordnet_tree", "load_wordnet_glosses", "WORDNET_FILE", "WORDNET_LICENSE_FILE"]
 
@@ -51,7 +51,7 @@ def _pack(data: bytes) -> np.ndarray:
 
 
 def _write_wordnet_file(data: WordNetData, path: str | os.PathLike = WORDNET_FILE) -> None:
-    """Write ``data`` (from :func:`hiclass_parallel.wordnet.read_wordnet`) as the shipped file."""
+    """Write ``data`` (from :func:`hiclass_parallel.datasets.wordnet.read_wordnet`) as the shipped file."""
     lines = {
         "names": data.names,
         "definitions": data.definitions,
@@ -87,7 +87,7 @@ def _write_wordnet_file(data: WordNetData, path: str | os.PathLike = WORDNET_FIL
 
 
 def _parent_rule() -> str:
-    from ..wordnet import PARENT_RULE  # lazy: imports no nltk, but keeps layers apart
+    from .wordnet import PARENT_RULE  # lazy: the builder is only needed to describe the file
 
     return PARENT_RULE
 
@@ -95,7 +95,7 @@ def _parent_rule() -> str:
 def _missing_file_error() -> FileNotFoundError:
     return FileNotFoundError(
         f"the shipped WordNet file {WORDNET_FILE} is missing: reinstall hiclass_parallel, or rebuild it "
-        "with `python scripts/build_wordnet_data.py` (needs nltk and WordNet 3.0 data)"
+        "with `python -m hiclass_parallel.datasets.wordnet` (needs nltk and WordNet 3.0 data)"
     )
 
 
@@ -132,11 +132,11 @@ def load_wordnet_tree() -> Tree:
     """The WordNet 3.0 tree of the paper: 117,659 synsets in 20 levels, from the package.
 
     Every synset (nouns, verbs, adjectives, adverbs) is a class labelled by its nltk name
-    (``"dog.n.01"``), with one parent chosen by :data:`hiclass_parallel.wordnet.PARENT_RULE`
+    (``"dog.n.01"``), with one parent chosen by :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`
     (the first hypernym pointer in data-file order, else the first instance hypernym). The
     22,337 synsets without hypernyms (``entity.n.01``, most verbs' roots, all adjectives and
     adverbs) are top-level classes under the implicit root. Needs no nltk and no network;
-    :func:`hiclass_parallel.wordnet.build_wordnet_tree` builds the same tree from WordNet files.
+    :func:`hiclass_parallel.datasets.wordnet.build_wordnet_tree` builds the same tree from WordNet files.
 
     Returns
     -------
@@ -186,7 +186,7 @@ def load_wordnet_glosses(
 
     One sample per synset that has a parent in the chosen part of the tree: ``X`` is the
     synset's gloss (its definition; optionally with its lemma names and examples), ``y`` its
-    parent (hypernym) under :data:`hiclass_parallel.wordnet.PARENT_RULE`, a label at any depth
+    parent (hypernym) under :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`, a label at any depth
     of the tree. Sizes (samples / classes of the tree / levels / distinct targets):
 
     ============================  =======  =======  ======  =======
@@ -301,7 +301,7 @@ def load_wordnet_glosses(
         "=======================================\n\n"
         "Given the definition of a concept, predict its parent in the WordNet 3.0 taxonomy (its\n"
         "hypernym, at any depth). One sample per synset with a parent; the tree keeps one parent\n"
-        "per synset (hiclass_parallel.wordnet.PARENT_RULE).\n\n"
+        "per synset (hiclass_parallel.datasets.wordnet.PARENT_RULE).\n\n"
         f"Subset: {where}.\n"
         f"Samples: {len(texts):,}; classes of the tree: {sub.n_classes:,}; levels: {sub.n_levels}; "
         f"distinct targets: {np.unique(parents).size:,}.\n"

@@ -36,16 +36,10 @@ from skorch.utils import to_tensor
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.collate import default_collate
 
+from .._labels import as_host_labels, check_pad_not_a_label, default_pad_label, labels_to_ids, learn_tree
 from ..tree import PAD, PARTITIONS, Tree
 from ._modules import MLP, SparseMLP
 from ._optim import LazyAdam
-from .transformer import (
-    _check_pad_not_a_label,
-    as_host_labels,
-    default_pad_label,
-    labels_to_ids,
-    learn_tree,
-)
 
 __all__ = ["HierarchicalClassifier"]
 
@@ -557,7 +551,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         self.tree_, self.pad_label_ = self._resolve_tree(y, classes)
-        _check_pad_not_a_label(self.tree_, self.pad_label_)
+        check_pad_not_a_label(self.tree_, self.pad_label_)
         ids = self._encode_y(X, y)
         self.classes_ = self.tree_.labels
         self.n_levels_ = self.tree_.n_levels
@@ -665,7 +659,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
 
     def _build_net(self, seed: int | None) -> _TreeNet:
         from ..losses import HierarchicalCrossEntropy
-        from ..path_local_loss import PathLocalCrossEntropy
+        from ..losses import PathLocalCrossEntropy
 
         module = self.module_class_
         module_kwargs = self._skorch_kwargs("module__")

@@ -12,8 +12,8 @@ arrays (moved to the host once). Node identity is the node, never its name. See
   (Bertinetto et al., 2020);
 - :func:`hierarchical_classification_report`;
 - scorers for ``scoring=``: :func:`get_scorer`, :func:`get_scorers`,
-  :func:`make_hierarchical_scorer`; importing this module registers the scorer names
-  with scikit-learn (:func:`register_scorers`), so lists of names work too;
+  :func:`make_hierarchical_scorer`; :func:`register_scorers` (called explicitly, never on
+  import) makes the names known to scikit-learn, so ``scoring="hierarchical_f1"`` works;
 - plots in :mod:`hiclass_parallel.metrics.plot` (needs matplotlib).
 """
 
@@ -40,7 +40,6 @@ from ._scorers import (
     register_scorers,
 )
 
-register_scorers()
 
 __all__ = [
     "HierarchicalScorer",

@@ -17,128 +17,19 @@ Device arrays (torch, CuPy, any DLPack/array-API array) are moved to the host on
 
 from __future__ import annotations
 
-import numbers
-from itertools import repeat
 from typing import Any, Literal
 
 import numpy as np
 
 from .._backend import to_numpy
-from ..exceptions import UnknownLabelError, describe_some
+from .._labels import LabelIndex, host_labels_or_paths, id_pad_mask, metric_pad_mask
+from ..exceptions import describe_some
 
 __all__ = ["check_paths", "InputType"]
 
 InputType = Literal["auto", "labels", "ids"]
 
 _INPUT_TYPES = ("auto", "labels", "ids")
-
-
-def _host(y: Any, name: str) -> np.ndarray:
-    if y is None:
-        raise ValueError(f"{name} is None; expected labels, node ids or padded paths")
-    try:
-        arr = np.asarray(y) if isinstance(y, (list, tuple)) else to_numpy(y)
-    except ValueError as exc:  # NumPy refuses ragged nested sequences
-        raise ValueError(
-            f"{name} cannot be made into an array ({exc}); if it is a ragged list of paths, pass "
-            "paths as a rectangular 2-D array right-padded with pad_label (or pass 1-D labels)"
-        ) from exc
-    except Exception as exc:  # pragma: no cover - exotic inputs
-        raise TypeError(f"{name} of type {type(y).__name__} cannot be converted to a NumPy array") from exc
-    if arr.dtype == object and arr.ndim == 1 and arr.size and isinstance(arr.flat[0], (list, tuple, np.ndarray)):
-        raise ValueError(
-            f"{name} looks like a ragged list of paths; pass paths as a rectangular 2-D array "
-            "right-padded with pad_label (or pass 1-D labels)"
-        )
-    if arr.ndim == 0:
-        raise ValueError(f"{name} must be 1-D (labels or node ids) or 2-D (padded paths), got a scalar {arr!r}")
-    if arr.ndim > 2:
-        raise ValueError(f"{name} must be 1-D (labels or node ids) or 2-D (padded paths), got shape {arr.shape}")
-    return arr
-
-
-class _LabelIndex:
-    """Label -> node id lookups for one call: a dict for hashable labels, built once.
-
-    ``Tree.to_ids`` is used for integer labels (a vectorised binary search); other labels
-    go through one C-level ``map`` over a dict, far faster per element than a generator.
-    """
-
-    def __init__(self, tree: Any):
-        self.tree = tree
-        self._index: dict | None = None
-
-    @property
-    def index(self) -> dict:
-        if self._index is None:
-            self._index = dict(zip(self.tree.labels.tolist(), range(self.tree.n_classes)))
-        return self._index
-
-    def __contains__(self, value: Any) -> bool:
-        try:
-            return value in self.index
-        except TypeError:
-            return False
-
-    def ids(self, values: np.ndarray, name: str) -> np.ndarray:
-        values = values.reshape(-1)
-        if self.tree.labels.dtype.kind in "iu" and values.dtype.kind in "iu":
-            try:
-                return np.asarray(self.tree.to_ids(values), dtype=np.int64)
-            except (KeyError, ValueError) as exc:
-                msg = str(exc.args[0]) if exc.args else str(exc)
-                raise UnknownLabelError(f"{name}: {msg}") from exc
-        items = values.tolist()
-        try:
-            ids = np.fromiter(map(self.index.get, items, repeat(-1)), dtype=np.int64, count=len(items))
-        except TypeError as exc:  # unhashable entries
-            raise TypeError(f"{name} holds values that cannot be labels: {exc}") from exc
-        missing = ids < 0
-        if missing.any():
-            unknown = list(dict.fromkeys(values[missing].tolist()))
-            noun = "label is" if len(unknown) == 1 else "labels are"
-            raise UnknownLabelError(f"{name}: {len(unknown)} {noun} not a class of the tree: {describe_some(unknown)}")
-        return ids
-
-
-def _pad_mask(values: np.ndarray, pad_label: Any, labels: _LabelIndex | None) -> np.ndarray:
-    """True where ``values`` holds a pad (see :func:`check_paths` for the rules)."""
-    kind = values.dtype.kind
-    if pad_label is not None:
-        if kind in "iufb" and not isinstance(pad_label, numbers.Number):
-            return np.zeros(values.shape, dtype=bool)
-        if kind in "US" and not isinstance(pad_label, (str, bytes)):
-            return np.zeros(values.shape, dtype=bool)
-        if isinstance(pad_label, float) and np.isnan(pad_label):
-            return values != values if kind in "fO" else np.zeros(values.shape, dtype=bool)
-        return np.asarray(values == pad_label, dtype=bool).reshape(values.shape)
-    # Automatic pads: the classifier's defaults ("" for strings, -1 for ints), None and NaN,
-    # minus any candidate that is a label of the tree (then the user must name the pad).
-    if kind in "iu":
-        candidates: list[Any] = [-1]
-    elif kind == "f":
-        candidates = [-1, float("nan")]
-    elif kind in "US":
-        candidates = ["" if kind == "U" else b""]
-    elif kind == "O":
-        candidates = [None, "", -1, float("nan")]
-        if labels is not None:
-            # Each candidate is a pass over an object array: try only those of the label type.
-            label_kind = labels.tree.labels.dtype.kind
-            candidates = [None, -1] if label_kind in "iu" else [None, ""]
-    else:
-        return np.zeros(values.shape, dtype=bool)
-    if labels is not None:
-        candidates = [c for c in candidates if c is None or (isinstance(c, float) and np.isnan(c)) or c not in labels]
-    mask = np.zeros(values.shape, dtype=bool)
-    for cand in candidates:
-        if cand is None:
-            mask |= np.asarray(values == None, dtype=bool).reshape(values.shape)  # noqa: E711 (elementwise)
-        elif isinstance(cand, float):
-            mask |= values != values
-        else:
-            mask |= np.asarray(values == cand, dtype=bool).reshape(values.shape)
-    return mask
 
 
 def _use_ids(arr: np.ndarray, tree: Any, input_type: str) -> bool:
@@ -182,7 +73,7 @@ def _check_ids(values: np.ndarray, tree: Any, name: str) -> np.ndarray:
     return ids
 
 
-def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_type: str, labels: _LabelIndex) -> np.ndarray:
+def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_type: str, labels: LabelIndex) -> np.ndarray:
     """Check one input against the tree; return its node-id paths ``(n, tree.n_levels)``.
 
     A 2-D path is identified by its deepest entry, so only ``n`` labels are looked up; the
@@ -196,7 +87,7 @@ def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_typ
         # same as labels, so reading it as labels is never wrong and accepts (n, 1) targets.
         arr = arr[:, 0]
     use_ids = _use_ids(arr, tree, input_type)
-    pad = _id_pad_mask(arr, name) if use_ids else _pad_mask(arr, pad_label, labels)
+    pad = id_pad_mask(arr, name) if use_ids else metric_pad_mask(arr, pad_label, labels)
     if arr.ndim == 1:
         last, has = arr, ~pad
         depth = None
@@ -231,14 +122,6 @@ def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_typ
             f"{arr[row].tolist()}; the path of {tree.labels[node]!r} (id {node}) is {true_path}"
         )
     return paths
-
-
-def _id_pad_mask(arr: np.ndarray, name: str) -> np.ndarray:
-    if arr.dtype.kind in "iu":
-        return arr < 0
-    if arr.dtype.kind == "f":
-        return (arr < 0) | np.isnan(arr)
-    raise TypeError(f"{name} holds node ids but has dtype {arr.dtype}; node ids are integers")
 
 
 def _codes(values: np.ndarray) -> np.ndarray:
@@ -316,7 +199,8 @@ def check_paths(
     ----------
     y_true, y_pred : array-like of shape (n_samples,) or (n_samples, n_columns)
         1-D: one label (or node id) per sample, at any depth; needs ``tree``.
-        2-D: ancestral paths from the top level down, right-padded with ``pad_label``.
+        2-D: ancestral paths from the top level down, right-padded with ``pad_label``; a
+        list of lists may be ragged (its short rows are padded).
         NumPy, lists, pandas, torch (CPU or CUDA) and CuPy arrays are accepted.
     tree : Tree, default=None
         The class tree. Without it both inputs must be 2-D paths, and nodes are identified
@@ -346,8 +230,8 @@ def check_paths(
     """
     if input_type not in _INPUT_TYPES:
         raise ValueError(f"input_type must be one of {_INPUT_TYPES}, got {input_type!r}")
-    true_arr = _host(y_true, "y_true")
-    pred_arr = _host(y_pred, "y_pred")
+    true_arr = host_labels_or_paths(y_true, "y_true", pad_label)
+    pred_arr = host_labels_or_paths(y_pred, "y_pred", pad_label)
     if true_arr.shape[0] != pred_arr.shape[0]:
         raise ValueError(
             f"y_true and y_pred have different numbers of samples: {true_arr.shape[0]} and {pred_arr.shape[0]}"
@@ -358,7 +242,7 @@ def check_paths(
     if tree is not None:
         if not (hasattr(tree, "paths") and hasattr(tree, "to_ids")):
             raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
-        labels = _LabelIndex(tree)
+        labels = LabelIndex(tree)
         true = _tree_paths(true_arr, tree, "y_true", pad_label, input_type, labels)
         pred = _tree_paths(pred_arr, tree, "y_pred", pad_label, input_type, labels)
         return true, pred, weight
@@ -369,9 +253,9 @@ def check_paths(
                 "without a tree pass both y_true and y_pred as 2-D padded paths"
             )
     if input_type == "ids":
-        pads = [_id_pad_mask(true_arr, "y_true"), _id_pad_mask(pred_arr, "y_pred")]
+        pads = [id_pad_mask(true_arr, "y_true"), id_pad_mask(pred_arr, "y_pred")]
     else:
-        pads = [_pad_mask(true_arr, pad_label, None), _pad_mask(pred_arr, pad_label, None)]
+        pads = [metric_pad_mask(true_arr, pad_label, None), metric_pad_mask(pred_arr, pad_label, None)]
     _check_contiguous(pads[0], "y_true", true_arr)
     _check_contiguous(pads[1], "y_pred", pred_arr)
     true, pred = _factorize_prefixes([true_arr, pred_arr], pads)

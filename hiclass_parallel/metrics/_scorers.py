@@ -351,10 +351,7 @@ def _allow_scoring_names(names: list[str]) -> int:
     seen: set[int] = set()
     for module_name in _SCORING_MODULES + _SCORING_MODULES_IF_LOADED:
         if module_name in _SCORING_MODULES:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError:  # pragma: no cover
-                continue
+            module = importlib.import_module(module_name)
         elif module_name in sys.modules:
             module = sys.modules[module_name]
         else:
@@ -378,43 +375,63 @@ def _allow_scoring_names(names: list[str]) -> int:
 
 
 def register_scorers() -> list[str]:
-    """Make the hierarchical scorer names known to scikit-learn.
+    """Make the hierarchical scorer names known to scikit-learn, on request.
 
     Afterwards a name works wherever scikit-learn takes one:
     ``GridSearchCV(..., scoring="hierarchical_f1")``,
     ``cross_validate(..., scoring=["hierarchical_f1", "exact_path_accuracy"])``,
-    ``sklearn.metrics.get_scorer("hierarchical_f1")``. Importing
-    :mod:`hiclass_parallel.metrics` calls it; calling it again does nothing more. Names
-    scikit-learn already has are left alone.
+    ``sklearn.metrics.get_scorer("hierarchical_f1")``. Importing the package does not call
+    it: call it once, before passing names; calling it again does nothing more. Names
+    scikit-learn already has are left alone. Without it, pass scorer objects
+    (:func:`get_scorer`, :func:`get_scorers`), which always work, or ``scoring=None`` with
+    :class:`~hiclass_parallel.estimators.HierarchicalClassifier`, whose ``score`` is the
+    hierarchical F1.
 
-    scikit-learn has no public registry, so this adds the scorers to its private table
-    of scorers and their names to the sets its parameter validation checks ``scoring``
-    strings against: those of :mod:`sklearn.model_selection` and :mod:`sklearn.metrics`,
-    and of :mod:`sklearn.inspection` and :mod:`sklearn.feature_selection` if they are
-    imported already (else call this again after importing them). Should a future
-    scikit-learn change those internals, names may stop working; scorer objects from
-    :func:`get_scorer` always work.
+    scikit-learn has no public registry of scorer names, so this adds the scorers to its
+    private table of scorers and their names to the sets its parameter validation checks
+    ``scoring`` strings against: those of :mod:`sklearn.model_selection` and
+    :mod:`sklearn.metrics`, and of :mod:`sklearn.inspection` and
+    :mod:`sklearn.feature_selection` if they are imported already (else call this again
+    after importing them). The tests check it against the scikit-learn in use.
 
     Returns
     -------
     list of str
-        The names now registered (empty if scikit-learn's table could not be found).
+        The names now registered.
+
+    Raises
+    ------
+    RuntimeError
+        When scikit-learn's internals are not what this relies on (a version that moved
+        them): use scorer objects from :func:`get_scorer` instead.
+
+    Examples
+    --------
+    >>> from sklearn.metrics import get_scorer as sklearn_get_scorer
+    >>> "hierarchical_f1" in register_scorers()
+    True
+    >>> sklearn_get_scorer("hierarchical_f1")
+    make_hierarchical_scorer(hierarchical_f1_score)
     """
-    try:
-        from sklearn.metrics import _scorer as sk_scorer
-    except ImportError:  # pragma: no cover
-        return []
+    import sklearn
+    from sklearn.metrics import _scorer as sk_scorer
+
     registry = getattr(sk_scorer, "_SCORERS", None)
-    if not isinstance(registry, dict):  # pragma: no cover
-        return []
+    if not isinstance(registry, dict):
+        raise RuntimeError(
+            f"scikit-learn {sklearn.__version__} has no scorer table sklearn.metrics._scorer._SCORERS: "
+            "scorer names cannot be registered; pass scoring=hiclass_parallel.metrics.get_scorer(name)"
+        )
     names: list[str] = []
     for name, scorer in _SCORERS.items():
         if name not in registry:
             registry[name] = scorer
         if registry[name] is scorer:
             names.append(name)
-    try:
-        _allow_scoring_names(names)
-    except Exception:  # pragma: no cover - never let a private-API change break the import
-        pass
+    if _allow_scoring_names(names) == 0:
+        raise RuntimeError(
+            f"scikit-learn {sklearn.__version__} validates scoring= differently than expected: no "
+            "StrOptions of scorer names found in sklearn.model_selection; pass "
+            "scoring=hiclass_parallel.metrics.get_scorer(name)"
+        )
     return names

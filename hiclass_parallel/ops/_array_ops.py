@@ -1,5 +1,6 @@
-"""The array operations of the lean engine's kernels, for each kind of array, and how a batch
-is split into row chunks run on a thread pool (CPU) or processed whole (GPU).
+"""The array operations the bucketed kernels (:mod:`._bucketed`) are written with, for each
+kind of array, and how a batch is split into row chunks run on a thread pool (CPU) or
+processed whole (GPU). Which kind serves an array is decided in :mod:`._backends`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._backend import array_namespace, device, is_cupy_array, is_numpy_array, is_torch_array
-from ._layout import _Layout
+from ._layout import Layout
 
 # On the CPU the rows are processed in chunks whose gathered layout takes about this many
 # bytes: the chunk stays in cache through the max / exp / sum passes, and buffers of this
@@ -24,7 +25,7 @@ _CPU_MIN_CHUNK_BYTES = 2 << 20
 
 
 # ---------------------------------------------------------------------------- array kinds
-class _Ops:
+class ArrayOps:
     """The array operations the kernels need, for one kind of array.
 
     Three kinds: torch (CPU or CUDA), NumPy-like (NumPy, CuPy: ``out=`` and views) and any
@@ -34,6 +35,8 @@ class _Ops:
 
     chunked = False
     parallel = False
+    #: Whether the ``_`` methods work in place and ``out=`` is real (else one functional block).
+    in_place = False
 
     def __init__(self, xp: Any):
         self.xp = xp
@@ -153,8 +156,10 @@ class _Ops:
         return xp.take_along_axis(v, xp.expand_dims(idx, axis=1), axis=1)[:, 0]
 
 
-class _NumpyOps(_Ops):
+class NumpyOps(ArrayOps):
     """NumPy and CuPy: real ``out=`` arguments and views, chunked on the CPU."""
+
+    in_place = True
 
     def __init__(self, module: Any, chunked: bool):
         super().__init__(module)
@@ -265,8 +270,10 @@ class _NumpyOps(_Ops):
 _NUMPY_FLOATS: Any = None
 
 
-class _TorchOps(_Ops):
+class TorchOps(ArrayOps):
     """torch, CPU (chunked) or CUDA (one chunk); never builds an autograd graph itself."""
+
+    in_place = True
 
     def __init__(self, like: Any):
         import torch
@@ -371,7 +378,7 @@ class _TorchOps(_Ops):
     def argmax_rows(self, v):
         # torch's CPU argmax is not vectorised (about 9x slower than amax); NumPy's is, and
         # a CPU tensor shares its memory with NumPy for free.
-        if v.device.type == "cpu" and v.dtype in _torch_numpy_floats() and not v.requires_grad:
+        if v.device.type == "cpu" and v.dtype in torch_numpy_floats() and not v.requires_grad:
             return self.xp.from_numpy(np.ascontiguousarray(v.numpy().argmax(1)).astype(np.int64, copy=False))
         return v.argmax(1)
 
@@ -379,7 +386,7 @@ class _TorchOps(_Ops):
         return v.gather(1, idx.unsqueeze(1)).squeeze(1)
 
 
-class _TorchGradOps(_Ops):
+class TorchGradOps(ArrayOps):
     """torch, purely functional: every step is recorded by autograd."""
 
     def __init__(self) -> None:
@@ -400,19 +407,19 @@ class _TorchGradOps(_Ops):
         return like.new_zeros(shape)
 
 
-def _ops_for(x: Any) -> _Ops:
+def ops_for(x: Any) -> ArrayOps:
     if is_torch_array(x):
-        return _TorchOps(x)
+        return TorchOps(x)
     if is_numpy_array(x):
-        return _NumpyOps(np, chunked=True)
+        return NumpyOps(np, chunked=True)
     if is_cupy_array(x):
         import cupy
 
-        return _NumpyOps(cupy, chunked=False)
-    return _Ops(array_namespace(x))
+        return NumpyOps(cupy, chunked=False)
+    return ArrayOps(array_namespace(x))
 
 
-def _row_chunks(ops: _Ops, n_rows: int, lay: _Layout, itemsize: int) -> list[tuple[int, int]]:
+def _row_chunks(ops: ArrayOps, n_rows: int, lay: Layout, itemsize: int) -> list[tuple[int, int]]:
     """Row ranges of the chunks: about ``_CPU_CHUNK_BYTES`` of layout each on the CPU, and a
     multiple of the worker threads, so the threads get equal shares."""
     if n_rows == 0:
@@ -445,7 +452,7 @@ def _n_threads() -> int:
     return cpus
 
 
-def _map_chunks(ops: _Ops, fn: Any, n_rows: int, lay: _Layout, itemsize: int) -> list:
+def map_chunks(ops: ArrayOps, fn: Any, n_rows: int, lay: Layout, itemsize: int) -> list:
     """``[fn(a, b) for each chunk]``, the CPU chunks spread over a thread pool.
 
     NumPy releases the GIL inside its loops, so the chunks run in parallel, and, unlike
@@ -464,17 +471,7 @@ def _map_chunks(ops: _Ops, fn: Any, n_rows: int, lay: _Layout, itemsize: int) ->
     return list(_POOL[1].map(lambda r: fn(*r), ranges))
 
 
-def _numpy_backed(x: Any) -> bool:
-    """A CPU torch tensor that NumPy can view without a copy."""
-    return (
-        is_torch_array(x)
-        and x.device.type == "cpu"
-        and x.dtype in _torch_numpy_floats()
-        and not (x.is_conj() or x.is_neg())
-    )
-
-
-def _torch_numpy_floats() -> tuple:
+def torch_numpy_floats() -> tuple:
     global _NUMPY_FLOATS
     if _NUMPY_FLOATS is None:
         import torch
@@ -483,25 +480,7 @@ def _torch_numpy_floats() -> tuple:
     return _NUMPY_FLOATS
 
 
-def _kernel_inputs(x: Any, lay: _Layout, arr: Mapping[str, Any]) -> tuple[_Ops, Any, Mapping[str, Any], Any]:
-    """How the no-grad kernels run on ``x``: ``(ops, array, layout arrays, back)``.
-
-    CPU torch tensors run through NumPy views of their memory (no copy; see
-    :func:`_map_chunks` for why), ``back`` turns results into tensors again. Everything
-    else runs in its own namespace.
-    """
-    if _numpy_backed(x):
-        import torch
-
-        return _NumpyOps(np, chunked=True), x.detach().numpy(), lay.host, torch.from_numpy
-    return _ops_for(x), x, arr, _identity
-
-
-def _identity(x: Any) -> Any:
-    return x
-
-
-def _itemsize(x: Any) -> int:
+def itemsize(x: Any) -> int:
     if is_torch_array(x):
         return x.element_size()
     try:

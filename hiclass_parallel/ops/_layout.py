@@ -1,6 +1,10 @@
 """The host layout of the lean engine: for one ``(tree, partition, stop)``, where every column
 goes so that each group is contiguous, and how groups share size buckets. Computed once with
-NumPy and cached on the tree; its arrays are copied once per device.
+NumPy and cached on the tree (:meth:`Tree.cached`); its arrays are copied once per device.
+
+The group plan (every group's members, contiguous, and where each group starts) is built here
+once; the C and Triton kernels derive their plans from it (``members``, ``group_starts``) and
+keep them in :attr:`Layout.plans`, one per device.
 """
 
 from __future__ import annotations
@@ -18,17 +22,14 @@ from ..tree import PAD, PARTITIONS, Tree
 # this adds is cheaper than the calls it saves.
 _BUCKET_OVERHEAD = 512
 
-_CACHE_TAG = "hiclass_parallel.ops.groups"
-
-
-def _check_partition(partition: str) -> None:
+def check_partition(partition: str) -> None:
     if partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
 
 
 # ---------------------------------------------------------------------------- host layout
 @dataclass(frozen=True, eq=False)
-class _Layout:
+class Layout:
     """Everything the kernels need about one (tree, partition, stop), computed once on the host."""
 
     partition: str
@@ -43,7 +44,7 @@ class _Layout:
     n_leaves_at: tuple[int, ...]  # leaves of each depth (they come first in its block)
     log_masked_level: tuple[float, ...]  # log(n_outputs - size) of each depth's group
     host: dict[str, np.ndarray]
-    plans: dict[str, Any] = field(default_factory=dict)  # "native" / a CUDA device -> its kernel plan
+    plans: dict[Any, Any] = field(default_factory=dict)  # a backend's kernel plan, by (backend, device)
 
 
 def _plan_buckets(sizes: np.ndarray) -> list[np.ndarray]:
@@ -74,7 +75,7 @@ def _plan_buckets(sizes: np.ndarray) -> list[np.ndarray]:
     return [groups_of[bounds[i]:bounds[j]] for i, j in reversed(cuts)]
 
 
-def _build_layout(tree: Tree, partition: str, stop: bool) -> _Layout:
+def _build_layout(tree: Tree, partition: str, stop: bool) -> Layout:
     C, L = tree.n_classes, tree.n_levels
     groups = tree.groups(partition).astype(np.int64)
     G = int(groups.max()) + 1
@@ -82,9 +83,11 @@ def _build_layout(tree: Tree, partition: str, stop: bool) -> _Layout:
     col_group = np.concatenate([groups, np.arange(1, G, dtype=np.int64)]) if stop else groups
     sizes = np.bincount(col_group, minlength=G)
 
-    # Layout: every group's columns contiguous (ascending column), groups bucketed by size.
+    # The group plan: every group's columns contiguous (ascending column), group after group.
     members = np.argsort(col_group, kind="stable")
-    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    group_starts = np.concatenate([[0], np.cumsum(sizes)])
+    first = group_starts[:-1]
+    # The bucketed layout: groups of similar size side by side in dense blocks.
     src_parts, buckets, gorder = [], [], []
     offset = 0
     for gk in _plan_buckets(sizes):
@@ -135,6 +138,9 @@ def _build_layout(tree: Tree, partition: str, stop: bool) -> _Layout:
     paths_ext = np.concatenate([tree.paths.astype(np.int64), np.full((1, L), PAD, dtype=np.int64)])
     host = {
         "col_group": col_group,
+        "members": members,
+        "group_starts": group_starts,
+        "group_sizes": sizes,
         "src": np.where(src < 0, 0, src),
         "src_ext": np.where(src < 0, n_out, src),  # pads read an appended -inf column
         "pad": pad,
@@ -152,7 +158,7 @@ def _build_layout(tree: Tree, partition: str, stop: bool) -> _Layout:
     }
     for value in host.values():
         value.flags.writeable = False
-    return _Layout(
+    return Layout(
         partition=partition,
         stop=stop,
         n_classes=C,
@@ -168,27 +174,19 @@ def _build_layout(tree: Tree, partition: str, stop: bool) -> _Layout:
     )
 
 
-def _layout(tree: Tree, partition: str, stop: bool) -> _Layout:
+def layout(tree: Tree, partition: str, stop: bool) -> Layout:
     """The host layout of ``(tree, partition, stop)``, cached on the tree."""
-    _check_partition(partition)
-    key = (_CACHE_TAG, "layout", partition, bool(stop))
-    cache = tree._device_cache
-    if key not in cache:
-        cache[key] = _build_layout(tree, partition, bool(stop))
-    return cache[key]
+    check_partition(partition)
+    return tree.cached((__name__, "layout", partition, bool(stop)), lambda: _build_layout(tree, partition, bool(stop)))
 
 
-def _device_arrays(tree: Tree, lay: _Layout, like: Any) -> dict[str, Any]:
+def device_arrays(tree: Tree, lay: Layout, like: Any) -> dict[str, Any]:
     """The layout's arrays in the namespace and on the device of ``like``, cached on the tree."""
-    xp = array_namespace(like)
-    key = (_CACHE_TAG, "arrays", lay.partition, lay.stop, xp.__name__, str(device(like)))
-    cache = tree._device_cache
-    if key not in cache:
-        cache[key] = _layout_arrays(lay, like)
-    return cache[key]
+    key = (__name__, "arrays", lay.partition, lay.stop, array_namespace(like).__name__, str(device(like)))
+    return tree.cached(key, lambda: layout_arrays(lay, like))
 
 
-def _layout_arrays(lay: _Layout, like: Any) -> dict[str, Any]:
+def layout_arrays(lay: Layout, like: Any) -> dict[str, Any]:
     """Copies of a layout's host arrays in the namespace and on the device of ``like``."""
     if is_numpy_array(like):
         return dict(lay.host)

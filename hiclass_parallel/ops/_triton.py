@@ -19,19 +19,26 @@ Four kernels:
   log-probabilities along the tree's (transposed) path matrix, optionally with each internal
   node's stop term; or, for decoding, only the best candidate of each tile of nodes per row.
 
-Used only for CUDA torch tensors when Triton can be imported (torch's CUDA wheels ship it);
-``HICLASS_PARALLEL_TRITON=0`` turns them off. Everything else, CPU and CuPy included, uses the
-kernels of :mod:`hiclass_parallel.ops.groups`; GPU tests compare the two.
+Used only for CUDA torch tensors when Triton is installed (torch's CUDA wheels ship it):
+:class:`TritonBackend`; ``HICLASS_PARALLEL_TRITON=0`` turns them off. Everything else, CPU and
+CuPy included, uses the bucketed kernels (:mod:`._bucketed`); GPU tests compare the two.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ..tree import PAD
+from ._array_ops import TorchOps
+from ._bucketed import BucketedBackend
+from ._layout import Layout
 
 # Size classes of the segment kernel: (largest group size, tile width, groups per program).
 # Groups above the last bound loop over their members in tiles of 1024, one program each.
@@ -46,13 +53,15 @@ COMBINE_MINUS, COMBINE_EXP_MINUS, COMBINE_BACKWARD = 0, 1, 2
 
 @functools.lru_cache(maxsize=1)
 def _kernels() -> Any:
-    """The kernel module (compiled per signature on first call), or ``None`` without Triton."""
-    if os.environ.get("HICLASS_PARALLEL_TRITON", "1") == "0":
+    """The kernel module (compiled per signature on first call), or ``None`` without Triton.
+
+    Where Triton is installed, an error importing the kernels is a bug and is raised, not
+    turned into the slower torch-op route.
+    """
+    if os.environ.get("HICLASS_PARALLEL_TRITON", "1") == "0" or importlib.util.find_spec("triton") is None:
         return None
-    try:
-        from . import _triton_kernels
-    except Exception:  # not installed, or a broken install: the torch-op route still works
-        return None
+    from . import _triton_kernels
+
     return _triton_kernels
 
 
@@ -77,16 +86,14 @@ class SegmentPlan:
     all_nodes: Any  # int8 (C,): all 1
 
 
-def build_plan(col_group: np.ndarray, n_groups: int, paths: np.ndarray, leaves: np.ndarray, like: Any) -> SegmentPlan:
-    """The plan of a column -> group map, a ``(C, L)`` path matrix and the leaf ids, with its
-    arrays on ``like``'s device."""
+def _build_plan(lay: Layout, like: Any) -> SegmentPlan:
+    """The plan of a layout (its group plan, its paths and leaves) on ``like``'s device."""
     import torch
 
-    sizes = np.bincount(col_group, minlength=n_groups)
+    host, n_groups = lay.host, lay.n_groups
+    sizes, starts, by_group = host["group_sizes"], host["group_starts"], host["members"]
     gid = np.argsort(sizes, kind="stable")  # ascending size, then group id
-    by_group = np.argsort(col_group, kind="stable")  # members of each group, ascending column
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    members = np.concatenate([by_group[starts[g]:starts[g] + sizes[g]] for g in gid]) if n_groups else by_group
+    members = np.concatenate([by_group[starts[g]:starts[g + 1]] for g in gid]) if n_groups else by_group
     ordered = sizes[gid]
     first = np.concatenate([[0], np.cumsum(ordered)[:-1]])
     launches, k0 = [], 0
@@ -97,6 +104,7 @@ def build_plan(col_group: np.ndarray, n_groups: int, paths: np.ndarray, leaves: 
         k0 = k1
     if k0 < n_groups:
         launches.append((k0, n_groups - k0, int(ordered[-1]), _LOOP_TILE, 1))
+    paths = host["paths_ext"][: lay.n_classes]
     dev = like.device
 
     def put(a: np.ndarray, dtype: Any) -> Any:
@@ -110,9 +118,17 @@ def build_plan(col_group: np.ndarray, n_groups: int, paths: np.ndarray, leaves: 
         launches=tuple(launches),
         n_groups=n_groups,
         paths_t=put(paths.T, torch.int32),
-        leaf=put(np.isin(np.arange(paths.shape[0]), leaves), torch.int8),
+        leaf=put(np.isin(np.arange(paths.shape[0]), host["leaves"]), torch.int8),
         all_nodes=put(np.ones(paths.shape[0]), torch.int8),
     )
+
+
+def plan_for(lay: Layout, like: Any) -> SegmentPlan:
+    """The layout's plan on ``like``'s device, built once per device."""
+    key = ("triton", str(like.device))
+    if key not in lay.plans:
+        lay.plans[key] = _build_plan(lay, like)
+    return lay.plans[key]
 
 
 def _acc(kern: dict[str, Any], dtype: Any) -> Any:
@@ -273,3 +289,72 @@ def _sample_rows_args(
             arrays["depth"], arrays["paths_ext"].shape[0] - 1)
     constants = dict(L=n_levels, LP=max(2, 1 << (n_levels - 1).bit_length()), STOP=stop, ACC=_acc(kern, dtype))
     return rows, constants
+
+
+# ---------------------------------------------------------------------------- the backend
+class TritonBackend(BucketedBackend):
+    """CUDA torch tensors on the fused kernels: every primitive in two or three launches."""
+
+    fuses_loss = True
+
+    def __init__(self, like: Any):
+        super().__init__("triton", TorchOps(like))
+
+    def lse(self, x: Any, lay: Layout, arr: Mapping[str, Any], mv: float | None) -> Any:
+        lse = segment_reduce(x, plan_for(lay, x), lse=True)
+        if mv is not None:
+            import torch
+
+            lse = torch.logaddexp(lse, arr["log_masked"].to(lse.dtype) + mv)
+        return lse
+
+    def log_softmax(self, x: Any, lay: Layout, arr: Mapping[str, Any], mv: float | None) -> Any:
+        return combine(COMBINE_MINUS, x, self.lse(x, lay, arr, mv), arr["col_group"])
+
+    def log_softmax_backward(self, out: Any, grad: Any, lay: Layout, arr: Mapping[str, Any]) -> Any:
+        sums = segment_reduce(grad, plan_for(lay, out), lse=False)
+        return combine(COMBINE_BACKWARD, out, sums, arr["col_group"], b=grad)
+
+    def exp_minus(self, x: Any, shift: Any, lay: Layout, arr: Mapping[str, Any], row_sign: Any = None) -> Any:
+        return combine(COMBINE_EXP_MINUS, x, shift, arr["col_group"], row_sign=row_sign)
+
+    def node_log_probs(self, x: Any, lay: Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool) -> Any:
+        # every column's group log-probability (stop columns included), then one sum along
+        # each node's padded path: the level-by-level loop of the bucketed kernels in one launch
+        logp_t = log_probs_transposed(x, self.lse(x, lay, arr, mv), arr["col_group"])
+        return path_sums(logp_t, plan_for(lay, x), arr["stop_col"] if terminal else None)
+
+    def best_nodes(
+        self, x: Any, lay: Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool, log_t: float | None
+    ) -> tuple[Any, Any]:
+        """Without a threshold each tile of nodes keeps its best candidate per row inside the
+        path-sum kernel (no ``(B, C)`` result); with one, the ``(B, C)`` joint log-probabilities
+        are reduced here. Ties go to the lowest id."""
+        import torch
+
+        if log_t is None:
+            logp_t = log_probs_transposed(x, self.lse(x, lay, arr, mv), arr["col_group"])
+            stop_col = arr["stop_col"] if terminal else None
+            return best_nodes(logp_t, plan_for(lay, x), stop_col, leaves_only=not terminal)
+        joint = self.node_log_probs(x, lay, arr, mv, False)
+        # Path probabilities never grow along a path: cut at the deepest depth holding a node at
+        # or above the threshold, at that depth's best node.
+        depth = arr["depth"]
+        deepest = torch.where(joint >= log_t, depth, -1).amax(1, keepdim=True)
+        at_depth = torch.where(depth == deepest, joint, -torch.inf)
+        pos = at_depth.argmax(1, keepdim=True)
+        found = deepest.squeeze(1) >= 0
+        value = at_depth.gather(1, pos).squeeze(1)
+        return torch.where(found, pos.squeeze(1), PAD), torch.where(found, value, 0.0)
+
+    def cross_entropy_forward(
+        self, x: Any, nodes: Any, lay: Layout, arrays: Mapping[str, Any], mv: float | None, stop: bool
+    ) -> tuple[Any, Any, Any]:
+        """``(lse, per-sample loss, per-sample weight sum)`` of the loss's labelled rows."""
+        lse = self.lse(x, lay, arrays, mv)
+        return (lse, *cross_entropy_forward(x, lse, nodes, arrays, lay.n_levels, stop))
+
+    def cross_entropy_backward(
+        self, x: Any, lse: Any, nodes: Any, grad: Any, lay: Layout, arrays: Mapping[str, Any], stop: bool
+    ) -> Any:
+        return cross_entropy_backward(x, lse, nodes, grad, arrays, lay.n_levels, stop)

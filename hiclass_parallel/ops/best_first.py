@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from ..tree import PAD, Tree
-from .groups import _check_semantics
+from ._engine import check_semantics
 from .sibling_paths import ScoreFn, expand_rows, segment_logsumexp, sibling_plan
 
 __all__ = ["best_first_paths"]
@@ -124,7 +124,7 @@ def best_first_paths(
     """
     import torch
 
-    _check_semantics(semantics, stop)
+    check_semantics(semantics, stop)
     device = like.device if like is not None else torch.device("cpu")
     plan = sibling_plan(tree, stop)
     C = plan.n_classes

@@ -20,100 +20,20 @@ Ties are broken deterministically: the candidate with the lowest node id wins, a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .._backend import array_namespace, device, is_numpy_array, is_torch_array
-from ..tree import PAD, Tree
-from . import _triton
-from ._array_ops import _itemsize, _kernel_inputs, _map_chunks, _Ops, _ops_for
-from ._layout import _device_arrays, _Layout
-from .groups import (
-    _check_semantics,
-    _fused,
-    _fused_lse,
-    _fused_plan,
-    _joint_levels,
-    _node_log_probs_2d,
-    _normalise_mask_value,
-    _prepare,
-    node_log_probs,
-)
+from ..tree import Tree
+from ._engine import check_semantics, ops_for, prepare, restore
+from .groups import node_log_probs
 
 __all__ = ["best_paths", "topk_paths", "node_log_probs"]
 
 
 def _no_grad(x: Any) -> Any:
     return x.detach() if is_torch_array(x) else x
-
-
-def _best_rows(
-    ops: _Ops, x: Any, lay: _Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool, log_t: float | None
-) -> tuple[Any, Any]:
-    """Winning node id ``(rows,)`` (``-1`` for none) and its score, for a block of rows.
-
-    The candidates of each depth form at most two contiguous *segments* of the depth order
-    (its leaves, its internal nodes), each in ascending id order, so a first-occurrence argmax
-    per segment and the lowest id among the segments that reach the maximum give the
-    lowest-id winner without any ``(rows, C)`` result.
-    """
-    C, bounds = lay.n_classes, lay.level_bounds
-    levels = _joint_levels(ops, x, lay, arr, mv, terminal and log_t is None)
-    values, ids, seg_depth = [], [], []
-    for d, (joint, stop) in enumerate(levels):
-        a, b = bounds[d], bounds[d + 1]
-        m = a + lay.n_leaves_at[d]
-        segments = []
-        if m > a:
-            segments.append((joint[:, :m - a], a, m))
-        if b > m and (terminal or log_t is not None):
-            segments.append((joint[:, m - a:] if log_t is not None else stop, m, b))
-        for v, start, end in segments:
-            pos = ops.argmax_rows(v)
-            values.append(ops.take_rows(v, pos))
-            ids.append(ops.take1(arr["order"][start:end, ...], pos))
-            seg_depth.append(d)
-    V = ops.stack(values, 1)  # (rows, segments)
-    I = ops.stack(ids, 1)
-    if log_t is None:
-        value = ops.max(V, 1)
-        node = ops.min(ops.where(V == ops.expand(value, 1), I, C), 1)
-        return node, value
-    # Path log-probabilities never grow along a path, so the depths holding a node at or
-    # above the threshold are a prefix: cut at the deepest, at its best node (lowest id on ties).
-    depth_of = ops.index_array(seg_depth, I)
-    deepest = ops.max(ops.where(V >= log_t, depth_of, -1), 1)
-    at_depth = depth_of == ops.expand(deepest, 1)
-    value = ops.max(ops.where(at_depth, V, -math.inf), 1)
-    node = ops.min(ops.where(at_depth & (V == ops.expand(value, 1)), I, C), 1)
-    found = deepest >= 0
-    return ops.where(found, node, PAD), ops.where(found, value, 0.0)
-
-
-def _fused_best(
-    x: Any, lay: _Layout, arr: Mapping[str, Any], mv: float | None, terminal: bool, log_t: float | None
-) -> tuple[Any, Any]:
-    """:func:`_best_rows` for the fused CUDA route. Without a threshold each tile of nodes keeps
-    its best candidate per row inside the path-sum kernel (no ``(B, C)`` result); with one, the
-    ``(B, C)`` joint log-probabilities are reduced here. Ties go to the lowest id."""
-    import torch
-
-    if log_t is None:
-        logp_t = _triton.log_probs_transposed(x, _fused_lse(x, lay, arr, mv), arr["col_group"])
-        stop_col = arr["stop_col"] if terminal else None
-        return _triton.best_nodes(logp_t, _fused_plan(lay, x), stop_col, leaves_only=not terminal)
-    joint = _node_log_probs_2d(None, x, lay, arr, mv, False)
-    # Path probabilities never grow along a path: cut at the deepest depth holding a node at
-    # or above the threshold, at that depth's best node.
-    depth = arr["depth"]
-    deepest = torch.where(joint >= log_t, depth, -1).amax(1, keepdim=True)
-    at_depth = torch.where(depth == deepest, joint, -torch.inf)
-    pos = at_depth.argmax(1, keepdim=True)
-    found = deepest.squeeze(1) >= 0
-    value = at_depth.gather(1, pos).squeeze(1)
-    return torch.where(found, pos.squeeze(1), PAD), torch.where(found, value, 0.0)
 
 
 def best_paths(
@@ -181,33 +101,16 @@ def best_paths(
     >>> best_paths(scores, tree, "sibling", threshold=0.6)[0]
     array([[ 0,  3, -1]])
     """
-    _check_semantics(semantics, stop)
+    check_semantics(semantics, stop)
     log_t = None
     if threshold is not None:
         threshold = float(threshold)
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}")
         log_t = math.log(threshold) if threshold > 0 else -math.inf
-    x2, lead, lay = _prepare(_no_grad(scores), tree, partition, stop)
-    mv = _normalise_mask_value(mask_value)
-    ops, xk, arr, back = _kernel_inputs(x2, lay, _device_arrays(tree, lay, x2))
-    terminal = semantics == "terminal"
-    if _fused(x2):
-        node, value = _fused_best(x2, lay, arr, mv, terminal, log_t)
-    else:
-        results = _map_chunks(
-            ops, lambda a, b: _best_rows(ops, xk[a:b, ...], lay, arr, mv, terminal, log_t), xk.shape[0], lay,
-            _itemsize(xk),
-        )
-        if not results:
-            node = ops.to_int(ops.zeros((0,), xk))
-            value = ops.zeros((0,), xk)
-        else:
-            node, value = ops.concat([r[0] for r in results], 0), ops.concat([r[1] for r in results], 0)
-    paths = back(ops.take1(arr["paths_ext"], ops.where(node >= 0, ops.to_int(node), lay.n_classes)))
-    value = back(value)
-    xp = array_namespace(x2)
-    return xp.reshape(paths, (*lead, lay.n_levels)), xp.reshape(value, lead)
+    p = prepare(_no_grad(scores), tree, partition, stop, mask_value)
+    paths, value = p.backend.best_paths(p.x, p.lay, p.arr, p.mv, semantics == "terminal", log_t)
+    return restore(paths, p.lead, p.lay.n_levels), restore(value, p.lead)
 
 
 def _stable_topk(V: Any, k: int) -> Any:
@@ -288,28 +191,27 @@ def topk_paths(
     >>> np.exp(log_prob)
     array([0.25, 0.25, 0.25])
     """
-    _check_semantics(semantics, stop)
-    x2, lead, lay = _prepare(_no_grad(scores), tree, partition, stop)
-    arr = _device_arrays(tree, lay, x2)
-    n_cand = lay.n_classes if semantics == "terminal" else int(arr["leaves"].shape[0])
+    check_semantics(semantics, stop)
+    p = prepare(_no_grad(scores), tree, partition, stop, mask_value)
+    arr = p.arr
+    n_cand = p.lay.n_classes if semantics == "terminal" else int(arr["leaves"].shape[0])
     k = int(k)
     if not 1 <= k <= n_cand:
         what = "nodes" if semantics == "terminal" else "leaves"
         raise ValueError(f"k must be in [1, {n_cand}] (the tree has {n_cand} candidate {what}), got {k}")
-    ops, xk, arrk, back = _kernel_inputs(x2, lay, arr)
-    joint = back(_node_log_probs_2d(ops, xk, lay, arrk, _normalise_mask_value(mask_value), semantics == "terminal"))
-    ops = _ops_for(x2)
+    joint = p.backend.node_log_probs(p.x, p.lay, arr, p.mv, semantics == "terminal")
+    ops = ops_for(p.x)
     if semantics == "terminal":
         cand_ids, values = None, joint
     else:
         cand_ids, values = arr["leaves"], ops.take(joint, arr["leaves"])
     order = _stable_topk(values, k)  # (N, k) positions in `values`
-    xp = array_namespace(x2)
+    xp = array_namespace(p.x)
     flat = xp.reshape(order, (-1,))
     log_prob = _take_rows(values, order)
     nodes = flat if cand_ids is None else ops.take1(cand_ids, flat)
     paths = ops.take1(arr["paths_ext"], nodes)
-    return xp.reshape(paths, (*lead, k, lay.n_levels)), xp.reshape(log_prob, (*lead, k))
+    return xp.reshape(paths, (*p.lead, k, p.lay.n_levels)), xp.reshape(log_prob, (*p.lead, k))
 
 
 def _take_rows(values: Any, order: Any) -> Any:

@@ -215,18 +215,17 @@ def _flat_level_index(tree: Tree, like: Any) -> Any:
     scores: one buffer of ``8 * C`` bytes serves the whole scatter.
     """
     xp = array_namespace(like)
-    key = (xp.__name__, str(device(like)), "flat_level_index", "int64")
-    cache = tree._device_cache
-    if key not in cache:
+
+    def build() -> Any:
         import numpy as np
 
         host = tree.depth.astype(np.int64) * tree.n_classes + np.arange(tree.n_classes, dtype=np.int64)
         if is_numpy_array(like):
             host.flags.writeable = False
-            cache[key] = host
-        else:  # a private host copy: sharing its memory (torch on CPU) is safe
-            cache[key] = xp.asarray(host, device=device(like))
-    return cache[key]
+            return host
+        return xp.asarray(host, device=device(like))  # a private host copy: sharing it is safe
+
+    return tree.cached((__name__, "flat_level_index", xp.__name__, str(device(like))), build)
 
 
 def _empty_output(xp: Any, shape: tuple[int, ...], scores: Any) -> Any:

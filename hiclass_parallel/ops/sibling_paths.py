@@ -37,8 +37,6 @@ __all__ = ["SiblingPlan", "sibling_plan", "path_rows", "expand_rows", "segment_l
 #: ``score(samples, columns) -> scores``: scores of the given (sample, column) pairs, 1-D.
 ScoreFn = Callable[[Any, Any], Any]
 
-_CACHE_TAG = "hiclass_parallel.ops.sibling_paths"
-
 
 @dataclass(frozen=True, eq=False)
 class SiblingPlan:
@@ -137,11 +135,7 @@ def sibling_plan(tree: Tree, stop: bool) -> SiblingPlan:
     >>> plan.group_cols[plan.group_ptr[3]:plan.group_ptr[4]].tolist()  # children of node 3, its stop
     [6, 7, 8, 11]
     """
-    key = (_CACHE_TAG, bool(stop))
-    cache = tree._device_cache
-    if key not in cache:
-        cache[key] = _build_plan(tree, bool(stop))
-    return cache[key]
+    return tree.cached((__name__, bool(stop)), lambda: _build_plan(tree, bool(stop)))
 
 
 def path_rows(plan: SiblingPlan, nodes: Any, terminal: bool) -> tuple[Any, Any, Any]:

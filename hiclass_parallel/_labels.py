@@ -1,0 +1,383 @@
+"""Reading labels: the one place that turns labels, padded paths and ragged paths into node ids.
+
+Used by the estimators (:class:`~hiclass_parallel.estimators.PathEncoder`, the classifier) and
+the metrics (:mod:`hiclass_parallel.metrics._paths`), so they accept the same inputs:
+
+- 1-D labels at any depth, or 2-D label paths from the top level down, right-padded: a 2-D
+  array or a list of lists, ragged lists right-padded with the pad label;
+- pad rules: the estimators' pad label (``-1`` for integer labels, ``""`` for strings,
+  ``None`` and NaN always; :func:`pad_mask`) and the metrics', which may also guess the pad
+  when none is named (:func:`metric_pad_mask`);
+- the "not a class of the tree" error (:meth:`UnknownLabelError.of`), raised by
+  :meth:`Tree.to_ids` and by the look-ups below alike.
+
+Integer labels in torch or CuPy arrays are mapped on their own device.
+"""
+
+from __future__ import annotations
+
+import numbers
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from ._backend import array_namespace, device, is_cupy_array, is_torch_array, to_numpy
+from .exceptions import UnknownLabelError, describe_some
+from .ops.paper import labels_to_paths
+from .tree import PAD, Tree
+
+
+def _ragged_rows(y: Any, pad: Any) -> np.ndarray | None:
+    """A ragged list of paths as an object array right-padded with ``pad``; ``None`` for
+    anything else (rectangular lists go through ``np.asarray``)."""
+    if not (isinstance(y, (list, tuple)) and y and all(isinstance(row, (list, tuple, np.ndarray)) for row in y)):
+        return None
+    lengths = {len(row) for row in y}
+    if len(lengths) == 1:
+        return None
+    out = np.empty((len(y), max(lengths)), dtype=object)
+    out[:] = pad
+    for i, row in enumerate(y):
+        out[i, : len(row)] = list(row)
+    return out
+
+
+def is_device_array(y: Any) -> bool:
+    return is_torch_array(y) or is_cupy_array(y)
+
+
+def default_pad_label(labels: np.ndarray) -> Any:
+    """The documented pad: ``-1`` for integer labels, ``""`` for strings, else ``None``."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "iu":
+        return -1
+    if labels.dtype.kind == "U" or (labels.dtype == object and all(isinstance(v, str) for v in labels.reshape(-1))):
+        return ""
+    return None
+
+
+def _is_none_or_nan(values: np.ndarray) -> np.ndarray:
+    if values.dtype != object:
+        return np.isnan(values) if values.dtype.kind == "f" else np.zeros(values.shape, dtype=bool)
+    # `values == None` compares elementwise on object arrays; NaN is the one value != itself.
+    return (values == None) | (values != values)  # noqa: E711
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+
+
+def same_label(value: Any, pad: Any) -> bool:
+    """``value == pad`` without cross-type matches (``0 == False``, ``1 == 1.0`` vs ``"1"``)."""
+    if isinstance(pad, str):
+        return isinstance(value, str) and value == pad
+    if _is_number(pad):
+        return _is_number(value) and value == pad
+    return type(value) is type(pad) and value == pad
+
+
+_same_label = np.frompyfunc(same_label, 2, 1)
+
+
+def pad_mask(values: np.ndarray, pad: Any) -> np.ndarray:
+    """True where a host array of labels holds the pad label (or None / NaN)."""
+    mask = _is_none_or_nan(values)
+    if pad is not None:
+        if values.dtype == object:
+            mask |= _same_label(values, pad).astype(bool)
+        elif values.dtype.kind in "iuf" and isinstance(pad, (int, float, np.number)) and not isinstance(pad, bool):
+            mask |= values == pad
+        elif values.dtype.kind == "U" and isinstance(pad, str):
+            mask |= values == pad
+    return mask
+
+
+def as_host_labels(y: Any, pad: Any = None) -> np.ndarray:
+    """``y`` as a host NumPy array of labels: 1-D labels or 2-D label paths.
+
+    Ragged lists of paths are right-padded with ``pad``. Strings become object arrays, so
+    they compare and hash like the tree's labels.
+    """
+    if is_device_array(y):
+        return to_numpy(y)
+    ragged = _ragged_rows(y, pad)
+    if ragged is not None:
+        return ragged
+    values = np.asarray(y)
+    if values.dtype.kind in "US":
+        values = values.astype(object)
+    return values
+
+
+def check_pad_not_a_label(tree: Tree, pad: Any) -> None:
+    if pad is None:
+        return
+    labels = tree.labels
+    if labels.dtype == object:
+        clash = bool(_same_label(labels, pad).astype(bool).any())
+    else:
+        clash = isinstance(pad, (int, np.integer)) and not isinstance(pad, bool) and bool((labels == pad).any())
+    if clash:
+        raise ValueError(f"pad_label {pad!r} is a label of the tree; choose a pad_label that is not a class")
+
+
+def label_paths_to_ids(values: np.ndarray, tree: Tree, pad: Any) -> np.ndarray:
+    """Node id (int64) of the last node of each host label path, checking each path.
+
+    ``values`` is 2-D, one path per row from the top level down, right-padded with ``pad``.
+    A row must be a prefix of an ancestral path of the tree: no gaps, no unknown labels,
+    each label a child of the one before.
+    """
+    n, width = values.shape
+    mask = pad_mask(values, pad)
+    if width > tree.n_levels:
+        deep = np.flatnonzero((~mask[:, tree.n_levels:]).any(axis=1))
+        if deep.size:
+            raise ValueError(
+                f"label paths have {width} columns but the tree has {tree.n_levels} levels: rows "
+                f"{describe_some(deep.tolist())} go deeper than the tree"
+            )
+        values, mask, width = values[:, : tree.n_levels], mask[:, : tree.n_levels], tree.n_levels
+    if width == 0:
+        raise ValueError("label paths have 0 columns: each row needs at least a top-level label")
+    empty = np.flatnonzero(mask[:, 0])
+    if empty.size:
+        raise ValueError(
+            f"label paths of rows {describe_some(empty.tolist())} are empty (start with the pad label {pad!r})"
+        )
+    gaps = np.flatnonzero((mask[:, :-1] & ~mask[:, 1:]).any(axis=1))
+    if gaps.size:
+        raise ValueError(
+            f"label paths of rows {describe_some(gaps.tolist())} have a pad label {pad!r} before a label; "
+            "paths must be right-padded"
+        )
+    ids = np.full((n, width), PAD, dtype=np.int64)
+    ids[~mask] = tree.to_ids(values[~mask])
+    depth = (~mask).sum(axis=1) - 1
+    last = ids[np.arange(n), depth]
+    expected = tree.paths[last, :width]
+    wrong = np.flatnonzero((expected != ids).any(axis=1))
+    if wrong.size:
+        row = int(wrong[0])
+        shown = [v for v, m in zip(values[row].tolist(), mask[row].tolist()) if not m]
+        raise ValueError(
+            f"{wrong.size} label path(s) are not ancestral paths of the tree (rows "
+            f"{describe_some(wrong.tolist())}); row {row} is {shown!r}, but the path of "
+            f"{shown[-1]!r} is {tree.to_labels(tree.paths[last[row]][tree.paths[last[row]] >= 0]).tolist()!r}"
+        )
+    return last
+
+
+def labels_to_ids(y: Any, tree: Tree, pad: Any) -> np.ndarray:
+    """Node ids (int64, 1-D) of host labels at any depth or of host label paths."""
+    values = as_host_labels(y, pad)
+    if values.ndim == 1:
+        return tree.to_ids(values).astype(np.int64, copy=False)
+    if values.ndim == 2:
+        return label_paths_to_ids(values, tree, pad)
+    raise ValueError(
+        f"y must be 1-D (labels) or 2-D (label paths), got an array of shape {values.shape}"
+    )
+
+
+def learn_tree(y: Any, pad: Any = None, allow_flat: bool = False) -> tuple[Tree, Any]:
+    """A tree from path-shaped ``y`` (or, with ``allow_flat``, a flat tree from 1-D labels).
+
+    Returns the tree and the pad label in force for ``y``.
+    """
+    values = as_host_labels(y, pad)
+    if pad is None:
+        non_missing = values[~_is_none_or_nan(values)] if values.size else values
+        pad = default_pad_label(non_missing)
+    if values.ndim == 2:
+        mask = pad_mask(values, pad)
+        rows = [[v for v, m in zip(row, row_mask) if not m] for row, row_mask in zip(values.tolist(), mask.tolist())]
+        empty = [i for i, row in enumerate(rows) if not row]
+        if empty:
+            raise ValueError(f"label paths of rows {describe_some(empty)} are empty; cannot learn a tree from them")
+        return Tree.from_paths(rows), pad
+    if values.ndim == 1 and allow_flat:
+        classes = np.unique(values)
+        return Tree.from_parents(np.full(classes.size, PAD, dtype=np.int64), labels=classes.tolist()), pad
+    raise ValueError(
+        "tree=None: the tree can only be learnt from label paths, a 2-D y with one path per row "
+        f"(from the top level down, right-padded); got y of shape {values.shape}. Pass tree=Tree(...)"
+    )
+
+
+def device_label_ids(values: Any, tree: Tree) -> Any:
+    """Node ids of integer labels held in a torch/CuPy array, on its device."""
+    xp = array_namespace(values)
+    if not xp.isdtype(values.dtype, "integral"):
+        raise TypeError(
+            f"labels in a {type(values).__module__.split('.')[0]} array must be integers, got dtype {values.dtype}; "
+            "string labels live on the host: pass a NumPy array or a list"
+        )
+    if tree.labels.dtype == object:
+        raise TypeError("the tree's labels are not integers, so device arrays of labels cannot be mapped on the device")
+    flat = xp.reshape(xp.astype(values, xp.int64), (-1,))
+    if tree.has_default_labels:
+        ids = flat
+        found = (ids >= 0) & (ids < tree.n_classes)
+    else:
+        def build() -> tuple[Any, Any]:
+            order = np.argsort(tree.labels, kind="stable").astype(np.int64)
+            return (
+                xp.asarray(np.ascontiguousarray(tree.labels[order]), device=device(values)),
+                xp.asarray(order, device=device(values)),
+            )
+
+        sorted_labels, order = tree.cached((__name__, "sorted_labels", xp.__name__, str(device(values))), build)
+        pos = xp.clip(xp.searchsorted(sorted_labels, flat), 0, tree.n_classes - 1)
+        found = xp.take(sorted_labels, pos, axis=0) == flat
+        ids = xp.take(order, pos, axis=0)
+    if flat.shape[0] and not bool(xp.all(found)):
+        raise UnknownLabelError.of(to_numpy(flat[~found]).tolist())
+    return xp.reshape(ids, values.shape)
+
+
+def device_paths_to_last(ids: Any, tree: Tree, what: str) -> Any:
+    """Last node id of each id path (n, w) padded with -1, checked, on the array's device."""
+    xp = array_namespace(ids)
+    n, width = ids.shape
+    if width > tree.n_levels:
+        if bool(xp.any(ids[:, tree.n_levels:] != PAD)):
+            raise ValueError(f"{what} have {width} columns but the tree has {tree.n_levels} levels")
+        ids = ids[:, : tree.n_levels]
+        width = tree.n_levels
+    real = ids != PAD
+    if n and not bool(xp.all(real[:, 0])):
+        raise ValueError(f"{what} must start with a top-level node; some rows are all padding")
+    if width > 1 and bool(xp.any(~real[:, :-1] & real[:, 1:])):
+        raise ValueError(f"{what} must be right-padded with -1; some rows have a node after a pad")
+    depth = xp.sum(xp.astype(real, xp.int64), axis=1) - 1
+    last = xp.reshape(xp.take_along_axis(ids, xp.reshape(depth, (-1, 1)), axis=1), (-1,))
+    if n and (int(xp.min(last)) < 0 or int(xp.max(last)) >= tree.n_classes):
+        raise IndexError(f"{what} hold node ids out of range [0, {tree.n_classes})")
+    expected = labels_to_paths(last, tree, check=False)[:, :width]
+    if n and not bool(xp.all(expected == ids)):
+        bad = to_numpy(xp.any(expected != ids, axis=1))
+        raise ValueError(
+            f"{what} of rows {describe_some(np.flatnonzero(bad).tolist())} are not ancestral paths of the tree"
+        )
+    return last
+
+
+def host_labels_or_paths(y: Any, name: str, pad: Any = None) -> np.ndarray:
+    """``y`` as a host array, 1-D (labels or ids) or 2-D (paths); a ragged list of paths is
+    right-padded with ``pad`` (``None`` where no pad is named, which always reads as a pad)."""
+    if y is None:
+        raise ValueError(f"{name} is None; expected labels, node ids or padded paths")
+    ragged = _ragged_rows(y, pad)
+    if ragged is not None:
+        return ragged
+    try:
+        arr = np.asarray(y) if isinstance(y, (list, tuple)) else to_numpy(y)
+    except ValueError as exc:  # NumPy refuses ragged nested sequences
+        raise ValueError(
+            f"{name} cannot be made into an array ({exc}); pass 1-D labels, or paths as a list of "
+            "lists or a 2-D array right-padded with pad_label"
+        ) from exc
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{name} of type {type(y).__name__} cannot be converted to a NumPy array") from exc
+    if arr.ndim == 0:
+        raise ValueError(f"{name} must be 1-D (labels or node ids) or 2-D (padded paths), got a scalar {arr!r}")
+    if arr.ndim > 2:
+        raise ValueError(f"{name} must be 1-D (labels or node ids) or 2-D (padded paths), got shape {arr.shape}")
+    return arr
+
+
+class LabelIndex:
+    """Label -> node id lookups for one call: a dict for hashable labels, built once.
+
+    ``Tree.to_ids`` is used for integer labels (a vectorised binary search); other labels
+    go through one C-level ``map`` over a dict, far faster per element than a generator.
+    """
+
+    def __init__(self, tree: Any):
+        self.tree = tree
+        self._index: dict | None = None
+
+    @property
+    def index(self) -> dict:
+        if self._index is None:
+            self._index = dict(zip(self.tree.labels.tolist(), range(self.tree.n_classes)))
+        return self._index
+
+    def __contains__(self, value: Any) -> bool:
+        try:
+            return value in self.index
+        except TypeError:
+            return False
+
+    def ids(self, values: np.ndarray, name: str) -> np.ndarray:
+        values = values.reshape(-1)
+        if self.tree.labels.dtype.kind in "iu" and values.dtype.kind in "iu":
+            try:
+                return np.asarray(self.tree.to_ids(values), dtype=np.int64)
+            except (KeyError, ValueError) as exc:
+                msg = str(exc.args[0]) if exc.args else str(exc)
+                raise UnknownLabelError(f"{name}: {msg}") from exc
+        items = values.tolist()
+        try:
+            ids = np.fromiter(map(self.index.get, items, repeat(-1)), dtype=np.int64, count=len(items))
+        except TypeError as exc:  # unhashable entries
+            raise TypeError(f"{name} holds values that cannot be labels: {exc}") from exc
+        missing = ids < 0
+        if missing.any():
+            raise UnknownLabelError.of(values[missing].tolist(), name)
+        return ids
+
+
+def metric_pad_mask(values: np.ndarray, pad_label: Any, labels: LabelIndex | None) -> np.ndarray:
+    """True where ``values`` holds a pad, as the metrics read paths.
+
+    A named ``pad_label`` matches values of its own kind only. With ``pad_label=None`` the
+    candidates are the classifier's defaults (``""`` for strings, ``-1`` for integers), ``None``
+    and NaN, minus any candidate that is a label of the tree (then the user must name the pad).
+    """
+    kind = values.dtype.kind
+    if pad_label is not None:
+        if kind in "iufb" and not isinstance(pad_label, numbers.Number):
+            return np.zeros(values.shape, dtype=bool)
+        if kind in "US" and not isinstance(pad_label, (str, bytes)):
+            return np.zeros(values.shape, dtype=bool)
+        if isinstance(pad_label, float) and np.isnan(pad_label):
+            return values != values if kind in "fO" else np.zeros(values.shape, dtype=bool)
+        return np.asarray(values == pad_label, dtype=bool).reshape(values.shape)
+    # Automatic pads: the classifier's defaults ("" for strings, -1 for ints), None and NaN,
+    # minus any candidate that is a label of the tree (then the user must name the pad).
+    if kind in "iu":
+        candidates: list[Any] = [-1]
+    elif kind == "f":
+        candidates = [-1, float("nan")]
+    elif kind in "US":
+        candidates = ["" if kind == "U" else b""]
+    elif kind == "O":
+        candidates = [None, "", -1, float("nan")]
+        if labels is not None:
+            # Each candidate is a pass over an object array: try only those of the label type.
+            label_kind = labels.tree.labels.dtype.kind
+            candidates = [None, -1] if label_kind in "iu" else [None, ""]
+    else:
+        return np.zeros(values.shape, dtype=bool)
+    if labels is not None:
+        candidates = [c for c in candidates if c is None or (isinstance(c, float) and np.isnan(c)) or c not in labels]
+    mask = np.zeros(values.shape, dtype=bool)
+    for cand in candidates:
+        if cand is None:
+            mask |= np.asarray(values == None, dtype=bool).reshape(values.shape)  # noqa: E711 (elementwise)
+        elif isinstance(cand, float):
+            mask |= values != values
+        else:
+            mask |= np.asarray(values == cand, dtype=bool).reshape(values.shape)
+    return mask
+
+
+def id_pad_mask(arr: np.ndarray, name: str) -> np.ndarray:
+    if arr.dtype.kind in "iu":
+        return arr < 0
+    if arr.dtype.kind == "f":
+        return (arr < 0) | np.isnan(arr)
+    raise TypeError(f"{name} holds node ids but has dtype {arr.dtype}; node ids are integers")

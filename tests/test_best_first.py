@@ -1,0 +1,109 @@
+"""Best-first decoding of the sibling partition equals exhaustive decoding, ties included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hiclass_parallel import Tree
+from hiclass_parallel.ops import best_paths, topk_paths
+from hiclass_parallel.ops.best_first import best_first_paths
+from hiclass_parallel.ops.groups import n_outputs, node_log_probs
+
+from conftest import random_parents
+
+OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
+
+
+def assert_same_paths(paths, log_prob, expected, expected_lp, x, tree, stop, semantics):
+    """Equal paths, except where candidates tie up to rounding.
+
+    Both routes break exact ties by the lowest node id; but two paths through different
+    groups that tie mathematically can differ in the last ulp, and the two routes sum each
+    group's exponentials in different orders (so do the exhaustive NumPy and CUDA routes).
+    There, any path whose exhaustive value equals the best up to rounding is accepted.
+    """
+    torch.testing.assert_close(log_prob, expected_lp)
+    joint = node_log_probs(x, tree, "sibling", stop, semantics)
+    last = lambda p: p.gather(-1, ((p >= 0).sum(-1, keepdim=True) - 1).clamp_min(0)).squeeze(-1)
+    differ = (paths != expected).any(-1)
+    for index in differ.nonzero().tolist():
+        row = index[0]
+        mine, theirs = joint[row, last(paths[tuple(index)])], joint[row, last(expected[tuple(index)])]
+        assert torch.isclose(mine, theirs, rtol=1e-5, atol=1e-6), (index, paths[tuple(index)], expected[tuple(index)])
+
+
+def _scores(rng, kind, shape):
+    if kind == "normal":
+        return torch.as_tensor(rng.normal(size=shape) * 3, dtype=torch.float32)
+    if kind == "integers":  # many exact ties
+        return torch.as_tensor(rng.integers(-2, 3, size=shape), dtype=torch.float32)
+    if kind == "zeros":  # every path ties with its equal-sized rivals
+        return torch.zeros(shape)
+    x = torch.as_tensor(rng.normal(size=shape), dtype=torch.float32)  # some -inf columns
+    x[torch.as_tensor(rng.random(shape) < 0.2)] = -torch.inf
+    return x
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 60), option=st.sampled_from(OPTIONS),
+       kind=st.sampled_from(["normal", "integers", "zeros", "neginf"]), budget=st.sampled_from([None, 1, 8]))
+def test_best_equals_exhaustive(seed, n, option, kind, budget):
+    stop, semantics = option
+    rng = np.random.default_rng(seed)
+    tree = Tree.from_parents(random_parents(rng, n, max_top=4))
+    x = _scores(rng, kind, (7, n_outputs(tree, "sibling", stop)))
+    expected, expected_lp = best_paths(x, tree, "sibling", stop, semantics)
+    paths, log_prob = best_first_paths(lambda r, c: x[r, c], 7, tree, stop, semantics, max_columns=budget)
+    if kind in ("normal", "zeros"):  # no ties, or exact ties only: identical
+        assert torch.equal(paths, expected)
+    assert_same_paths(paths, log_prob, expected, expected_lp, x, tree, stop, semantics)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 50), option=st.sampled_from(OPTIONS),
+       kind=st.sampled_from(["normal", "zeros"]), k=st.integers(1, 4))
+def test_top_k_equals_exhaustive(seed, n, option, kind, k):
+    stop, semantics = option
+    rng = np.random.default_rng(seed)
+    tree = Tree.from_parents(random_parents(rng, n, max_top=4))
+    k = min(k, n if semantics == "terminal" else int(tree.is_leaf.sum()))
+    x = _scores(rng, kind, (5, n_outputs(tree, "sibling", stop)))
+    expected, expected_lp = topk_paths(x, tree, k, "sibling", stop, semantics)
+    paths, log_prob = best_first_paths(lambda r, c: x[r, c], 5, tree, stop, semantics, k=k)
+    assert_same_paths(paths, log_prob, expected, expected_lp, x, tree, stop, semantics)
+
+
+def test_confident_scores_are_decoded_sublinearly():
+    # a complete 4-ary tree of depth 6 (5,460 nodes); scores that favour one child per group
+    parents = [-1] * 4
+    frontier = list(range(4))
+    for _ in range(5):
+        nxt = []
+        for p in frontier:
+            for _ in range(4):
+                parents.append(p)
+                nxt.append(len(parents) - 1)
+        frontier = nxt
+    tree = Tree.from_parents(parents)
+    rng = np.random.default_rng(1)
+    x = torch.as_tensor(rng.normal(size=(16, tree.n_classes)) * 4, dtype=torch.float32)
+    paths, _, work = best_first_paths(lambda r, c: x[r, c], 16, tree, return_work=True)
+    assert torch.equal(paths, best_paths(x, tree, "sibling")[0])
+    assert int(work.max()) < tree.n_classes // 10  # a few groups of 4, not 5,460 columns
+
+
+def test_budget_falls_back_to_exhaustive_and_counts_it(paper_tree):
+    x = torch.zeros(2, 9)
+    _, _, work = best_first_paths(lambda r, c: x[r, c], 2, paper_tree, max_columns=1, return_work=True)
+    assert (work >= 9).all()
+
+
+def test_k_out_of_range_is_named(paper_tree):
+    with pytest.raises(ValueError, match=r"k must be in \[1, 6\]"):
+        best_first_paths(lambda r, c: torch.zeros(r.shape[0]), 1, paper_tree, k=7)
+    with pytest.raises(ValueError, match="stop"):
+        best_first_paths(lambda r, c: torch.zeros(r.shape[0]), 1, paper_tree, semantics="terminal")
