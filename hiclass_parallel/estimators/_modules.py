@@ -199,6 +199,9 @@ class SparseMLP(nn.Module):
         Width of the hidden representation.
     dropout : float, default=0.0
         Dropout probability on the hidden representation while training.
+    input_dropout : float, default=0.0
+        Dropout probability on the input's non-zero values while training (word dropout
+        for bag-of-words features).
     activation : type of nn.Module or None, default=None
         Activation class after the sparse layer; ``None`` keeps it linear (a low-rank
         linear model, which measured best on TF-IDF text: ``docs/benchmark-text.md``).
@@ -224,18 +227,21 @@ class SparseMLP(nn.Module):
         n_outputs: int,
         hidden_units: int = 512,
         dropout: float = 0.0,
+        input_dropout: float = 0.0,
         activation: type[nn.Module] | None = None,
     ):
         super().__init__()
         if int(hidden_units) <= 0:
             raise ValueError(f"hidden_units must be a positive width, got {hidden_units!r}")
-        if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        for name, p in (("dropout", dropout), ("input_dropout", input_dropout)):
+            if not 0.0 <= float(p) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {p!r}")
         if activation is not None and (isinstance(activation, nn.Module) or not isinstance(activation, type)):
             raise TypeError(f"activation must be an nn.Module class such as nn.ReLU, or None; got {activation!r}")
         self.input = SparseLinear(n_features, hidden_units)
         self.activation = nn.Identity() if activation is None else activation()
         self.dropout = nn.Dropout(float(dropout))
+        self.input_dropout = nn.Dropout(float(input_dropout))
         self.head = ColumnScorer(hidden_units, n_outputs)
         self.n_features = int(n_features)
         self.n_outputs = int(n_outputs)
@@ -245,6 +251,14 @@ class SparseMLP(nn.Module):
 
     def encode(self, X: torch.Tensor) -> torch.Tensor:
         """The hidden representation ``(batch, hidden_units)``."""
+        if self.training and self.input_dropout.p > 0:
+            if X.layout == torch.sparse_csr:
+                X = torch.sparse_csr_tensor(
+                    X.crow_indices(), X.col_indices(), self.input_dropout(X.values()), size=X.shape,
+                    check_invariants=False,
+                )
+            else:
+                X = self.input_dropout(X)
         return self.dropout(self.activation(self.input(X)))
 
     def scorer(self, hidden: torch.Tensor) -> "_ColumnScores":
