@@ -125,7 +125,8 @@ def _pad_mask(values: np.ndarray, pad_label: Any, labels: _LabelIndex | None) ->
         if labels is not None:
             # Each candidate is a pass over an object array: try only those of the label type.
             label_kind = labels.tree.labels.dtype.kind
-            candidates = [None, -1] if label_kind in "iu" else [None, ""]
+            # NaN too: PathEncoder and pandas pad ragged object paths with it.
+            candidates = [None, -1, float("nan")] if label_kind in "iu" else [None, "", float("nan")]
     else:
         return np.zeros(values.shape, dtype=bool)
     if labels is not None:
@@ -168,17 +169,16 @@ def _check_contiguous(pad: np.ndarray, name: str, values: np.ndarray) -> np.ndar
 def _check_ids(values: np.ndarray, tree: Any, name: str) -> np.ndarray:
     """Node ids as int64, named errors for non-integers and ids out of range."""
     if values.dtype.kind not in "iu":
-        if values.dtype.kind == "f" and values.size and np.all(values == np.round(values)):
-            values = values.astype(np.int64)
-        else:
+        if not (values.dtype.kind == "f" and values.size and np.all(values == np.round(values))):
             raise TypeError(f"{name} holds node ids but has dtype {values.dtype}; node ids are integers")
-    ids = values.astype(np.int64, copy=False)
-    bad = ids >= tree.n_classes
+    # Compare before the cast to int64: uint64 ids >= 2**63 (or huge floats) would wrap.
+    bad = values >= tree.n_classes
     if bad.any():
         raise ValueError(
-            f"{name} holds node ids {describe_some(np.unique(ids[bad]).tolist())} out of range "
+            f"{name} holds node ids {describe_some(np.unique(values[bad]).tolist())} out of range "
             f"[0, {tree.n_classes}) for a tree of {tree.n_classes} classes"
         )
+    ids = values.astype(np.int64, copy=False)
     return ids
 
 
