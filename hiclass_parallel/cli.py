@@ -89,7 +89,8 @@ def describe_tree(tree) -> str:
         0         2         0
         1         4         3
         2         3         3
-    memory (MiB, the paper's MB): mask 0.00 (bool (3, 9)), paths 0.00 (int32 (9, 3)), host arrays 0.00 in all; device buffers of partition_scores and labels_to_paths 0.00
+    memory: mask 0.00 MB (bool (3, 9)), paths 0.00 MB (int32 (9, 3)), host arrays 0.00 MB in all
+    device buffers of partition_scores and labels_to_paths (the README's "tree buffers"): 0.00 MB
     """
     import numpy as np
 
@@ -99,14 +100,17 @@ def describe_tree(tree) -> str:
     lines.append(f"{'level':>5} {'classes':>9} {'leaves':>9}")
     for level in range(tree.n_levels):
         lines.append(f"{level:>5} {per_level[level]:>9,} {leaves[level]:>9,}")
-    mib = 2.0**20
-    # What the paper's operations keep on a device (the README's and the paper table's "tree
-    # buffers"): the int32 paths and one int64 flat level index per class.
+    # MB are 10**6 bytes, as in the README. The host arrays (parents, depth, mask, paths) are
+    # not what the paper's operations keep on a device: that is the int32 paths and one int64
+    # flat level index per class (the README's and benchmarks' "tree buffers").
     device_bytes = tree.paths.nbytes + 8 * tree.n_classes
     lines.append(
-        f"memory (MiB, the paper's MB): mask {tree.mask.nbytes / mib:.2f} (bool {tree.mask.shape}), "
-        f"paths {tree.paths.nbytes / mib:.2f} (int32 {tree.paths.shape}), host arrays {tree.nbytes / mib:.2f} in all; "
-        f"device buffers of partition_scores and labels_to_paths {device_bytes / mib:.2f}"
+        f"memory: mask {tree.mask.nbytes / 1e6:.2f} MB (bool {tree.mask.shape}), "
+        f"paths {tree.paths.nbytes / 1e6:.2f} MB (int32 {tree.paths.shape}), host arrays {tree.nbytes / 1e6:.2f} MB in all"
+    )
+    lines.append(
+        "device buffers of partition_scores and labels_to_paths (the README's \"tree buffers\"): "
+        f"{device_bytes / 1e6:.2f} MB"
     )
     return "\n".join(lines)
 
