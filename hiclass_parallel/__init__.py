@@ -3,7 +3,7 @@
 Layers, each importing only from the layers above it (``tests/test_layers.py`` checks every
 import of the package against this list; modules on one line do not import each other):
 
-1. :mod:`~hiclass_parallel.exceptions`, :mod:`~hiclass_parallel._backend` -- errors, array-namespace plumbing;
+1. :mod:`~hiclass_parallel.exceptions`, :mod:`~hiclass_parallel._backend`, :mod:`~hiclass_parallel._version` -- errors, array-namespace plumbing, the version;
 2. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays;
 3. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.datasets` -- tensor methods on NumPy, torch and CuPy arrays; synthetic data and WordNet 3.0;
 4. :mod:`~hiclass_parallel._labels`, :mod:`~hiclass_parallel.losses` -- the label reader; torch criteria;
@@ -30,7 +30,7 @@ from .metrics import (
     hierarchical_recall_score,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "PAD",

@@ -359,7 +359,8 @@ def metric_pad_mask(values: np.ndarray, pad_label: Any, labels: LabelIndex | Non
         if labels is not None:
             # Each candidate is a pass over an object array: try only those of the label type.
             label_kind = labels.tree.labels.dtype.kind
-            candidates = [None, -1] if label_kind in "iu" else [None, ""]
+            # NaN too: PathEncoder and pandas pad ragged object paths with it.
+            candidates = [None, -1, float("nan")] if label_kind in "iu" else [None, "", float("nan")]
     else:
         return np.zeros(values.shape, dtype=bool)
     if labels is not None:

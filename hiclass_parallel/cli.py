@@ -8,15 +8,32 @@ Subcommands:
 
 The benchmarks are not part of the installed package: from a source checkout run
 ``python -m benchmarks.bench_paper_table`` and ``python -m benchmarks.bench_engine``.
+
+Errors (a missing file, an unknown ``--root``, ``--device cuda`` without a GPU, a bad option)
+print one line, ``hiclass-parallel: error: ...``, on stderr and exit with status 2; ``--debug``
+shows the traceback instead. ``--version`` prints the version.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["main", "build_parser"]
+
+PROG = "hiclass-parallel"
+
+#: Exit status of a command that failed on its input (argparse's status for usage errors).
+EXIT_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,25 +45,33 @@ def build_parser() -> argparse.ArgumentParser:
     >>> args.command, args.root, args.epochs, args.partition
     ('demo', 'dog.n.01', 5, 'level')
     """
-    parser = argparse.ArgumentParser(
-        prog="hiclass-parallel",
+    from ._version import __version__
+
+    parser = _Parser(
+        prog=PROG,
         description="Hierarchical classification in parallel: demo and tree inspection.",
-        epilog="benchmarks, from a source checkout:\n  python -m benchmarks.bench_paper_table\n  python -m benchmarks.bench_engine",
+        epilog="benchmarks, from a source checkout:\n  python -m benchmarks.bench_paper_table\n  python -m benchmarks.bench_engine\n  python -m benchmarks.bench_text",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    debug_help = "on an error, show the full traceback instead of one line"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True)
+    # --debug after the subcommand too; SUPPRESS keeps a subcommand from resetting it to False
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
 
-    demo = sub.add_parser("demo", help="train and evaluate a classifier on WordNet glosses (hypernym placement)")
+    demo = sub.add_parser("demo", parents=[common], help="train and evaluate a classifier on WordNet glosses (hypernym placement)")
     demo.add_argument("--root", default="animal.n.01", help="synset whose subtree is the task (default: %(default)s)")
     demo.add_argument("--epochs", type=int, default=30, help="training epochs (default: %(default)s)")
     demo.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
     demo.add_argument("--partition", choices=["level", "sibling"], default="level", help="softmax groups (default: %(default)s)")
     demo.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of synsets (default: %(default)s)")
-    demo.add_argument("--out", type=Path, default=Path("demo-output"), help="folder for the plot (default: %(default)s)")
+    demo.add_argument("--out", type=Path, default=Path("demo-output"), help="folder for the plot and report; any path, e.g. /tmp/demo (default: %(default)s, git-ignored)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    tree = sub.add_parser("tree", help="describe a tree: classes, levels, leaves per level, buffer memory")
+    tree = sub.add_parser("tree", parents=[common], help="describe a tree: classes, levels, leaves per level, buffer memory")
     tree.add_argument("path", nargs="?", default=None, help="a tree saved with Tree.save (default: shipped WordNet 3.0)")
     tree.add_argument("--root", default=None, help="describe the subtree under this label")
     return parser
@@ -64,7 +89,8 @@ def describe_tree(tree) -> str:
         0         2         0
         1         4         3
         2         3         3
-    memory: mask 0.00 MB (bool (3, 9)), paths 0.00 MB (int32 (9, 3)), all arrays 0.00 MB
+    memory: mask 0.00 MB (bool (3, 9)), paths 0.00 MB (int32 (9, 3)), host arrays 0.00 MB in all
+    device buffers of partition_scores and labels_to_paths (the README's "tree buffers"): 0.00 MB
     """
     import numpy as np
 
@@ -74,9 +100,17 @@ def describe_tree(tree) -> str:
     lines.append(f"{'level':>5} {'classes':>9} {'leaves':>9}")
     for level in range(tree.n_levels):
         lines.append(f"{level:>5} {per_level[level]:>9,} {leaves[level]:>9,}")
+    # MB are 10**6 bytes, as in the README. The host arrays (parents, depth, mask, paths) are
+    # not what the paper's operations keep on a device: that is the int32 paths and one int64
+    # flat level index per class (the README's and benchmarks' "tree buffers").
+    device_bytes = tree.paths.nbytes + 8 * tree.n_classes
     lines.append(
         f"memory: mask {tree.mask.nbytes / 1e6:.2f} MB (bool {tree.mask.shape}), "
-        f"paths {tree.paths.nbytes / 1e6:.2f} MB (int32 {tree.paths.shape}), all arrays {tree.nbytes / 1e6:.2f} MB"
+        f"paths {tree.paths.nbytes / 1e6:.2f} MB (int32 {tree.paths.shape}), host arrays {tree.nbytes / 1e6:.2f} MB in all"
+    )
+    lines.append(
+        "device buffers of partition_scores and labels_to_paths (the README's \"tree buffers\"): "
+        f"{device_bytes / 1e6:.2f} MB"
     )
     return "\n".join(lines)
 
@@ -100,6 +134,9 @@ def _cmd_tree(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
+    from .estimators._checks import check_device
+
+    check_device(args.device)  # before loading data and building the features
 
     run_demo(root=args.root, epochs=args.epochs, device=args.device, partition=args.partition,
              test_size=args.test_size, out=args.out, seed=args.seed, verbose=not args.quiet)
@@ -120,4 +157,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     handler = {"demo": _cmd_demo, "tree": _cmd_tree}[args.command]
-    return handler(args)
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - every failure becomes one line, unless --debug
+        if args.debug:
+            raise
+        print(f"{PROG}: error: {_one_line(err)} (--debug shows the traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _one_line(err: BaseException) -> str:
+    """A failure in one line: what failed, and the offending input where the error names it."""
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.strerror or type(err).__name__}: {err.filename}"
+    text = " ".join(str(err).split()) or type(err).__name__
+    from .exceptions import UnknownLabelError
+
+    if isinstance(err, UnknownLabelError):
+        text += " (check --root; labels are WordNet synset names such as dog.n.01)"
+    return text

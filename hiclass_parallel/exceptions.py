@@ -24,7 +24,7 @@ class UnknownLabelError(ValueError, KeyError):
     def of(cls, unknown, name: str | None = None) -> UnknownLabelError:
         """The error naming the ``unknown`` labels (each once, in order), prefixed by the
         name of the input that holds them."""
-        unknown = list(dict.fromkeys(unknown))
+        unknown = list({repr(v): v for v in unknown}.values())  # by repr: NaN != NaN
         noun = "label is" if len(unknown) == 1 else "labels are"
         message = f"{len(unknown)} {noun} not a class of the tree: {describe_some(unknown)}"
         return cls(message if name is None else f"{name}: {message}")

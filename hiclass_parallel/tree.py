@@ -13,7 +13,7 @@ have many top-level classes; the padding value is ``-1`` (:data:`PAD`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,13 +35,44 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 
 def _as_label_array(labels: Sequence[Hashable]) -> np.ndarray:
-    """Integer labels become int64 (fast search); anything else an object array."""
-    values = list(labels)
-    if values and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
-        return np.asarray(values, dtype=np.int64)
+    """Integer labels become int64 (fast search); anything else an object array. Read-only.
+
+    NaN is refused (``nan != nan``, so a NaN label could never be looked up again), and so are
+    unhashable labels (lists, arrays): both with a :class:`TreeError` naming the label.
+    """
+    if isinstance(labels, (str, bytes)):
+        raise TreeError(f"labels must be a sequence of labels, got a single {type(labels).__name__} {labels!r}")
+    values = [_hashable(v) for v in labels]
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        if all(-(2**63) <= v < 2**63 for v in values):
+            return _readonly(np.asarray(values, dtype=np.int64))
+    for i, v in enumerate(values):
+        if isinstance(v, float) and v != v:
+            raise TreeError(f"label {i} is NaN: NaN is never equal to itself, so it cannot name a class")
+        try:
+            hash(v)
+        except TypeError:
+            raise TreeError(
+                f"label {i} ({v!r}) is unhashable ({type(v).__name__}): labels must be hashable, e.g. str or int"
+            ) from None
     out = np.empty(len(values), dtype=object)
     out[:] = values
-    return out
+    return _readonly(out)
+
+
+def _check_label(value: Any) -> None:
+    """A :class:`TreeError` naming an unhashable label (a list, an array...)."""
+    try:
+        hash(value)
+    except TypeError:
+        raise TreeError(
+            f"label {value!r} is unhashable ({type(value).__name__}): labels must be hashable, e.g. str or int"
+        ) from None
+
+
+#: ``label_kind`` values :meth:`Tree.load` reads (``"str"``: files written before labels were
+#: stored as UTF-8 bytes, which lost trailing NUL characters).
+_LABEL_KINDS = ("ids", "int", "str", "utf8")
 
 
 class Tree:
@@ -220,6 +251,8 @@ class Tree:
                 child, parent = edge
             except (TypeError, ValueError):
                 raise TreeError(f"an edge must be a (child, parent) pair, got {edge!r}") from None
+            _check_label(child)
+            _check_label(parent)
             order.setdefault(child, len(order))
             if parent is not None:
                 order.setdefault(parent, len(order))
@@ -273,29 +306,38 @@ class Tree:
         >>> tree.labels.tolist()
         ['dog', 'small dog', 'big dog', 'happy', 'moody', 'cat']
         """
-        edges: list[tuple[Hashable, Hashable | None]] = []
-
-        def walk(children: Any, parent: Hashable | None) -> None:
-            if children is None:
-                return
-            if isinstance(children, Mapping):
-                for label, grandchildren in children.items():
-                    edges.append((label, parent))
-                    walk(grandchildren, label)
-            elif isinstance(children, (list, tuple, set, frozenset)):
-                for item in children:
-                    if isinstance(item, Mapping):
-                        walk(item, parent)
-                    else:
-                        edges.append((item, parent))
-            else:
-                raise TreeError(
-                    f"children of {parent!r} must be a mapping, a list of labels or None, got {type(children).__name__}"
-                )
-
         if not isinstance(nested, Mapping):
             raise TreeError(f"from_dict expects a mapping, got {type(nested).__name__}")
-        walk(nested, None)
+
+        def entries(children: Any, parent: Hashable | None) -> Iterator[tuple[bool, Any, Any]]:
+            if children is None:
+                return iter(())
+            if isinstance(children, Mapping):
+                return iter([(True, label, sub) for label, sub in children.items()])
+            if isinstance(children, (list, tuple, set, frozenset)):
+                return iter([(False, item, None) for item in children])
+            raise TreeError(
+                f"children of {parent!r} must be a mapping, a list of labels or None, got {type(children).__name__}"
+            )
+
+        edges: list[tuple[Hashable, Hashable | None]] = []
+        # Depth first with an explicit stack, not recursion: a chain thousands of levels deep
+        # must not hit Python's recursion limit.
+        stack = [(entries(nested, None), None)]
+        while stack:
+            it, parent = stack[-1]
+            entry = next(it, None)
+            if entry is None:
+                stack.pop()
+                continue
+            is_key, item, sub = entry
+            if is_key:
+                edges.append((item, parent))
+                stack.append((entries(sub, item), item))
+            elif isinstance(item, Mapping):
+                stack.append((entries(item, parent), parent))
+            else:
+                edges.append((item, parent))
         return cls.from_edges(edges)
 
     @classmethod
@@ -502,7 +544,7 @@ class Tree:
                 ids = order[pos]
         else:
             index = self._index()
-            ids = np.fromiter((index.get(_hashable(v), -1) for v in flat), dtype=np.int64, count=flat.size)
+            ids = np.fromiter((_lookup(index, v) for v in flat), dtype=np.int64, count=flat.size)
             found = ids >= 0
         if not found.all():
             raise UnknownLabelError.of(_hashable(v) for v in flat[~found])
@@ -608,24 +650,93 @@ class Tree:
         True
         """
         labels = self.labels
+        extra = {}
         if labels.dtype == object:
             if not all(isinstance(v, str) for v in labels):
-                raise TypeError("save supports str or int labels; mixed or other label types cannot round-trip")
-            kind, stored = "str", np.asarray(labels.tolist(), dtype=str)
+                kinds = sorted({type(v).__name__ for v in labels})
+                raise TypeError(
+                    f"save supports str or int labels; these labels are of type(s) {', '.join(kinds)} and "
+                    "cannot round-trip without pickle"
+                )
+            # UTF-8 bytes and offsets, not a NumPy str array: those drop trailing NUL characters.
+            encoded = [v.encode("utf-8", "surrogatepass") for v in labels.tolist()]
+            kind, stored = "utf8", np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            extra["label_offsets"] = np.cumsum([0] + [len(e) for e in encoded], dtype=np.int64)
         else:
             kind, stored = ("ids" if self._labels is None else "int"), labels
-        np.savez_compressed(path, parents=self._parents, labels=stored, label_kind=np.asarray(kind))
+        np.savez_compressed(path, parents=self._parents, labels=stored, label_kind=np.asarray(kind), **extra)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Tree:
-        """Load a tree saved by :meth:`save`."""
-        with np.load(path, allow_pickle=False) as data:
-            kind = str(data["label_kind"])
-            parents = data["parents"]
-            if kind == "ids":
-                return cls(parents)
-            labels = data["labels"].tolist() if kind == "str" else data["labels"]
-            return cls(parents, labels)
+        """Load a tree saved by :meth:`save`.
+
+        Never unpickles. A missing file raises :class:`FileNotFoundError`; a file that is not
+        a tree saved by :meth:`save` (another archive, a damaged or truncated file) raises
+        :class:`TreeError` naming the file and what is wrong with it.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The ``.npz`` file.
+
+        Returns
+        -------
+        Tree
+        """
+        def damaged(why: str) -> TreeError:
+            return TreeError(f"{os.fspath(path)!s} is not a tree saved by Tree.save: {why}")
+
+        try:
+            data = np.load(path, allow_pickle=False)
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            raise
+        except Exception as err:  # noqa: BLE001 - zipfile alone raises half a dozen kinds on damage
+            raise damaged(f"not a readable .npz archive ({type(err).__name__})") from err
+        if not hasattr(data, "files"):  # a bare .npy array
+            raise damaged("it holds a single array, not a .npz archive")
+        with data:
+            missing = [name for name in ("parents", "labels", "label_kind") if name not in data.files]
+            if missing:
+                raise damaged(f"no {', '.join(missing)} array in the archive (it holds {', '.join(data.files) or 'nothing'})")
+            try:
+                kind = data["label_kind"]
+                parents = data["parents"]
+                labels = data["labels"]
+                offsets = data["label_offsets"] if "label_offsets" in data.files else None
+            except Exception as err:  # noqa: BLE001 - damaged members: zlib, zipfile (even NotImplementedError), CRC
+                raise damaged(f"an array cannot be read ({type(err).__name__}: {err})") from err
+        if not all(isinstance(a, np.ndarray) for a in (kind, parents, labels, np.empty(0) if offsets is None else offsets)):
+            raise damaged("a member of the archive is not a NumPy array")
+        if kind.shape != () or kind.dtype.kind != "U" or str(kind) not in _LABEL_KINDS:
+            raise damaged(f"label_kind is {kind!r}, expected one of {_LABEL_KINDS}")
+        kind = str(kind)
+        if parents.ndim != 1 or parents.dtype.kind not in "iu":
+            raise damaged(f"parents must be a 1-D integer array, got {parents.dtype} of shape {parents.shape}")
+        if kind == "ids":
+            return cls(parents)
+        if kind == "utf8":
+            if labels.dtype != np.uint8 or labels.ndim != 1 or offsets is None or offsets.ndim != 1 \
+                    or offsets.dtype.kind not in "iu" or offsets.size != parents.size + 1 \
+                    or offsets[0] != 0 or offsets[-1] != labels.size or np.any(np.diff(offsets) < 0):
+                raise damaged("its UTF-8 labels and their offsets do not match the parents")
+            raw = labels.tobytes()
+            try:
+                values = [raw[a:b].decode("utf-8", "surrogatepass") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+            except UnicodeDecodeError as err:
+                raise damaged(f"a label is not valid UTF-8 ({err})") from err
+            return cls(parents, values)
+        expected_kind = "U" if kind == "str" else "iu"
+        if labels.ndim != 1 or labels.dtype.kind not in expected_kind:
+            raise damaged(f"{kind} labels must be a 1-D array, got {labels.dtype} of shape {labels.shape}")
+        return cls(parents, labels.tolist() if kind == "str" else labels)
+
+
+def _lookup(index: dict, value: Any) -> int:
+    """Node id of a label in the label index, -1 when unknown (or unhashable: never a label)."""
+    try:
+        return index.get(_hashable(value), -1)
+    except TypeError:
+        return -1
 
 
 def _hashable(value: Any) -> Hashable:

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from hiclass_parallel import Tree
+
+# Hypothesis profiles. "fuzz" runs 1,000 examples per property of the fuzz suite
+# (tests/test_fuzz.py, which otherwise runs a modest number in CI):
+#     HYPOTHESIS_PROFILE=fuzz python -m pytest tests/test_fuzz.py -p no:randomly
+# Tests that set their own max_examples keep it under any profile.
+settings.register_profile(
+    "fuzz", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 
 # The paper's Figure 1 with ids shifted to 0-based: 1 dog, 2 cat, 3 small dog, 4 big dog,
 # 5 sleepy cat, 6 curious cat, 7 happy big dog, 8 moody big dog, 9 Hound of Hades.

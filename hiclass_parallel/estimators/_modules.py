@@ -8,6 +8,7 @@ module's ``__init__`` accepts them. Nothing here is a lambda, so fitted models p
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -52,13 +53,25 @@ class MLP(nn.Module):
         activation: type[nn.Module] = nn.ReLU,
     ):
         super().__init__()
-        if isinstance(hidden_units, (int,)) or hasattr(hidden_units, "__index__"):
-            widths = [int(hidden_units)] if int(hidden_units) > 0 else []
+        # Named errors for what would otherwise build a different network silently (-1 gave a
+        # linear model) or fail deep inside torch. The classifier's name is module__hidden_units.
+        what = f"hidden_units={hidden_units!r} (module__hidden_units of the classifier)"
+        if isinstance(hidden_units, bool) or not (
+            hasattr(hidden_units, "__index__") or isinstance(hidden_units, Sequence)
+        ):
+            raise TypeError(f"{what}: must be an int width or a sequence of int widths")
+        if hasattr(hidden_units, "__index__"):
+            width = operator.index(hidden_units)
+            if width < 0:
+                raise ValueError(f"{what}: a width cannot be negative (0 means no hidden layer)")
+            widths = [width] if width > 0 else []
         else:
-            widths = [int(w) for w in hidden_units]
-        if any(w <= 0 for w in widths):
-            raise ValueError(f"hidden_units must be positive widths, got {hidden_units!r}")
-        if not 0.0 <= float(dropout) < 1.0:
+            if any(isinstance(w, bool) or not hasattr(w, "__index__") for w in hidden_units):
+                raise TypeError(f"{what}: every width must be an int")
+            widths = [operator.index(w) for w in hidden_units]
+            if any(w <= 0 for w in widths):
+                raise ValueError(f"{what}: every width of a sequence must be positive")
+        if isinstance(dropout, bool) or not 0.0 <= float(dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         if isinstance(activation, nn.Module) or not isinstance(activation, type):
             raise TypeError(

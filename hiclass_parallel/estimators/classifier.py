@@ -38,6 +38,8 @@ from torch.utils.data._utils.collate import default_collate
 
 from .._labels import as_host_labels, check_pad_not_a_label, default_pad_label, labels_to_ids, learn_tree
 from ..tree import PAD, PARTITIONS, Tree
+from ._checks import check_device
+from ._guards import FiniteLossGuard, keep_fitted_state_on_error, suggest_terminal, warn_ignored_changes, warn_undecidable
 from ._modules import MLP, SparseMLP
 from ._optim import LazyAdam
 
@@ -440,6 +442,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             )
         if module is not None and not issubclass(module, torch.nn.Module):
             raise TypeError(f"module must be a subclass of torch.nn.Module, got {module!r}")
+        check_device(self.device)
         if self.semantics == "terminal" and self.stop is False:
             raise ValueError(
                 "semantics='terminal' needs stop=True (or stop=None): without stop scores the model cannot "
@@ -515,9 +518,10 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : HierarchicalClassifier
         """
-        if self.warm_start and hasattr(self, "net_"):
-            return self._continue(X, y, epochs=None)
-        return self._fit_new(X, y, epochs=None)
+        with keep_fitted_state_on_error(self):  # a failed refit keeps the fitted model
+            if self.warm_start and hasattr(self, "net_"):
+                return self._continue(X, y, epochs=None)
+            return self._fit_new(X, y, epochs=None)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> HierarchicalClassifier:
@@ -536,9 +540,10 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : HierarchicalClassifier
         """
-        if hasattr(self, "net_"):
-            return self._continue(X, y, epochs=1)
-        return self._fit_new(X, y, epochs=1, classes=classes)
+        with keep_fitted_state_on_error(self):
+            if hasattr(self, "net_"):
+                return self._continue(X, y, epochs=1)
+            return self._fit_new(X, y, epochs=1, classes=classes)
 
     def _fit_new(self, X: Any, y: Any, epochs: int | None, classes: Any = None) -> HierarchicalClassifier:
         from ..ops.groups import n_outputs
@@ -553,6 +558,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         self.tree_, self.pad_label_ = self._resolve_tree(y, classes)
         check_pad_not_a_label(self.tree_, self.pad_label_)
         ids = self._encode_y(X, y)
+        suggest_terminal(self, ids)
         self.classes_ = self.tree_.labels
         self.n_levels_ = self.tree_.n_levels
         self.module_class_ = self._module_class(X)
@@ -592,6 +598,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
                 f"cannot continue training: {', '.join(changed)} changed since the model was fitted; "
                 "fit afresh with warm_start=False"
             )
+        warn_ignored_changes(self)
         X = self._validate_X(X, reset=False)
         ids = self._encode_y(X, y)
         self.net_.set_params(**self._changed_net_params())
@@ -695,6 +702,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             )
         if self.verbose:
             callbacks.append(("progress_bar", ProgressBar()))
+        callbacks.append(("finite_loss", FiniteLossGuard()))  # a NaN/inf loss stops training, named
 
         if self.path_local_:
             criterion = {"criterion": PathLocalCrossEntropy}
@@ -842,6 +850,11 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         rest renormalised), so each group still sums to 1; :meth:`predict_stop_proba` gives
         the stop probabilities, and ``proba * (1 - stop)`` the unconditional ones.
 
+        So a row sums to the number of groups (``n_levels_`` under ``"level"``), not to 1:
+        these are per-group (per-level or per-parent) probabilities, not one distribution
+        over the classes. For the distribution over the possible answers, which sums to 1,
+        use :meth:`predict_answer_proba`.
+
         Parameters
         ----------
         X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
@@ -881,6 +894,37 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         ]
         return np.concatenate(out)
 
+    def predict_answer_proba(self, X: Any) -> np.ndarray:
+        """Probability of each class being the answer: one distribution per sample, summing to 1.
+
+        The answers are the candidates of decoding: the leaves under ``semantics="partial"``
+        (internal nodes get 0), every node under ``"terminal"``. A candidate's probability is
+        its path probability (``exp`` of :func:`~hiclass_parallel.ops.node_log_probs`, with
+        the stop term under ``"terminal"``) divided by the row's sum over the candidates. Under
+        the sibling partition (stop scores matching the semantics) the path probabilities
+        already sum to 1 and the division changes nothing but rounding; under the level
+        partition they need it. The argmax of a row is :meth:`predict_node` with
+        ``decoding="best"``. A row with NaN or ``+inf`` scores is all NaN.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of float32 of shape (n_samples, n_classes)
+            Columns follow ``classes_``; each row sums to 1.
+        """
+        from ..ops.groups import node_log_probs
+
+        kwargs = self._decode_kwargs()
+        candidate = np.ones(self.tree_.n_classes, dtype=bool) if self.semantics == "terminal" else self.tree_.is_leaf
+        logp = np.concatenate([node_log_probs(s, self.tree_, **kwargs).cpu().numpy() for s in self._score_batches(X)])
+        logp[:, ~candidate] = -np.inf
+        with np.errstate(invalid="ignore"):
+            proba = np.exp(logp - logp.max(axis=1, keepdims=True))
+            return proba / proba.sum(axis=1, keepdims=True)
+
     def _predict_ids(self, X: Any) -> np.ndarray:
         """Best valid paths of node ids, (n_samples, n_levels_), padded with -1."""
         from ..ops.decode import best_paths
@@ -891,11 +935,14 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
                 [p.cpu().numpy().astype(np.int64, copy=False) for p, _ in self._decode_best_first(X, None)]
             )
         threshold = self.threshold if self.decoding == "threshold" else None
-        out = []
+        out, n_bad = [], 0
         for scores in self._score_batches(X):
-            paths, _ = best_paths(scores, self.tree_, threshold=threshold, **kwargs)
+            paths, log_prob = best_paths(scores, self.tree_, threshold=threshold, **kwargs)
             out.append(paths.cpu().numpy().astype(np.int64, copy=False))
-        return np.concatenate(out)
+            n_bad += int(torch.isnan(log_prob).sum())  # NaN log-prob: NaN/+inf scores, an empty path
+        out = np.concatenate(out)
+        warn_undecidable(n_bad, out.shape[0])
+        return out
 
     def _label_lookup(self) -> np.ndarray:
         """``classes_`` with the pad label appended: indexing it with -1 gives the pad."""
@@ -936,6 +983,8 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         -------
         nodes : ndarray of int64 of shape (n_samples,)
             Indices into ``classes_`` (and ``tree_``): node identity without label look-ups.
+            ``-1`` for an empty path: ``decoding="threshold"`` with no top-level node at the
+            threshold, or scores holding NaN or ``+inf`` (a ``RuntimeWarning`` says so).
         """
         paths = self._predict_ids(X)
         depth = (paths != PAD).sum(axis=1) - 1
@@ -951,10 +1000,11 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         Returns
         -------
         labels : ndarray of shape (n_samples,)
-            Elements of ``classes_``.
+            Elements of ``classes_``, or ``pad_label_`` for an empty path (no node: see
+            :meth:`predict_node`), never the label of a node that was not predicted.
         """
         nodes = self.predict_node(X)
-        return self.classes_[nodes]
+        return self._label_lookup()[nodes]  # index -1 is the pad, not the last class
 
     def predict_top_k(self, X: Any, k: int | None = None, return_log_prob: bool = False) -> Any:
         """The ``k`` most probable valid paths of each sample, best first.
@@ -978,7 +1028,9 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         from ..ops.decode import topk_paths
 
         kwargs = self._decode_kwargs()
-        k = self.top_k if k is None else int(k)
+        k = self.top_k if k is None else k
+        if isinstance(k, bool) or not isinstance(k, Integral):
+            raise TypeError(f"k must be an integer number of paths, got {k!r} ({type(k).__name__})")
         n_candidates = self.tree_.n_classes if self.semantics == "terminal" else int(self.tree_.is_leaf.sum())
         if not 1 <= k <= n_candidates:
             raise ValueError(f"k={k} must be between 1 and the number of candidate paths ({n_candidates})")

@@ -16,6 +16,8 @@ Conventions shared by every function here:
 
 from __future__ import annotations
 
+import math
+
 import warnings
 from typing import Any, Literal, NamedTuple
 
@@ -125,7 +127,11 @@ def _prf(
         y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
     )
     n_true, n_pred, n_common = _path_counts(true, pred)
-    b2 = float(beta) ** 2
+    # beta * beta, not beta ** 2: a huge beta gives inf instead of OverflowError. F-beta tends
+    # to recall as beta grows, so beta=inf (or a beta whose square overflows) is recall, not
+    # the NaN of inf / inf.
+    b2 = float(beta) * float(beta)
+    recall_only = math.isinf(b2)
     # Only the metric asked for warns; the others are computed silently along the way.
     silent = 0.0 if zero_division == "warn" else zero_division
     zd = {k: zero_division if k in warn_for else silent for k in ("precision", "recall", "f-score")}
@@ -135,11 +141,17 @@ def _prf(
         sum_pred = _weighted_sum(n_pred, weight)
         p = _divide(common, sum_pred, zd["precision"], "Hierarchical precision (no predicted nodes)")
         r = _divide(common, sum_true, zd["recall"], "Hierarchical recall (no true nodes)")
-        f = _divide((1 + b2) * common, b2 * sum_true + sum_pred, zd["f-score"], "Hierarchical F-score (no true and no predicted nodes)")
+        if recall_only:
+            f = _divide(common, sum_true, zd["f-score"], "Hierarchical F-score with beta=inf (no true nodes)")
+        else:
+            f = _divide((1 + b2) * common, b2 * sum_true + sum_pred, zd["f-score"], "Hierarchical F-score (no true and no predicted nodes)")
         return float(p), float(r), float(f)
     p = _divide(n_common, n_pred, zd["precision"], "Hierarchical precision of samples with an empty prediction")
     r = _divide(n_common, n_true, zd["recall"], "Hierarchical recall of samples with an empty true path")
-    f = _divide((1 + b2) * n_common, b2 * n_true + n_pred, zd["f-score"], "Hierarchical F-score of samples with empty true and predicted paths")
+    if recall_only:
+        f = _divide(n_common, n_true, zd["f-score"], "Hierarchical F-score with beta=inf of samples with an empty true path")
+    else:
+        f = _divide((1 + b2) * n_common, b2 * n_true + n_pred, zd["f-score"], "Hierarchical F-score of samples with empty true and predicted paths")
     return _weighted_mean(p, weight), _weighted_mean(r, weight), _weighted_mean(f, weight)
 
 

@@ -59,17 +59,16 @@ def _check_contiguous(pad: np.ndarray, name: str, values: np.ndarray) -> np.ndar
 def _check_ids(values: np.ndarray, tree: Any, name: str) -> np.ndarray:
     """Node ids as int64, named errors for non-integers and ids out of range."""
     if values.dtype.kind not in "iu":
-        if values.dtype.kind == "f" and values.size and np.all(values == np.round(values)):
-            values = values.astype(np.int64)
-        else:
+        if not (values.dtype.kind == "f" and values.size and np.all(values == np.round(values))):
             raise TypeError(f"{name} holds node ids but has dtype {values.dtype}; node ids are integers")
-    ids = values.astype(np.int64, copy=False)
-    bad = ids >= tree.n_classes
+    # Compare before the cast to int64: uint64 ids >= 2**63 (or huge floats) would wrap.
+    bad = values >= tree.n_classes
     if bad.any():
         raise ValueError(
-            f"{name} holds node ids {describe_some(np.unique(ids[bad]).tolist())} out of range "
+            f"{name} holds node ids {describe_some(np.unique(values[bad]).tolist())} out of range "
             f"[0, {tree.n_classes}) for a tree of {tree.n_classes} classes"
         )
+    ids = values.astype(np.int64, copy=False)
     return ids
 
 

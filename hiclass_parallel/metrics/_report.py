@@ -178,10 +178,13 @@ def hierarchical_classification_report(
     report["mistake severity"] = {"score": severity, "support": n_mistakes}
     if output_dict:
         return report
-    return _format(report, level_names, digits)
+    # A level that no true label and no prediction reaches has nothing to score (0 / 0 in every
+    # column): the text leaves it out and says so; the dict keeps it (support 0).
+    empty = [name for i, name in enumerate(level_names) if support[i] == 0 and not (pred[:, i] >= 0).any()]
+    return _format(report, [name for name in level_names if name not in empty], digits, omitted=empty)
 
 
-def _format(report: dict[str, Any], level_names: list[str], digits: int) -> str:
+def _format(report: dict[str, Any], level_names: list[str], digits: int, omitted: list[str] = ()) -> str:
     averages = ["hierarchical micro avg", "hierarchical macro avg"]
     singles = ["exact path accuracy", "mean tree distance", "mistake severity"]
     width = max(len(name) for name in [*level_names, *averages, *singles])
@@ -201,7 +204,11 @@ def _format(report: dict[str, Any], level_names: list[str], digits: int) -> str:
             out += row_fmt.format(name, r["precision"], r["recall"], r["f1-score"], support(r["support"]), width=width, digits=digits)
         return out
 
-    text = "\n".join(lines) + "\n" + rows(level_names) + "\n" + rows(averages) + "\n"
+    text = "\n".join(lines) + "\n" + rows(level_names)
+    if omitted:
+        shown = omitted[0] if len(omitted) == 1 else f"{omitted[0]} to {omitted[-1]}" if len(omitted) > 2 else " and ".join(omitted)
+        text += f"({shown}: omitted, no true label and no prediction reaches {'it' if len(omitted) == 1 else 'them'})\n"
+    text += "\n" + rows(averages) + "\n"
     for name in singles:
         r = report[name]
         text += single_fmt.format(name, "", "", r["score"], support(r["support"]), width=width, digits=digits)

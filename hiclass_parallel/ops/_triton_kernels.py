@@ -33,14 +33,17 @@ def segment(x_ptr, x_stride, members_ptr, first_ptr, size_ptr, gid_ptr, out_ptr,
         if LSE:
             v = tl.load(x_row + col, mask=inside, other=float("-inf")).to(ACC)
             m_new = tl.maximum(m, tl.max(v, 1))
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a group of -inf so far
+            # -inf: a group of -inf so far; +inf: shift by 0 so the sum becomes +inf, not the NaN
+            # of exp(inf - inf) (the semantics of the NumPy and C routes: lse +inf)
+            shift = tl.where((m_new == float("-inf")) | (m_new == float("inf")), 0.0, m_new)
             s = s * tl.exp(m - shift) + tl.sum(tl.exp(v - shift[:, None]), 1)
             m = m_new
         else:
             v = tl.load(x_row + col, mask=inside, other=0.0).to(ACC)
             s += tl.sum(v, 1)
     if LSE:
-        res = tl.where(m == float("-inf"), float("-inf"), m + tl.log(s))
+        # s != s: a NaN the max skipped ([NaN, -inf] has max -inf) still makes the group NaN
+        res = tl.where((m == float("-inf")) & (s == s), float("-inf"), m + tl.log(s))
     else:
         res = s
     gid = tl.load(gid_ptr + k, mask=live, other=0)

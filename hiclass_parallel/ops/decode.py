@@ -15,17 +15,27 @@ Candidates
 
 Ties are broken deterministically: the candidate with the lowest node id wins, and
 :func:`topk_paths` orders equal scores by ascending node id.
+
+Non-finite scores
+-----------------
+``-inf`` is a probability of 0 (a masked class): decoding works around it. A row holding a
+NaN or ``+inf`` anywhere has no defined probabilities (``+inf`` gives its group the
+log-normaliser ``+inf``, and ``inf - inf`` is NaN), so every decoding method returns for it
+the *empty path* (all ``-1``, the pad) with log-probability NaN: :func:`best_paths` one,
+:func:`topk_paths` ``k`` of them. The same on every route (NumPy, the C kernel, torch, CuPy,
+CUDA). An empty path is never a class: the classifier reads it as its pad label.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
 
 from .._backend import array_namespace, device, is_numpy_array, is_torch_array
-from ..tree import Tree
+from ..tree import PAD, Tree
 from ._engine import check_semantics, ops_for, prepare, restore
 from .groups import node_log_probs
 
@@ -34,6 +44,23 @@ __all__ = ["best_paths", "topk_paths", "node_log_probs"]
 
 def _no_grad(x: Any) -> Any:
     return x.detach() if is_torch_array(x) else x
+
+
+def _undecidable(x: Any) -> Any:
+    """Rows ``(N,)`` whose scores hold a NaN or ``+inf``: no probabilities are defined there."""
+    xp = array_namespace(x)
+    return xp.any(xp.isnan(x) | (x == math.inf), axis=1)
+
+
+def _blank_rows(x: Any, paths: Any, log_prob: Any) -> tuple[Any, Any]:
+    """Undecidable rows of ``x`` (N, n_outputs) get empty paths (all -1) and log-probability NaN;
+    ``paths`` is ``(N, ..., L)``, ``log_prob`` ``(N, ...)``."""
+    ops = ops_for(x)
+    bad = _undecidable(x)
+    bad_lp = bad
+    while len(bad_lp.shape) < len(log_prob.shape):
+        bad_lp = ops.expand(bad_lp, 1)
+    return ops.where(ops.expand(bad_lp, -1), PAD, paths), ops.where(bad_lp, math.nan, log_prob)
 
 
 def best_paths(
@@ -70,6 +97,8 @@ def best_paths(
         probabilities never grow along a path, so the cut is well defined. A sample
         whose top-level nodes all fall below the threshold gets an empty path (all
         ``-1``) with log-probability 0 (the implicit root). Stop terms are not used.
+        A row holding a NaN or ``+inf`` gets an empty path with log-probability NaN
+        (see the module notes), with or without a threshold.
     mask_value : float, default=None
         See :func:`~hiclass_parallel.ops.groups.group_logsumexp`.
 
@@ -110,6 +139,7 @@ def best_paths(
         log_t = math.log(threshold) if threshold > 0 else -math.inf
     p = prepare(_no_grad(scores), tree, partition, stop, mask_value)
     paths, value = p.backend.best_paths(p.x, p.lay, p.arr, p.mv, semantics == "terminal", log_t)
+    paths, value = _blank_rows(p.x, paths, value)
     return restore(paths, p.lead, p.lay.n_levels), restore(value, p.lead)
 
 
@@ -165,7 +195,8 @@ def topk_paths(
     tree : Tree
     k : int
         Number of paths per sample, at most the number of candidates (the leaves under
-        partial semantics, all nodes under terminal semantics).
+        partial semantics, all nodes under terminal semantics). Not an integer (``1.5``):
+        :class:`TypeError`.
     partition, stop, semantics, mask_value
         As in :func:`best_paths`.
 
@@ -195,6 +226,8 @@ def topk_paths(
     p = prepare(_no_grad(scores), tree, partition, stop, mask_value)
     arr = p.arr
     n_cand = p.lay.n_classes if semantics == "terminal" else int(arr["leaves"].shape[0])
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an integer number of paths, got {k!r} ({type(k).__name__})")
     k = int(k)
     if not 1 <= k <= n_cand:
         what = "nodes" if semantics == "terminal" else "leaves"
@@ -205,12 +238,15 @@ def topk_paths(
         cand_ids, values = None, joint
     else:
         cand_ids, values = arr["leaves"], ops.take(joint, arr["leaves"])
+    # NaN ranks as -inf here (the ranking needs a total order); rows holding one are blanked below.
+    values = ops.where(array_namespace(values).isnan(values), -math.inf, values)
     order = _stable_topk(values, k)  # (N, k) positions in `values`
     xp = array_namespace(p.x)
     flat = xp.reshape(order, (-1,))
     log_prob = _take_rows(values, order)
     nodes = flat if cand_ids is None else ops.take1(cand_ids, flat)
-    paths = ops.take1(arr["paths_ext"], nodes)
+    paths = xp.reshape(ops.take1(arr["paths_ext"], nodes), (-1, k, p.lay.n_levels))
+    paths, log_prob = _blank_rows(p.x, paths, log_prob)
     return xp.reshape(paths, (*p.lead, k, p.lay.n_levels)), xp.reshape(log_prob, (*p.lead, k))
 
 

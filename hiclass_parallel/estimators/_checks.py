@@ -1,0 +1,49 @@
+"""Checks of the classifier's settings that need more than ``_parameter_constraints``.
+
+Each raises a ``ValueError`` that names the setting, the value and what to do instead, at the
+start of ``fit``, before any data is read (torch's own errors here are an ``AssertionError``
+"Torch not compiled with CUDA enabled" or a list of every device type torch knows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["check_device"]
+
+
+def check_device(device: Any) -> None:
+    """Raise ``ValueError`` unless ``device`` names a torch device that this machine has.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``...
+
+    Examples
+    --------
+    >>> check_device("cpu")
+    >>> check_device("nonsense")
+    Traceback (most recent call last):
+    ...
+    ValueError: device='nonsense' is not a torch device: use 'cpu', 'cuda' or 'cuda:N' (a GPU index), or 'mps'
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"device={device!r} is not a torch device: use 'cpu', 'cuda' or 'cuda:N' (a GPU index), or 'mps'"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA GPU"
+            raise ValueError(f"device={device!r} but {why} on this machine: use device='cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r} but this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+                f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})"
+            )
+    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError(f"device={device!r} but torch sees no MPS (Apple GPU) device here: use device='cpu'")
