@@ -297,7 +297,11 @@ def make_method(method: str, tree: Any, params: dict | None = None) -> Any:
         return FlatTorchBaseline(tree, **params)
     if method in HICLASS_METHODS:
         return HiClassMethod(method, tree, **params)
-    raise ValueError(f"unknown method {method!r}; choose from {ALL_METHODS}")
+    from benchmarks._text_methods import TEXT_METHODS, make_text_method
+
+    if method in TEXT_METHODS:
+        return make_text_method(method, tree, params)
+    raise ValueError(f"unknown method {method!r}; choose from {ALL_METHODS + TEXT_METHODS}")
 
 
 def warm_up(method: str, params: dict | None = None, n_features: int = 8) -> None:
@@ -310,6 +314,11 @@ def warm_up(method: str, params: dict | None = None, n_features: int = 8) -> Non
     """
     from hiclass_parallel import Tree
 
+    from benchmarks._text_methods import TEXT_METHODS
+    from benchmarks._text_methods import warm_up as warm_up_text
+
+    if method in TEXT_METHODS:
+        return warm_up_text(method, params, n_features)
     tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
     rng = np.random.default_rng(0)
     X = rng.normal(size=(64, n_features)).astype(np.float32)

@@ -177,7 +177,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         result["peak_rss_tree_mib"] = sampler.peak_mib
         result["peak_rss_mib"] = max(result["peak_rss_self_mib"], result["peak_rss_tree_mib"])
         np.save(out / "pred.npy", np.asarray(pred, dtype=np.int64))
-        for extra in ("n_epochs_", "history_epochs_"):
+        for extra in ("n_epochs_", "history_epochs_", "inner_fit_s_", "inner_predict_s_"):
             if hasattr(model, extra):
                 result[extra] = getattr(model, extra)
         result["status"] = "ok"

@@ -280,6 +280,23 @@ def test_diverging_training_raises_named_error(data, one_torch_thread):
     assert not hasattr(clf, "net_")  # a failed first fit leaves an unfitted estimator
 
 
+def test_diverging_continued_training_puts_the_last_finite_weights_back(data, one_torch_thread):
+    torch = pytest.importorskip("torch")
+    from hiclass_parallel.estimators._guards import NonFiniteLossError
+
+    X, y, tree = data
+    clf = _clf(tree, optimizer=torch.optim.SGD, lr=1e-3, batch_size=32, module__hidden_units=256).fit(X, y)
+    before = {k: v.clone() for k, v in clf.net_.module_.state_dict().items()}
+    clf.set_params(lr=10.0, max_epochs=8, warm_start=True)
+    with pytest.raises(NonFiniteLossError, match="were put back"):
+        clf.fit(X, y)
+    after = clf.net_.module_.state_dict()
+    assert all(torch.isfinite(v).all() for v in after.values())
+    # restored to the start of the diverging epoch: finite, and not the weights of the first fit
+    # only if an earlier epoch of the continued run completed
+    assert set(after) == set(before)
+
+
 def test_exploding_finite_loss_warns(data, one_torch_thread):
     X, y, tree = data
     with pytest.warns(RuntimeWarning, match="training loss grew from .* training is diverging"):

@@ -99,10 +99,13 @@ class LazyAdam(torch.optim.Optimizer):
         if wd:
             values = values + wd * p[rows]
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        m_rows = m[rows].mul_(b1).add_(values, alpha=1 - b1)
-        v_rows = v[rows].mul_(b2).addcmul_(values, values, value=1 - b2)
-        m[rows], v[rows] = m_rows, v_rows
-        denom = (v_rows / (1 - b2**step)).sqrt_().add_(eps)
+        # index_select / index_copy_: a coalesced gradient has each row once, and these are
+        # several times faster than advanced indexing on the CPU.
+        m_rows = m.index_select(0, rows).mul_(b1).add_(values, alpha=1 - b1)
+        v_rows = v.index_select(0, rows).mul_(b2).addcmul_(values, values, value=1 - b2)
+        m.index_copy_(0, rows, m_rows)
+        v.index_copy_(0, rows, v_rows)
+        denom = v_rows.div_(1 - b2**step).sqrt_().add_(eps)
         p.index_add_(0, rows, m_rows.div_(denom), alpha=-lr / (1 - b1**step))
 
     def _dense_step(self, params: list[torch.Tensor], lr: float, b1: float, b2: float, eps: float, wd: float) -> None:

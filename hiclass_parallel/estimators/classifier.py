@@ -602,6 +602,8 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         X = self._validate_X(X, reset=False)
         ids = self._encode_y(X, y)
         self.net_.set_params(**self._changed_net_params())
+        # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
+        self.net_.set_params(callbacks__finite_loss__snapshot=True)
         with self._rng(None):
             self.net_.partial_fit(self._dataset(X, ids), None, epochs=epochs)
         return self

@@ -1,0 +1,179 @@
+"""Real text at scale, side by side: WordNet hypernym placement from glosses on a CPU.
+
+What a user with text and a big taxonomy would compare (issue 12): for each subset of
+WordNet's nouns, glosses with lemma names (``load_wordnet_glosses(root, include_lemmas=True)``)
+are split 80/20 and encoded once by one ``TfidfVectorizer(sublinear_tf=True,
+ngram_range=(1, 2))``; every method then fits on the same sparse features, in its own fresh
+process (``benchmarks._worker``: fit and predict times, peak RSS of the process tree), and
+is scored by the same functions:
+
+- ``hc-text``: ``HierarchicalClassifier(tree, semantics="terminal")``, nothing else set;
+- ``hc-text-tuned``: the same with the settings in ``TUNED`` (if given);
+- ``linear-svc``, ``sgd``: flat scikit-learn linear models with their defaults;
+- ``xr-linear``: libpecos XR-Linear, a label-tree XMC model (own environment, ``PECOS_PYTHON``);
+- ``hiclass-lcppn``: HiClass's local classifier per parent node, within its budget.
+
+Reported per method: fit s, predict s, peak RSS, hierarchical F1 (micro), exact accuracy
+(predicted node == true node), hF1 on the held-out rows whose target never occurs as a
+training target ("unseen"), and the load average. Ratios are taken within one run.
+
+Usage::
+
+    PECOS_PYTHON=/path/to/pecos-venv/bin/python python -m benchmarks.bench_text \\
+        --subsets animal,person,artifact,nouns --out docs/_static/bench_text.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._text_methods import TEXT_METHODS
+from benchmarks._text_methods import unavailable_reason as text_unavailable
+from benchmarks.bench_peers import environment, run_worker, save_split, score
+
+SUBSETS = {"animal": "animal.n.01", "person": "person.n.01", "artifact": "artifact.n.01", "nouns": None}
+METHODS = ("hc-text", "linear-svc", "sgd", "xr-linear", "hiclass-lcppn")
+TUNED: dict[str, Any] = {}
+BUDGETS = {"hiclass-lcppn": 300.0}
+
+
+def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
+    """The gloss data set under ``root`` (``None``: all nouns), split and TF-IDF encoded."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.model_selection import train_test_split
+
+    from hiclass_parallel.datasets import load_wordnet_glosses
+
+    data = load_wordnet_glosses(root, include_lemmas=True)
+    ids = data.tree.to_ids(data.target)
+    t_train, t_test, y_train, y_test = train_test_split(data.data, ids, test_size=0.2, random_state=seed)
+    vec = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), dtype=np.float32)
+    return {"X_train": vec.fit_transform(t_train).tocsr(), "X_test": vec.transform(t_test).tocsr(),
+            "y_train": np.asarray(y_train), "y_test": np.asarray(y_test), "tree": data.tree}
+
+
+def score_text(tree: Any, y_train: np.ndarray, y_test: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """``bench_peers.score`` plus hF1 on the rows whose target is unseen in training."""
+    from hiclass_parallel.metrics import hierarchical_f1_score
+
+    out = score(tree, y_test, pred)
+    unseen = ~np.isin(y_test, y_train)
+    true = np.asarray(tree.paths, dtype=np.int64)[y_test[unseen]]
+    out["hf1_unseen"] = float(hierarchical_f1_score(true, pred[unseen], tree, input_type="ids")) if unseen.any() else float("nan")
+    out["unseen_fraction"] = float(unseen.mean())
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks._peers import unavailable_reason
+
+    report: dict[str, Any] = {"environment": environment(args.threads), "subsets": {}}
+    work = Path(args.work)
+    for name in args.subsets:
+        start = time.perf_counter()
+        data = make_text(SUBSETS[name], args.seed)
+        info = save_split(data, work / name)
+        info["encode_s"] = time.perf_counter() - start
+        print(f"{name}: {info['n_nodes']} classes, {info['n_train']} train rows, {info['n_features']} features",
+              flush=True)
+        results = {}
+        for method in args.methods:
+            reason = text_unavailable(method) if method in TEXT_METHODS else unavailable_reason(method)
+            if method == "hiclass-lcppn" and name not in args.hiclass_on:
+                reason = f"not run on {name}: over its budget on the smaller subsets (see docs/benchmark-text.md)"
+            if reason:
+                results[method] = {"status": "skipped", "reason": reason}
+                print(f"  {method}: skipped ({reason})", flush=True)
+                continue
+            params = dict(TUNED) if method == "hc-text-tuned" else {}
+            if method.startswith("hc-"):
+                params.setdefault("random_state", args.seed)
+            job = {"method": method, "data": str(work / name), "out": str(work / name / method), "params": params,
+                   "threads": args.threads}
+            result = run_worker(job, BUDGETS.get(method, args.budget), 60.0, sys.stdout)
+            if result.get("status") == "ok":
+                pred = np.load(work / name / method / "pred.npy")
+                result.update(score_text(data["tree"], data["y_train"], data["y_test"], pred))
+                for key in ("fit_s", "predict_s"):
+                    if f"inner_{key}_" in result:  # external process: its own timing, without start-up
+                        result[f"{key}_with_startup"], result[key] = result[key], result[f"inner_{key}_"]
+            results[method] = result
+            print(f"  {method}: {_summary(result)}", flush=True)
+        report["subsets"][name] = {"info": info, "results": results, "load_average_end": os.getloadavg()[0]}
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=1, default=float))
+    return report
+
+
+def _summary(r: dict[str, Any]) -> str:
+    if r.get("status") != "ok":
+        return f"{r.get('status')} {r.get('error', '')[:200]}"
+    return (f"fit {r['fit_s']:.1f}s predict {r['predict_s']:.1f}s RSS {r['peak_rss_mib']:.0f}MiB "
+            f"hF1 {r['hf1']:.3f} exact {r['exact']:.3f} unseen {r['hf1_unseen']:.3f} load {r.get('load_after', 0):.1f}")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """One table per subset: every method, with ratios to LinearSVC measured in the same run."""
+    lines = []
+    for name, sub in report["subsets"].items():
+        info, res = sub["info"], sub["results"]
+        lines += [f"**{name}** ({info['n_nodes']:,} classes, {info['n_train']:,} train / {info['n_test']:,} test rows, "
+                  f"{info['n_features']:,} features; load average at the end {sub['load_average_end']:.1f})", "",
+                  "| method | fit s | predict s | peak RSS MiB | hF1 | exact | hF1 unseen | fit / LinearSVC |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        ref = res.get("linear-svc", {})
+        for method, r in res.items():
+            if r.get("status") != "ok":
+                lines.append(f"| {method} | {r.get('status')}: {r.get('reason', r.get('error', ''))[:80]} | | | | | | |")
+                continue
+            ratio = f"{r['fit_s'] / ref['fit_s']:.2f}" if ref.get("status") == "ok" else ""
+            lines.append(f"| {method} | {r['fit_s']:.1f} | {r['predict_s']:.1f} | {r['peak_rss_mib']:.0f} | "
+                         f"{r['hf1']:.3f} | {r['exact']:.3f} | {r['hf1_unseen']:.3f} | {ratio} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_text", description=__doc__.split("\n\n")[0])
+    p.add_argument("--subsets", default="animal,person,artifact,nouns")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--hiclass-on", default="animal", help="subsets on which HiClass LCPPN runs")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--budget", type=float, default=900.0, help="seconds per fit + predict")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work", default="/tmp/bench_text")
+    p.add_argument("--out", default=None, help="JSON report path")
+    p.add_argument("--markdown", default=None, help="write the tables here")
+    args = p.parse_args(argv)
+    args.subsets = [s for s in args.subsets.split(",") if s]
+    args.methods = [m for m in args.methods.split(",") if m]
+    args.hiclass_on = [s for s in args.hiclass_on.split(",") if s]
+    bad = [s for s in args.subsets if s not in SUBSETS]
+    if bad:
+        p.error(f"unknown subsets {bad}; choose from {list(SUBSETS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = run(args)
+    table = markdown(report)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
