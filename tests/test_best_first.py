@@ -107,3 +107,35 @@ def test_k_out_of_range_is_named(paper_tree):
         best_first_paths(lambda r, c: torch.zeros(r.shape[0]), 1, paper_tree, k=7)
     with pytest.raises(ValueError, match="stop"):
         best_first_paths(lambda r, c: torch.zeros(r.shape[0]), 1, paper_tree, semantics="terminal")
+
+
+def test_classifier_best_first_decoding_equals_exhaustive_decoding():
+    import scipy.sparse as sp
+
+    from hiclass_parallel.estimators import HierarchicalClassifier
+
+    rng = np.random.default_rng(0)
+    tree = Tree.from_parents(random_parents(rng, 40))
+    X = sp.random(200, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    y = rng.integers(0, 40, size=200)
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, module__hidden_units=16, random_state=0)
+    clf.fit(X, y)
+    assert clf.partition_ == "sibling" and clf.path_local_
+    scores = torch.as_tensor(clf.decision_function(X))
+    expected, _ = best_paths(scores, tree, "sibling", True, "terminal")
+    np.testing.assert_array_equal(clf._predict_ids(X), expected.numpy())
+    top, top_lp = topk_paths(scores, tree, 3, "sibling", True, "terminal")
+    labels, lp = clf.predict_top_k(X, 3, return_log_prob=True)
+    np.testing.assert_allclose(lp, top_lp.numpy(), rtol=1e-5)
+
+
+def test_hf1_decoding_backs_off_to_the_common_ancestor():
+    from hiclass_parallel.ops import expected_hf1_paths
+
+    paths = torch.tensor([[[0, 2, 5], [0, 2, 6], [0, 3, -1]], [[1, -1, -1], [0, -1, -1], [0, 2, -1]]])
+    log_prob = torch.log(torch.tensor([[0.34, 0.33, 0.33], [0.9, 0.05, 0.05]]))
+    chosen, value = expected_hf1_paths(paths, log_prob)
+    assert chosen.tolist() == [[0, 2, -1], [1, -1, -1]]
+    # row 0: 0.8 * 0.67 (prefix 0>2 against both deep rivals) + 0.5 * 0.33 (against 0>3)
+    assert abs(float(value[0]) - (0.8 * 0.67 + 0.5 * 0.33)) < 1e-6
+    assert abs(float(value[1]) - 0.9) < 1e-6

@@ -208,9 +208,14 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         class is unknown (the paper's reading); predictions end at leaves. ``"terminal"``:
         the node itself is the answer; predictions may end at any node (needs ``stop``).
         Used at prediction time; may be changed after fitting.
-    decoding : {"best", "threshold"}, default="best"
-        ``"best"``: the valid path with the highest joint log-probability. ``"threshold"``:
-        the path cut at its deepest node whose probability is at least ``threshold``.
+    decoding : {"best", "threshold", "hf1"}, default="best"
+        ``"best"``: the valid path with the highest joint log-probability (the most
+        probable answer: best for exact accuracy). ``"threshold"``: the path cut at its
+        deepest node whose probability is at least ``threshold``. ``"hf1"``: among the
+        ``top_k`` most probable answers and their ancestors, the path of highest expected
+        hierarchical F1 (:func:`~hiclass_parallel.ops.expected_hf1_paths`): trades some
+        exact accuracy for hF1 by backing off to a common ancestor when rivals split the
+        mass.
     threshold : float, default=0.5
         Cut-off of ``decoding="threshold"``.
     top_k : int, default=5
@@ -331,7 +336,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         "partition": [StrOptions({"auto", *PARTITIONS})],
         "stop": ["boolean", None],
         "semantics": [StrOptions({"partial", "terminal"})],
-        "decoding": [StrOptions({"best", "threshold"})],
+        "decoding": [StrOptions({"best", "threshold", "hf1"})],
         "threshold": [Interval(Real, 0, 1, closed="both")],
         "top_k": [Interval(Integral, 1, None, closed="left")],
         "pad_label": "no_validation",
@@ -782,7 +787,22 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
 
     def _best_first(self) -> bool:
         """Whether decoding searches best-first (scoring only expanded groups) instead of scoring all."""
-        return self.path_local_ and self.decoding == "best"
+        return self.path_local_ and self.decoding in ("best", "hf1")
+
+    def _n_candidates(self) -> int:
+        """Number of candidate answers: every node (terminal semantics) or every leaf."""
+        return self.tree_.n_classes if self.semantics == "terminal" else int(self.tree_.is_leaf.sum())
+
+    def _top_k_batches(self, X: Any, k: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The ``k`` best paths and their log-probabilities, one mini-batch at a time."""
+        from ..ops.decode import topk_paths
+
+        if self._best_first():
+            yield from self._decode_best_first(X, k)
+            return
+        kwargs = self._decode_kwargs()
+        for scores in self._score_batches(X):
+            yield topk_paths(scores, self.tree_, k, **kwargs)
 
     def _decode_best_first(self, X: Any, k: int | None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         from ..ops.best_first import best_first_paths
@@ -928,18 +948,22 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             return proba / proba.sum(axis=1, keepdims=True)
 
     def _predict_ids(self, X: Any) -> np.ndarray:
-        """Best valid paths of node ids, (n_samples, n_levels_), padded with -1."""
-        from ..ops.decode import best_paths
+        """Decoded paths of node ids, (n_samples, n_levels_), padded with -1."""
+        from ..ops.decode import best_paths, expected_hf1_paths
 
         kwargs = self._decode_kwargs()
-        if self._best_first():
-            return np.concatenate(
-                [p.cpu().numpy().astype(np.int64, copy=False) for p, _ in self._decode_best_first(X, None)]
+        if self.decoding == "hf1":
+            k = min(self.top_k, self._n_candidates())
+            batches = (
+                (expected_hf1_paths(p, lp)[0], lp[:, 0]) for p, lp in self._top_k_batches(X, k)
             )
-        threshold = self.threshold if self.decoding == "threshold" else None
+        elif self._best_first():
+            batches = self._decode_best_first(X, None)
+        else:
+            threshold = self.threshold if self.decoding == "threshold" else None
+            batches = (best_paths(s, self.tree_, threshold=threshold, **kwargs) for s in self._score_batches(X))
         out, n_bad = [], 0
-        for scores in self._score_batches(X):
-            paths, log_prob = best_paths(scores, self.tree_, threshold=threshold, **kwargs)
+        for paths, log_prob in batches:
             out.append(paths.cpu().numpy().astype(np.int64, copy=False))
             n_bad += int(torch.isnan(log_prob).sum())  # NaN log-prob: NaN/+inf scores, an empty path
         out = np.concatenate(out)
@@ -1027,21 +1051,15 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         log_prob : ndarray of float32 of shape (n_samples, k)
             Only when ``return_log_prob``.
         """
-        from ..ops.decode import topk_paths
-
-        kwargs = self._decode_kwargs()
+        self._decode_kwargs()  # fitted, and the semantics usable
         k = self.top_k if k is None else k
         if isinstance(k, bool) or not isinstance(k, Integral):
             raise TypeError(f"k must be an integer number of paths, got {k!r} ({type(k).__name__})")
-        n_candidates = self.tree_.n_classes if self.semantics == "terminal" else int(self.tree_.is_leaf.sum())
+        n_candidates = self._n_candidates()
         if not 1 <= k <= n_candidates:
             raise ValueError(f"k={k} must be between 1 and the number of candidate paths ({n_candidates})")
         paths, log_prob = [], []
-        batches = (
-            self._decode_best_first(X, k) if self._best_first()
-            else (topk_paths(scores, self.tree_, k, **kwargs) for scores in self._score_batches(X))
-        )
-        for p, lp in batches:
+        for p, lp in self._top_k_batches(X, k):
             paths.append(p.cpu().numpy().astype(np.int64, copy=False))
             log_prob.append(lp.cpu().numpy())
         labels = self._label_lookup()[np.concatenate(paths)]

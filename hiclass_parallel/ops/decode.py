@@ -39,7 +39,7 @@ from ..tree import PAD, Tree
 from ._engine import check_semantics, ops_for, prepare, restore
 from .groups import node_log_probs
 
-__all__ = ["best_paths", "topk_paths", "node_log_probs"]
+__all__ = ["best_paths", "topk_paths", "expected_hf1_paths", "node_log_probs"]
 
 
 def _no_grad(x: Any) -> Any:
@@ -260,3 +260,71 @@ def _take_rows(values: Any, order: Any) -> Any:
     n = values.shape[1]
     base = xp.reshape(xp.arange(values.shape[0], device=device(values)) * n, (-1, 1))
     return xp.reshape(xp.take(xp.reshape(values, (-1,)), xp.reshape(order + base, (-1,))), order.shape)
+
+
+def expected_hf1_paths(paths: Any, log_prob: Any) -> tuple[Any, Any]:
+    """Among the given candidate paths and their ancestors, the one of highest expected hF1.
+
+    The best path (:func:`best_paths`) is the most probable *answer*: right for exact
+    accuracy, but hierarchical F1 gives partial credit for shared ancestors, so when the
+    mass is split between deep rivals a common ancestor can be worth more. With ``p_j`` the
+    probabilities of ``k`` candidate answers ``a_j`` (renormalised over them), every prefix
+    ``m`` of a candidate path is scored by ``sum_j p_j * 2 |anc(m) & anc(a_j)| / (|anc(m)| +
+    |anc(a_j)|)`` -- the expected per-sample hierarchical F1 if the answer is among the
+    candidates -- and the best prefix is returned. It needs the tree only through the paths
+    (ancestor sets are path prefixes).
+
+    Parameters
+    ----------
+    paths : torch.Tensor or ndarray of int64 of shape (n, k, n_levels)
+        Candidate answers as ancestral paths padded with ``-1`` (e.g. from
+        :func:`topk_paths` with terminal semantics), best first.
+    log_prob : torch.Tensor or ndarray of shape (n, k)
+        Their joint log-probabilities; NaN rows give the empty path.
+
+    Returns
+    -------
+    paths : same kind of array, int64 of shape (n, n_levels)
+        The chosen path per row (ties: the more probable candidate, then the shallower prefix).
+    expected_hf1 : same kind of array of shape (n,)
+        Its expected hierarchical F1 under the renormalised candidate distribution.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> paths = np.array([[[0, 2, 5], [0, 2, 6], [0, 3, -1]]])   # two deep rivals and a third
+    >>> log_prob = np.log([[0.34, 0.33, 0.33]])
+    >>> best, value = expected_hf1_paths(paths, log_prob)
+    >>> best                                               # their common parent 2
+    array([[ 0,  2, -1]])
+    >>> round(float(value[0]), 3)
+    0.701
+    """
+    import torch
+
+    numpy_in = not is_torch_array(paths)
+    P = torch.as_tensor(np.asarray(paths) if numpy_in else paths, dtype=torch.int64)
+    lp = torch.as_tensor(np.asarray(log_prob) if numpy_in else log_prob, dtype=torch.float64, device=P.device)
+    n, k, L = P.shape
+    valid = P >= 0
+    length = valid.sum(-1)  # (n, k)
+    p = torch.softmax(torch.where(torch.isnan(lp), -math.inf, lp), dim=1)
+    p = torch.where(torch.isnan(p), 0.0, p)  # rows of -inf only: no candidate
+    same = (P.unsqueeze(2) == P.unsqueeze(1)) & valid.unsqueeze(2) & valid.unsqueeze(1)  # (n, i, j, L)
+    common = same.cumprod(-1).sum(-1)  # (n, i, j): length of the common prefix
+    size = torch.arange(1, L + 1, device=P.device)  # |anc(m)| of the prefix of length d + 1
+    shared = torch.minimum(size.view(1, 1, 1, L), common.unsqueeze(-1))  # (n, i, j, d)
+    f1 = 2 * shared / (size.view(1, 1, 1, L) + length.view(n, 1, k, 1)).clamp_min(1)
+    expected = (p.view(n, 1, k, 1) * f1).sum(2)  # (n, i, d)
+    expected = torch.where(size.view(1, 1, L) <= length.unsqueeze(-1), expected, -1.0)
+    best = expected.reshape(n, k * L).argmax(1)  # first maximum: candidate order, then depth
+    i, d = best // L, best % L
+    rows = torch.arange(n, device=P.device)
+    chosen = torch.where(torch.arange(L, device=P.device).view(1, L) <= d.view(n, 1), P[rows, i], PAD)
+    value = expected[rows, i, d]
+    empty = length[:, 0] == 0
+    chosen = torch.where(empty.view(n, 1), PAD, chosen)
+    value = torch.where(empty, 0.0, value)
+    if numpy_in:
+        return chosen.numpy(), value.numpy()
+    return chosen, value.to(log_prob.dtype)
