@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     --------
     >>> args = build_parser().parse_args(["demo", "--root", "dog.n.01", "--epochs", "5"])
     >>> args.command, args.root, args.epochs, args.partition
-    ('demo', 'dog.n.01', 5, 'level')
+    ('demo', 'dog.n.01', 5, 'auto')
     """
     from ._version import __version__
 
@@ -62,10 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
 
     demo = sub.add_parser("demo", parents=[common], help="train and evaluate a classifier on WordNet glosses (hypernym placement)")
-    demo.add_argument("--root", default="animal.n.01", help="synset whose subtree is the task (default: %(default)s)")
-    demo.add_argument("--epochs", type=int, default=30, help="training epochs (default: %(default)s)")
+    demo.add_argument("--root", default=None,
+                      help="synset whose subtree is the task, e.g. animal.n.01 (default: all 82,115 nouns)")
+    demo.add_argument("--epochs", type=int, default=None, help="training epochs (default: the classifier's)")
     demo.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
-    demo.add_argument("--partition", choices=["level", "sibling"], default="level", help="softmax groups (default: %(default)s)")
+    demo.add_argument("--partition", choices=["auto", "level", "sibling"], default="auto",
+                      help="softmax groups (default: %(default)s: sibling, trained path-locally, for text)")
     demo.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of synsets (default: %(default)s)")
     demo.add_argument("--out", type=Path, default=Path("demo-output"), help="folder for the plot and report; any path, e.g. /tmp/demo (default: %(default)s, git-ignored)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")

@@ -16,6 +16,9 @@ from torch import nn
 
 __all__ = ["MLP", "SparseLinear", "ColumnScorer", "SparseMLP"]
 
+#: Above this many input features, :class:`SparseMLP`'s default width halves (memory).
+LARGE_INPUT = 200_000
+
 
 class MLP(nn.Module):
     """A multi-layer perceptron producing one score per output of the tree.
@@ -208,8 +211,10 @@ class SparseMLP(nn.Module):
         Width of the input; set by the classifier from ``X``.
     n_outputs : int
         Number of scores (classes plus stops); set by the classifier from the tree.
-    hidden_units : int, default=512
-        Width of the hidden representation.
+    hidden_units : int, default=None
+        Width of the hidden representation. ``None``: 512, or 256 for inputs of more than
+        200,000 features, so that the input layer and its two Adam moments stay under about
+        1.5 GB (483,569 TF-IDF features on WordNet's nouns: 1.5 GB at 256).
     dropout : float, default=0.0
         Dropout probability on the hidden representation while training.
     input_dropout : float, default=0.0
@@ -238,14 +243,17 @@ class SparseMLP(nn.Module):
         self,
         n_features: int,
         n_outputs: int,
-        hidden_units: int = 512,
+        hidden_units: int | None = None,
         dropout: float = 0.0,
         input_dropout: float = 0.0,
         activation: type[nn.Module] | None = None,
     ):
         super().__init__()
-        if int(hidden_units) <= 0:
-            raise ValueError(f"hidden_units must be a positive width, got {hidden_units!r}")
+        if hidden_units is None:
+            hidden_units = 256 if int(n_features) > LARGE_INPUT else 512
+        if isinstance(hidden_units, bool) or not hasattr(hidden_units, "__index__") or operator.index(hidden_units) <= 0:
+            raise ValueError(f"module__hidden_units must be a positive int, got {hidden_units!r}")
+        hidden_units = operator.index(hidden_units)
         for name, p in (("dropout", dropout), ("input_dropout", input_dropout)):
             if not 0.0 <= float(p) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {p!r}")
