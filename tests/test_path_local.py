@@ -121,3 +121,22 @@ def test_lazy_adam_rejects_bad_settings():
         LazyAdam([torch.zeros(1, requires_grad=True)], lr=0)
     with pytest.raises(ValueError, match="betas"):
         LazyAdam([torch.zeros(1, requires_grad=True)], betas=(1.0, 0.9))
+
+
+def test_text_route_defaults(one_torch_thread):
+    import scipy.sparse as sp
+
+    from hiclass_parallel.estimators import HierarchicalClassifier
+
+    rng = np.random.default_rng(0)
+    tree = Tree.from_parents(random_parents(rng, 30))
+    y = rng.integers(0, 30, size=1200)
+    X = sp.random(1200, 50, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, batch_size=100).fit(X, y)
+    assert type(clf.net_.module_).__name__ == "SparseMLP" and clf.net_.module_.head.weight.embedding_dim == 512
+    assert clf.partition_ == "sibling" and clf.path_local_
+    assert type(clf.net_.optimizer_).__name__ == "LazyAdam"
+    assert clf.net_.max_epochs == 18 == len(clf.net_.history)  # ceil(60 / sqrt(12 steps per epoch))
+    dense = HierarchicalClassifier(tree, semantics="terminal", random_state=0, max_epochs=None)
+    dense.fit(X[:200].toarray(), y[:200])
+    assert dense.net_.max_epochs == 10 and dense.partition_ == "level" and not dense.path_local_

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import math
 import warnings
 from collections.abc import Iterator
 from numbers import Integral, Real
@@ -233,9 +234,11 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
     lr : float, default=0.003
         Learning rate.
     max_epochs : int, default=None
-        Passes over the data in :meth:`fit` (fewer with early stopping). ``None``: 10, or 6
-        for :class:`SparseMLP` (text), whose held-out accuracy on WordNet glosses peaked at
-        6-8 epochs on 8,000 rows and at 4-6 on 66,000 (``docs/benchmark-text.md``).
+        Passes over the data in :meth:`fit` (fewer with early stopping). ``None``: 10, or
+        for :class:`SparseMLP` (text) ``ceil(60 / sqrt(steps per epoch))`` within [3, 30]:
+        held-out accuracy on WordNet glosses peaked after about 60 x sqrt(steps per epoch)
+        steps in all (3,200 rows: 16 epochs; 8,200 rows: 11; 66,000 rows: 4; measured in
+        ``docs/benchmark-text.md``): bigger data sets need more steps, but fewer passes.
     batch_size : int, default=256
         Mini-batch size for training and prediction (``-1``: the whole data set).
     train_split : callable, default=None
@@ -580,7 +583,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         seed = None
         if self.random_state is not None:
             seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        net = self._build_net(seed)
+        net = self._build_net(seed, n_rows=len(ids))
         with self._rng(seed):
             net.initialize()
             net.partial_fit(self._dataset(X, ids), None, epochs=epochs)
@@ -608,7 +611,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         warn_ignored_changes(self)
         X = self._validate_X(X, reset=False)
         ids = self._encode_y(X, y)
-        self.net_.set_params(**self._changed_net_params())
+        self.net_.set_params(**self._changed_net_params(n_rows=len(ids)))
         # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
         self.net_.set_params(callbacks__finite_loss__snapshot=True)
         with self._rng(None):
@@ -621,10 +624,15 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             return self.module
         return SparseMLP if sp.issparse(X) else MLP
 
-    def _max_epochs(self) -> int:
+    def _max_epochs(self, n_rows: int) -> int:
+        """``max_epochs``, or its default for this module and ``n_rows`` training rows."""
         if self.max_epochs is not None:
             return self.max_epochs
-        return 6 if getattr(self.module_class_, "accepts_sparse", False) else 10
+        if not getattr(self.module_class_, "accepts_sparse", False):
+            return 10
+        batch = self.batch_size if self.batch_size > 0 else n_rows
+        steps = max(1, math.ceil(n_rows / batch))
+        return int(min(30, max(3, math.ceil(60 / math.sqrt(steps)))))
 
     def _resolve_partition(self, module: type[torch.nn.Module]) -> str:
         if self.partition != "auto":
@@ -634,10 +642,10 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
     def _dataset(self, X: Any, ids: np.ndarray | None = None) -> _TreeDataset:
         return _TreeDataset(X, ids, sparse_batches=getattr(self.module_class_, "accepts_sparse", False))
 
-    def _changed_net_params(self) -> dict[str, Any]:
+    def _changed_net_params(self, n_rows: int) -> dict[str, Any]:
         """Parameters to push to the fitted net before continuing: those that changed."""
         current = self.net_.get_params(deep=False)
-        wanted = {"lr": self.lr, "batch_size": self.batch_size, "max_epochs": self._max_epochs(), "verbose": self.verbose}
+        wanted = {"lr": self.lr, "batch_size": self.batch_size, "max_epochs": self._max_epochs(n_rows), "verbose": self.verbose}
         wanted.update(
             {k: v for k, v in self._skorch_kwargs().items() if not k.startswith(("module__", "callbacks__"))}
         )
@@ -678,7 +686,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             yield
             self._rng_state_ = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
 
-    def _build_net(self, seed: int | None) -> _TreeNet:
+    def _build_net(self, seed: int | None, n_rows: int) -> _TreeNet:
         from ..losses import HierarchicalCrossEntropy
         from ..losses import PathLocalCrossEntropy
 
@@ -754,7 +762,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             criterion__stop=self.stop_,
             optimizer=optimizer,
             lr=self.lr,
-            max_epochs=self._max_epochs(),
+            max_epochs=self._max_epochs(n_rows),
             batch_size=self.batch_size,
             iterator_train=DataLoader,
             iterator_valid=DataLoader,
