@@ -110,6 +110,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    "threads": args.threads}
             result = run_worker(job, BUDGETS.get(method, args.budget), 60.0, sys.stdout)
             if result.get("status") == "ok":
+                # The sampled peak of the worker's process tree (see _worker.peak_rss_mib on
+                # why ru_maxrss is not used) and its own VmHWM, whichever is larger.
+                result["peak_rss_mib"] = max(result.get("peak_rss_tree_mib", 0.0), result.get("peak_rss_self_mib", 0.0))
                 pred = np.load(work / name / method / "pred.npy")
                 result.update(score_text(data["tree"], data["y_train"], data["y_test"], pred))
                 for key in ("fit_s", "predict_s"):
@@ -151,6 +154,35 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(report: dict[str, Any], path: Path) -> bool:
+    """hF1 against fit time, one panel per subset, log time axis; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    subsets = list(report["subsets"])
+    fig, axes = plt.subplots(1, len(subsets), figsize=(4 * len(subsets), 3.6), squeeze=False)
+    markers = dict(zip(METHODS, "os^Dvx"))
+    for ax, name in zip(axes[0], subsets):
+        for method, r in report["subsets"][name]["results"].items():
+            if r.get("status") != "ok":
+                continue
+            ax.scatter(r["fit_s"], r["hf1"], marker=markers.get(method, "o"), s=60, label=method)
+        ax.set_xscale("log")
+        ax.set_title(name)
+        ax.set_xlabel("fit seconds (log)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("hierarchical F1 (held out)")
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_text", description=__doc__.split("\n\n")[0])
     p.add_argument("--subsets", default="animal,person,artifact,nouns")
@@ -162,6 +194,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", default="/tmp/bench_text")
     p.add_argument("--out", default=None, help="JSON report path")
     p.add_argument("--markdown", default=None, help="write the tables here")
+    p.add_argument("--plot", default=None, help="write the hF1-vs-fit-time plot here (PNG)")
+    p.add_argument("--replot", default=None, help="only redraw tables and plot from this JSON report")
     args = p.parse_args(argv)
     args.subsets = [s for s in args.subsets.split(",") if s]
     args.methods = [m for m in args.methods.split(",") if m]
@@ -174,7 +208,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    report = run(args)
+    report = json.loads(Path(args.replot).read_text()) if args.replot else run(args)
+    if args.plot:
+        plot(report, Path(args.plot))
     table = markdown(report)
     print(table)
     if args.markdown:
