@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     module = clf.net_.module_
 
     def hidden_batches():
-        yield from clf._hidden_batches(X)
+        # what predict runs: the module's hidden representation, one mini-batch at a time
+        yield from clf.net_.outputs(clf._dataset(X), hidden=True)
 
     report = {"root": args.root or "all nouns", "n_classes": tree.n_classes, "n_outputs": clf.n_scores_,
               "n_test": X.shape[0], "fit_s": fit_s, "batch_size": args.batch_size, "threads": args.threads,

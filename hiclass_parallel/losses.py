@@ -36,6 +36,19 @@ REDUCTIONS = ("mean", "sum", "none")
 _BUFFERS = ("src", "pad", "group_pos", "col_group", "log_masked", "paths_ext", "depth", "stop_col")
 
 
+def _check_args(tree: Tree, stop: bool, reduction: str, semantics: str | None) -> str:
+    """The arguments both criteria take, checked; returns the semantics (``None``: by ``stop``)."""
+    if not isinstance(tree, Tree):
+        raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if semantics is None:
+        semantics = "terminal" if stop else "partial"
+    if semantics not in SEMANTICS:
+        raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+    return semantics
+
+
 class HierarchicalCrossEntropy(nn.Module):
     """Cross-entropy at every labelled level of every sample, in parallel, in O(B*C).
 
@@ -119,16 +132,9 @@ class HierarchicalCrossEntropy(nn.Module):
         validate: bool = True,
     ):
         super().__init__()
-        if not isinstance(tree, Tree):
-            raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
         if partition not in PARTITIONS:
             raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        if semantics is None:
-            semantics = "terminal" if stop else "partial"
-        if semantics not in SEMANTICS:
-            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        semantics = _check_args(tree, stop, reduction, semantics)
         self.tree = tree
         self.partition = partition
         self.stop = bool(stop)
@@ -297,14 +303,7 @@ class PathLocalCrossEntropy(nn.Module):
 
     def __init__(self, tree: Tree, stop: bool = False, reduction: str = "mean", *, semantics: str | None = None):
         super().__init__()
-        if not isinstance(tree, Tree):
-            raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        if semantics is None:
-            semantics = "terminal" if stop else "partial"
-        if semantics not in SEMANTICS:
-            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        semantics = _check_args(tree, stop, reduction, semantics)
         self.tree = tree
         self.stop = bool(stop)
         self.reduction = reduction

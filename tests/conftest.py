@@ -1,4 +1,7 @@
-"""Shared fixtures: the paper's toy tree, random trees with shuffled ids, array namespaces."""
+"""Shared fixtures: the paper's toy tree, random trees with shuffled ids, array namespaces.
+
+Tests take these as fixtures; nothing here is imported by test modules.
+"""
 
 from __future__ import annotations
 
@@ -44,17 +47,52 @@ def paper_tree() -> Tree:
     return Tree.from_parents(PAPER_PARENTS)
 
 
-def random_parents(rng: np.random.Generator, n: int, max_top: int = 3) -> np.ndarray:
-    """A random tree with shuffled node ids: node order says nothing about depth."""
-    parents = np.full(n, -1, dtype=np.int64)
-    n_top = int(rng.integers(1, max_top + 1))
-    for i in range(n_top, n):
-        parents[i] = rng.integers(0, i)
-    perm = rng.permutation(n)  # new id of old node i is perm[i]
-    shuffled = np.full(n, -1, dtype=np.int64)
-    has_parent = parents >= 0
-    shuffled[perm[has_parent]] = perm[parents[has_parent]]
-    return shuffled
+class RandomTrees:
+    """Random trees with shuffled node ids: node order says nothing about depth.
+
+    ``random_tree(seed, n, max_top=3)`` is a :class:`Tree` of ``n`` classes under 1 to
+    ``max_top`` top-level classes; ``seed`` may be a ``np.random.Generator``, which is then
+    drawn from (tests that go on drawing scores from it keep their numbers).
+    """
+
+    @staticmethod
+    def parents(rng: np.random.Generator, n: int, max_top: int = 3) -> np.ndarray:
+        """The parent array of a random tree (each node's parent drawn among earlier nodes), ids shuffled."""
+        parents = np.full(n, -1, dtype=np.int64)
+        n_top = int(rng.integers(1, max_top + 1))
+        for i in range(n_top, n):
+            parents[i] = rng.integers(0, i)
+        return RandomTrees.shuffle(parents, rng)
+
+    @staticmethod
+    def shuffle(parents: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The same tree with its node ids permuted at random."""
+        n = len(parents)
+        perm = rng.permutation(n)  # new id of old node i is perm[i]
+        shuffled = np.full(n, -1, dtype=np.int64)
+        has_parent = parents >= 0
+        shuffled[perm[has_parent]] = perm[parents[has_parent]]
+        return shuffled
+
+    def __call__(self, seed: int | np.random.Generator, n: int, max_top: int = 3) -> Tree:
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        return Tree.from_parents(self.parents(rng, n, max_top))
+
+
+@pytest.fixture(scope="session")
+def random_tree() -> RandomTrees:
+    """The random-tree factory (session-scoped, so hypothesis tests can take it)."""
+    return RandomTrees()
+
+
+@pytest.fixture(scope="session")
+def paper_names() -> list[str]:
+    return list(PAPER_NAMES)
+
+
+@pytest.fixture(scope="session")
+def paper_parents() -> list[int]:
+    return list(PAPER_PARENTS)
 
 
 def _have(module: str) -> bool:
@@ -125,9 +163,3 @@ NAMESPACES = [
 def to_xp(request):
     """Converts a NumPy array to one namespace/device; tests then compare on the host."""
     return request.param
-
-
-def host(x) -> np.ndarray:
-    from hiclass_parallel._backend import to_numpy
-
-    return np.asarray(to_numpy(x))

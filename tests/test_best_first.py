@@ -13,7 +13,6 @@ from hiclass_parallel.ops import best_paths, topk_paths
 from hiclass_parallel.ops.best_first import best_first_paths
 from hiclass_parallel.ops.groups import n_outputs, node_log_probs
 
-from conftest import random_parents
 
 OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
 
@@ -51,10 +50,10 @@ def _scores(rng, kind, shape):
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 60), option=st.sampled_from(OPTIONS),
        kind=st.sampled_from(["normal", "integers", "zeros", "neginf"]), budget=st.sampled_from([None, 1, 8]))
-def test_best_equals_exhaustive(seed, n, option, kind, budget):
+def test_best_equals_exhaustive(seed, n, option, kind, budget, random_tree):
     stop, semantics = option
     rng = np.random.default_rng(seed)
-    tree = Tree.from_parents(random_parents(rng, n, max_top=4))
+    tree = random_tree(rng, n, max_top=4)
     x = _scores(rng, kind, (7, n_outputs(tree, "sibling", stop)))
     expected, expected_lp = best_paths(x, tree, "sibling", stop, semantics)
     paths, log_prob = best_first_paths(lambda r, c: x[r, c], 7, tree, stop, semantics, max_columns=budget)
@@ -66,10 +65,10 @@ def test_best_equals_exhaustive(seed, n, option, kind, budget):
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 50), option=st.sampled_from(OPTIONS),
        kind=st.sampled_from(["normal", "zeros"]), k=st.integers(1, 4))
-def test_top_k_equals_exhaustive(seed, n, option, kind, k):
+def test_top_k_equals_exhaustive(seed, n, option, kind, k, random_tree):
     stop, semantics = option
     rng = np.random.default_rng(seed)
-    tree = Tree.from_parents(random_parents(rng, n, max_top=4))
+    tree = random_tree(rng, n, max_top=4)
     k = min(k, n if semantics == "terminal" else int(tree.is_leaf.sum()))
     x = _scores(rng, kind, (5, n_outputs(tree, "sibling", stop)))
     expected, expected_lp = topk_paths(x, tree, k, "sibling", stop, semantics)
@@ -109,13 +108,13 @@ def test_k_out_of_range_is_named(paper_tree):
         best_first_paths(lambda r, c: torch.zeros(r.shape[0]), 1, paper_tree, semantics="terminal")
 
 
-def test_classifier_best_first_decoding_equals_exhaustive_decoding():
+def test_classifier_best_first_decoding_equals_exhaustive_decoding(random_tree):
     import scipy.sparse as sp
 
     from hiclass_parallel.estimators import HierarchicalClassifier
 
     rng = np.random.default_rng(0)
-    tree = Tree.from_parents(random_parents(rng, 40))
+    tree = random_tree(rng, 40)
     X = sp.random(200, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
     y = rng.integers(0, 40, size=200)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, module__hidden_units=16, random_state=0)

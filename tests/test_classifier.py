@@ -318,6 +318,21 @@ def test_get_params_clone_and_set_params_after_fit(small):
     assert not hasattr(clone(clf), "net_")
 
 
+def test_shared_parameters_are_read_from_the_signatures_and_reach_the_net(small):
+    from hiclass_parallel.estimators._params import net_param_names
+
+    # Derived from HierarchicalClassifier's and skorch NeuralNet's signatures, not listed by hand.
+    assert net_param_names(HierarchicalClassifier) == ("lr", "max_epochs", "batch_size", "verbose", "device")
+    X, y, tree = small
+    clf = HierarchicalClassifier(tree, iterator_train__shuffle=False, **{**FAST, "max_epochs": 1, "batch_size": 16})
+    clf.fit(X, y)
+    net = clf.net_.get_params(deep=False)
+    assert {k: net[k] for k in net_param_names(HierarchicalClassifier)} == {
+        "lr": 3e-3, "max_epochs": 1, "batch_size": 16, "verbose": 0, "device": "cpu"
+    }
+    assert net["iterator_train__shuffle"] is False  # a user's prefixed parameter wins over the default
+
+
 def test_pickle_round_trip(fitted, data):
     _, _, X_test, _, _ = data
     again = pickle.loads(pickle.dumps(fitted))

@@ -42,7 +42,12 @@ def test_demo_small(tmp_path, capsys):
 
     result = run_demo(root="dog.n.01", epochs=3, out=tmp_path, verbose=False, n_examples=2)
     assert result["plot"] is not None and Path(result["plot"]).exists()
-    assert 0.0 <= result["hierarchical_f1"] <= 1.0
+    # Recorded on the development machine (1 and 2 torch threads alike, and before the classifier's
+    # split into modules): 38 held-out synsets, so one changed prediction moves the F1 by ~0.02.
+    # The most-frequent baseline involves no network: it must match to the digit.
+    assert result["baseline_hierarchical_f1"] == pytest.approx(0.5982, abs=1e-4)
+    assert result["hierarchical_f1"] == pytest.approx(0.5135, abs=0.05)
+    assert result["exact_path_accuracy"] == pytest.approx(5 / 38, abs=0.06)
     out = capsys.readouterr().out
     assert "Held-out report" in out and "    -> dog.n.01" in out  # paths start at the root
 

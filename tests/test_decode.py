@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import host, random_parents
+from hiclass_parallel._backend import to_numpy as host
 from hiclass_parallel import Tree
 from hiclass_parallel.ops.decode import best_paths, topk_paths
 from hiclass_parallel.ops.groups import group_log_softmax, n_outputs, node_log_probs, stop_columns
@@ -23,10 +23,6 @@ MODES = [
     ("sibling", True, "partial"),
     ("sibling", True, "terminal"),
 ]
-
-
-def make_tree(seed: int, n: int) -> Tree:
-    return Tree.from_parents(random_parents(np.random.default_rng(seed), n))
 
 
 def enumerate_paths(scores: np.ndarray, tree: Tree, partition: str, stop: bool, semantics: str):
@@ -62,9 +58,9 @@ def scores_with_ties(rng: np.random.Generator, tree: Tree, partition: str, stop:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 24), mode=st.sampled_from(MODES))
-def test_best_and_topk_equal_brute_force(seed, n, mode):
+def test_best_and_topk_equal_brute_force(seed, n, mode, random_tree):
     partition, stop, semantics = mode
-    tree = make_tree(seed, n)
+    tree = random_tree(seed, n)
     rng = np.random.default_rng(seed)
     scores = scores_with_ties(rng, tree, partition, stop)
     paths, log_prob = best_paths(scores, tree, partition, stop, semantics)
@@ -136,8 +132,8 @@ def test_shallow_leaves_are_not_favoured_by_padding():
     partition=st.sampled_from(["level", "sibling"]),
     threshold=st.sampled_from([0.0, 0.2, 0.5, 0.9, 1.0]),
 )
-def test_threshold_cuts_at_the_deepest_likely_node(seed, n, partition, threshold):
-    tree = make_tree(seed, n)
+def test_threshold_cuts_at_the_deepest_likely_node(seed, n, partition, threshold, random_tree):
+    tree = random_tree(seed, n)
     rng = np.random.default_rng(seed)
     scores = rng.normal(size=(4, tree.n_classes)) * 2
     paths, log_prob = best_paths(scores, tree, partition, threshold=threshold)
@@ -169,8 +165,8 @@ def test_sibling_threshold_half_is_the_majority_subtree():
 
 
 @pytest.mark.parametrize("partition, stop, semantics", MODES)
-def test_namespaces_agree(partition, stop, semantics, to_xp):
-    tree = make_tree(3, 40)
+def test_namespaces_agree(partition, stop, semantics, to_xp, random_tree):
+    tree = random_tree(3, 40)
     rng = np.random.default_rng(3)
     scores = rng.normal(size=(6, n_outputs(tree, partition, stop))).astype(np.float32)
     expected = best_paths(scores, tree, partition, stop, semantics)
@@ -186,8 +182,8 @@ def test_namespaces_agree(partition, stop, semantics, to_xp):
     np.testing.assert_array_equal(host(cut[0]), best_paths(scores, tree, partition, stop, threshold=0.3)[0])
 
 
-def test_topk_with_mass_ties_and_large_k():
-    tree = make_tree(4, 200)
+def test_topk_with_mass_ties_and_large_k(random_tree):
+    tree = random_tree(4, 200)
     scores = np.zeros((3, tree.n_classes))
     n_leaves = int(tree.is_leaf.sum())
     for x in (scores, torch.as_tensor(scores)):
@@ -218,8 +214,8 @@ def test_leading_axes_and_errors(paper_tree):
         best_paths(scores, paper_tree, threshold=1.5)
 
 
-def test_torch_inputs_with_grad_are_decoded():
-    tree = make_tree(6, 30)
+def test_torch_inputs_with_grad_are_decoded(random_tree):
+    tree = random_tree(6, 30)
     x = torch.randn(4, tree.n_classes, requires_grad=True)
     paths, lp = best_paths(x, tree, "sibling")
     assert not lp.requires_grad
@@ -228,8 +224,8 @@ def test_torch_inputs_with_grad_are_decoded():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
-def test_cuda_matches_cpu():
-    tree = make_tree(7, 300)
+def test_cuda_matches_cpu(random_tree):
+    tree = random_tree(7, 300)
     x = torch.randn(32, n_outputs(tree, "sibling", True))
     for semantics in ("partial", "terminal"):
         cpu = best_paths(x, tree, "sibling", True, semantics)

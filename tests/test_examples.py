@@ -32,7 +32,9 @@ def test_paper_toy_tree(capsys):
 def test_wordnet_grid_search():
     result = load("wordnet_grid_search").main(root="dog.n.01", epochs=2, cv=2)
     assert set(result["best_params"]) == {"clf__lr", "clf__module__hidden_units"}
-    assert 0.0 <= result["test_hf1"] <= 1.0
+    # Recorded figures (seeded; the same with 1 or 2 torch threads): 38 held-out synsets.
+    assert result["test_hf1"] == pytest.approx(0.5135, abs=0.05)
+    assert result["cv_score"] == pytest.approx(0.5146, abs=0.05)
 
 
 def test_mixed_depth_terminal():
@@ -57,4 +59,9 @@ def test_gpu_tensor_ops(capsys):
 def test_flat_vs_hierarchical():
     result = load("flat_vs_hierarchical").main(n_samples=1500, epochs=10)
     assert set(result) == {"flat logistic regression", "hierarchical (level)", "hierarchical (sibling)"}
-    assert all(0.0 <= r["hf1"] <= 1.0 for r in result.values())
+    # Recorded figures (seeded; the same with 1 or 2 torch threads). Logistic regression is
+    # deterministic; the networks get a tolerance of a few held-out samples.
+    recorded = {"flat logistic regression": (0.5257, 1e-3), "hierarchical (level)": (0.5464, 0.03),
+                "hierarchical (sibling)": (0.5539, 0.03)}
+    for name, (hf1, tol) in recorded.items():
+        assert result[name]["hf1"] == pytest.approx(hf1, abs=tol), name

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_parents
 from hiclass_parallel import Tree
 from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops import _triton
@@ -30,7 +29,7 @@ def needs_triton():
         pytest.skip("Triton is not installed (or HICLASS_PARALLEL_TRITON=0): the fused kernels are off")
 
 
-def wide_tree(seed: int) -> Tree:
+def wide_tree(seed: int, random_tree) -> Tree:
     """Shuffled ids, 1,500 top-level classes (the looping size class), one node with 300
     children, one with 40, and many small sibling groups: every launch class of the plan."""
     rng = np.random.default_rng(seed)
@@ -39,14 +38,12 @@ def wide_tree(seed: int) -> Tree:
     parents[n_top:n_top + 300] = 7
     parents[n_top + 300:n_top + 340] = 11
     parents[n_top + 340:] = rng.integers(n_top, n_top + 340, n - n_top - 340)
-    perm = rng.permutation(n)
-    shuffled = np.full(n, -1, dtype=np.int64)
-    has = parents >= 0
-    shuffled[perm[has]] = perm[parents[has]]
-    return Tree.from_parents(shuffled)
+    return Tree.from_parents(random_tree.shuffle(parents, rng))
 
 
-TREES = {"wide": wide_tree(0), "random": Tree.from_parents(random_parents(np.random.default_rng(1), 300))}
+@pytest.fixture(scope="module")
+def trees(random_tree) -> dict[str, Tree]:
+    return {"wide": wide_tree(0, random_tree), "random": random_tree(np.random.default_rng(1), 300)}
 
 
 def scores_for(tree: Tree, partition: str, stop: bool, dtype=torch.float64, seed=0) -> torch.Tensor:
@@ -58,11 +55,11 @@ def scores_for(tree: Tree, partition: str, stop: bool, dtype=torch.float64, seed
     return x.to(dtype)
 
 
-@pytest.mark.parametrize("tree_name", list(TREES))
+@pytest.mark.parametrize("tree_name", ["wide", "random"])
 @pytest.mark.parametrize(("partition", "stop"), CASES)
 @pytest.mark.parametrize("mask_value", [None, -5.0])
-def test_forward_matches_cpu(tree_name, partition, stop, mask_value):
-    tree = TREES[tree_name]
+def test_forward_matches_cpu(tree_name, partition, stop, mask_value, trees):
+    tree = trees[tree_name]
     x = scores_for(tree, partition, stop)
     for fn in (group_logsumexp, group_log_softmax):
         expected = fn(x, tree, partition, stop, mask_value=mask_value)
@@ -77,8 +74,8 @@ def test_forward_matches_cpu(tree_name, partition, stop, mask_value):
 
 
 @pytest.mark.parametrize(("partition", "stop"), CASES)
-def test_gradients_and_loss_match_cpu(partition, stop):
-    tree = TREES["wide"]
+def test_gradients_and_loss_match_cpu(partition, stop, trees):
+    tree = trees["wide"]
     x = scores_for(tree, partition, stop)[[0, 2, 4, 5]]
     weights = torch.randn_like(x)
     grads = []
@@ -103,8 +100,8 @@ def test_gradients_and_loss_match_cpu(partition, stop):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize(("partition", "stop", "semantics"), [("level", True, "partial"), ("sibling", True, "terminal"),
                                                              ("sibling", False, "partial")])
-def test_fused_loss_options_match_cpu(reduction, partition, stop, semantics):
-    tree = TREES["wide"]
+def test_fused_loss_options_match_cpu(reduction, partition, stop, semantics, trees):
+    tree = trees["wide"]
     x = scores_for(tree, partition, stop)
     weights = np.random.default_rng(4).uniform(0, 2, tree.n_levels)
     y = torch.as_tensor(np.random.default_rng(5).integers(-1, tree.n_classes, x.shape[0]))
@@ -122,8 +119,8 @@ def test_fused_loss_options_match_cpu(reduction, partition, stop, semantics):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_low_precision_dtypes(dtype):
-    tree = TREES["wide"]
+def test_low_precision_dtypes(dtype, trees):
+    tree = trees["wide"]
     x = scores_for(tree, "sibling", False, torch.float32)[[0, 4, 5]].to(dtype)
     got = group_log_softmax(x.cuda(), tree, "sibling")
     assert got.dtype == dtype
@@ -133,8 +130,8 @@ def test_low_precision_dtypes(dtype):
 
 
 @pytest.mark.parametrize(("partition", "stop"), CASES)
-def test_decoding_matches_cpu(partition, stop):
-    tree = TREES["wide"]
+def test_decoding_matches_cpu(partition, stop, trees):
+    tree = trees["wide"]
     x = scores_for(tree, partition, stop, torch.float32)  # row 3: every class at -inf
     for sem in (["partial", "terminal"] if stop else ["partial"]):
         cpu = best_paths(x, tree, partition, stop, sem)
@@ -152,9 +149,9 @@ def test_decoding_matches_cpu(partition, stop):
         torch.testing.assert_close(gpu_k[1].cpu(), cpu_k[1])
 
 
-def test_fused_and_torch_op_routes_agree():
+def test_fused_and_torch_op_routes_agree(trees):
     """The torch-op route on CUDA (what runs without Triton) gives the same numbers."""
-    tree = TREES["wide"]
+    tree = trees["wide"]
     x = scores_for(tree, "sibling", True).cuda()
     fused = [group_log_softmax(x, tree, "sibling", True), node_log_probs(x, tree, "sibling", True, "terminal")]
     with use_backend("torch"):
@@ -163,8 +160,8 @@ def test_fused_and_torch_op_routes_agree():
         torch.testing.assert_close(a, b)
 
 
-def test_non_contiguous_and_empty_batches():
-    tree = TREES["random"]
+def test_non_contiguous_and_empty_batches(trees):
+    tree = trees["random"]
     x = scores_for(tree, "level", False, torch.float32).cuda()
     strided = x.t().contiguous().t()  # column-major: rows are not contiguous
     torch.testing.assert_close(group_log_softmax(strided, tree), group_log_softmax(x, tree))

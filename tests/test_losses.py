@@ -14,16 +14,11 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import random_parents
 from hiclass_parallel import Tree, flatten_for_training, labels_to_paths, partition_scores
 from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops.groups import group_log_softmax, n_outputs, node_log_probs, stop_columns
 
 CASES = [("level", False), ("level", True), ("sibling", False), ("sibling", True)]
-
-
-def make_tree(seed: int, n: int) -> Tree:
-    return Tree.from_parents(random_parents(np.random.default_rng(seed), n))
 
 
 def dense_paper_loss(scores: torch.Tensor, labels: torch.Tensor, tree: Tree, mask_value: float) -> torch.Tensor:
@@ -52,11 +47,11 @@ def reference_rows(scores: np.ndarray, labels, tree: Tree, partition: str, stop:
 # ---------------------------------------------------------------------------- the paper's loss
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mask_value", [-math.inf, -4.0, 0.0])
-def test_equals_dense_paper_loss_and_gradient(dtype, mask_value):
+def test_equals_dense_paper_loss_and_gradient(dtype, mask_value, random_tree):
     rng = np.random.default_rng(0)
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-12)
     for seed in range(10):
-        tree = make_tree(seed, int(rng.integers(1, 50)))
+        tree = random_tree(seed, int(rng.integers(1, 50)))
         x = (torch.randn(9, tree.n_classes, dtype=dtype) * 3).requires_grad_()
         labels = torch.as_tensor(rng.integers(0, tree.n_classes, 9))  # any depth, not only leaves
         expected = dense_paper_loss(x, labels, tree, mask_value)
@@ -78,11 +73,11 @@ def test_equals_dense_paper_loss_and_gradient(dtype, mask_value):
     semantics=st.sampled_from(["partial", "terminal"]),
     weighted=st.booleans(),
 )
-def test_reductions_match_row_by_row_reference(seed, n, case, semantics, weighted):
+def test_reductions_match_row_by_row_reference(seed, n, case, semantics, weighted, random_tree):
     partition, stop = case
     if semantics == "terminal" and not stop:
         semantics = "partial"
-    tree = make_tree(seed, n)
+    tree = random_tree(seed, n)
     rng = np.random.default_rng(seed)
     scores = rng.normal(size=(6, n_outputs(tree, partition, stop))) * 3
     labels = rng.integers(-1, tree.n_classes, 6)  # -1: unlabelled
@@ -101,8 +96,8 @@ def test_reductions_match_row_by_row_reference(seed, n, case, semantics, weighte
     np.testing.assert_allclose(mean.item(), per_sample.sum() / total_weight if total_weight else 0.0, rtol=1e-10, atol=1e-12)
 
 
-def test_sibling_loss_is_the_path_negative_log_likelihood():
-    tree = make_tree(1, 40)
+def test_sibling_loss_is_the_path_negative_log_likelihood(random_tree):
+    tree = random_tree(1, 40)
     rng = np.random.default_rng(1)
     labels = torch.as_tensor(rng.integers(0, tree.n_classes, 8))
     x = torch.randn(8, tree.n_classes, dtype=torch.float64)
@@ -193,8 +188,8 @@ def test_invalid_targets_are_named(paper_tree):
 # ---------------------------------------------------------------------------- autograd
 @pytest.mark.parametrize("partition, stop", CASES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_gradcheck(partition, stop, reduction):
-    tree = make_tree(2, 12)
+def test_gradcheck(partition, stop, reduction, random_tree):
+    tree = random_tree(2, 12)
     rng = np.random.default_rng(2)
     labels = torch.as_tensor(np.append(rng.integers(0, tree.n_classes, 4), -1))
     criterion = HierarchicalCrossEntropy(tree, partition, stop, reduction, level_weights=rng.uniform(0.5, 2, tree.n_levels))
@@ -209,8 +204,8 @@ def test_gradcheck(partition, stop, reduction):
 
 
 @pytest.mark.parametrize("partition, stop", CASES)
-def test_large_scores_are_stable(partition, stop):
-    tree = make_tree(3, 40)
+def test_large_scores_are_stable(partition, stop, random_tree):
+    tree = random_tree(3, 40)
     criterion = HierarchicalCrossEntropy(tree, partition, stop)
     for dtype in (torch.float32, torch.float64):
         x = (torch.randn(6, criterion.n_outputs, dtype=dtype) * 1e4).requires_grad_()
@@ -219,8 +214,8 @@ def test_large_scores_are_stable(partition, stop):
         assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
 
 
-def test_masked_classes_get_no_gradient_and_impossible_labels_give_inf():
-    tree = make_tree(4, 20)
+def test_masked_classes_get_no_gradient_and_impossible_labels_give_inf(random_tree):
+    tree = random_tree(4, 20)
     x = torch.randn(2, tree.n_classes)
     x[:, 0] = -math.inf
     x.requires_grad_()
@@ -256,8 +251,8 @@ def test_buffers_pickling_and_state_dict(paper_tree):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
-def test_to_cuda_moves_buffers_and_matches_cpu():
-    tree = make_tree(5, 200)
+def test_to_cuda_moves_buffers_and_matches_cpu(random_tree):
+    tree = random_tree(5, 200)
     criterion = HierarchicalCrossEntropy(tree, "sibling", stop=True)
     x = torch.randn(16, criterion.n_outputs, dtype=torch.float64, requires_grad=True)
     y = torch.as_tensor(np.random.default_rng(5).integers(0, tree.n_classes, 16))

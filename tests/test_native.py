@@ -8,8 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import random_parents
-from hiclass_parallel import Tree, partition_scores
+from hiclass_parallel import partition_scores
 from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops import _native
 from hiclass_parallel.ops._backends import backend_for, use_backend
@@ -35,15 +34,11 @@ def numpy_route(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def tree_of(seed: int, n: int) -> Tree:
-    return Tree.from_parents(random_parents(np.random.default_rng(seed), n, max_top=5))
-
-
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 60), rows=st.integers(0, 6),
        partition=st.sampled_from(["level", "sibling"]), stop=st.booleans(), dtype=st.sampled_from(["float32", "float64"]))
-def test_matches_numpy_route(seed, n, rows, partition, stop, dtype):
-    tree = tree_of(seed, n)
+def test_matches_numpy_route(seed, n, rows, partition, stop, dtype, random_tree):
+    tree = random_tree(seed, n, max_top=5)
     rng = np.random.default_rng(seed)
     x = (rng.normal(size=(rows, n_outputs(tree, partition, stop))) * 5).astype(dtype)
     x[rng.random(x.shape) < 0.2] = -np.inf  # scattered -inf, and whole groups of it
@@ -56,9 +51,9 @@ def test_matches_numpy_route(seed, n, rows, partition, stop, dtype):
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
 
 
-def test_level_partition_equals_the_papers_dense_softmax():
+def test_level_partition_equals_the_papers_dense_softmax(random_tree):
     """A tree whose levels are large enough for the default rule to pick the kernel."""
-    tree = tree_of(3, 400)
+    tree = random_tree(3, 400, max_top=5)
     x = np.random.default_rng(0).normal(size=(5, tree.n_classes)) * 3
     assert backend_for(x, layout(tree, "level", False)).name == "native", "a large tree's levels take the C kernel"
     got = group_log_softmax(x, tree)
@@ -66,8 +61,8 @@ def test_level_partition_equals_the_papers_dense_softmax():
     np.testing.assert_allclose(got, dense[:, tree.depth, np.arange(tree.n_classes)], rtol=1e-10, atol=1e-10)
 
 
-def test_torch_tensors_gradients_and_loss(every_partition):
-    tree = tree_of(5, 200)
+def test_torch_tensors_gradients_and_loss(every_partition, random_tree):
+    tree = random_tree(5, 200, max_top=5)
     for partition in ("level", "sibling"):
         x = torch.randn(6, tree.n_classes, dtype=torch.float64, requires_grad=True)
         w = torch.randn(6, tree.n_classes, dtype=torch.float64)
@@ -81,17 +76,17 @@ def test_torch_tensors_gradients_and_loss(every_partition):
         torch.testing.assert_close(criterion(x, y), numpy_route(criterion, x, y))
 
 
-def test_strided_and_batched_inputs(every_partition):
-    tree = tree_of(7, 120)
+def test_strided_and_batched_inputs(every_partition, random_tree):
+    tree = random_tree(7, 120, max_top=5)
     x = np.random.default_rng(2).normal(size=(3, 4, tree.n_classes)).astype(np.float32)
     strided = np.asfortranarray(x[0])
     np.testing.assert_allclose(group_log_softmax(strided, tree), numpy_route(group_log_softmax, strided, tree), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(group_log_softmax(x, tree), numpy_route(group_log_softmax, x, tree), rtol=1e-5, atol=1e-5)
 
 
-def test_finite_mask_values_and_other_dtypes_use_numpy(every_partition, monkeypatch):
+def test_finite_mask_values_and_other_dtypes_use_numpy(every_partition, monkeypatch, random_tree):
     """The kernel computes float32/float64 without a finite mask value; the rest runs on NumPy."""
-    tree = tree_of(8, 50)
+    tree = random_tree(8, 50, max_top=5)
     x = np.random.default_rng(3).normal(size=(2, tree.n_classes))
     calls = []
     real = _native.group_lse

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hiclass_parallel.ops._array_ops as array_ops_mod
-from conftest import host, random_parents
+from hiclass_parallel._backend import to_numpy as host
 from hiclass_parallel.ops._backends import BACKENDS, backend_for, use_backend
 from hiclass_parallel.ops._layout import layout
 from hiclass_parallel import Tree, partition_scores
@@ -26,10 +26,6 @@ from hiclass_parallel.ops.groups import (
 )
 
 CASES = [("level", False), ("level", True), ("sibling", False), ("sibling", True)]
-
-
-def make_tree(seed: int, n: int, max_top: int = 3) -> Tree:
-    return Tree.from_parents(random_parents(np.random.default_rng(seed), n, max_top))
 
 
 def dense_reference(scores: np.ndarray, tree: Tree, mask_value: float) -> np.ndarray:
@@ -87,12 +83,12 @@ def test_n_outputs_and_stop_columns(paper_tree):
 # ---------------------------------------------------------------------------- equivalence
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("mask_value", [-math.inf, -7.5, 0.0, math.nan])
-def test_level_equals_dense_paper(dtype, mask_value):
+def test_level_equals_dense_paper(dtype, mask_value, random_tree):
     """Random trees with shuffled ids: lean level log-softmax == the paper's dense one."""
     rng = np.random.default_rng(0)
     tol = dict(rtol=2e-5, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
     for seed in range(12):
-        tree = make_tree(seed, int(rng.integers(1, 60)))
+        tree = random_tree(seed, int(rng.integers(1, 60)))
         scores = (rng.normal(size=(7, tree.n_classes)) * 4).astype(dtype)
         dense_mask = -math.inf if math.isnan(mask_value) else mask_value  # nan: "ignored", as -inf
         expected = dense_reference(scores, tree, dense_mask)
@@ -103,10 +99,10 @@ def test_level_equals_dense_paper(dtype, mask_value):
 
 
 @pytest.mark.parametrize("partition, stop", CASES)
-def test_group_log_softmax_matches_per_group_reference(partition, stop, to_xp):
+def test_group_log_softmax_matches_per_group_reference(partition, stop, to_xp, random_tree):
     rng = np.random.default_rng(1)
     for seed in range(6):
-        tree = make_tree(seed, int(rng.integers(1, 40)))
+        tree = random_tree(seed, int(rng.integers(1, 40)))
         scores = rng.normal(size=(5, n_outputs(tree, partition, stop))) * 3
         expected = reference_group_log_softmax(scores, tree, partition, stop)
         got = group_log_softmax(to_xp(scores), tree, partition, stop)
@@ -117,9 +113,9 @@ def test_group_log_softmax_matches_per_group_reference(partition, stop, to_xp):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30), case=st.sampled_from(CASES))
-def test_every_group_is_a_distribution(seed, n, case):
+def test_every_group_is_a_distribution(seed, n, case, random_tree):
     partition, stop = case
-    tree = make_tree(seed, n)
+    tree = random_tree(seed, n)
     rng = np.random.default_rng(seed)
     scores = rng.normal(size=(3, n_outputs(tree, partition, stop))) * 5
     p = np.exp(group_log_softmax(scores, tree, partition, stop))
@@ -132,8 +128,8 @@ def test_every_group_is_a_distribution(seed, n, case):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30))
-def test_sibling_probabilities_form_a_distribution(seed, n):
-    tree = make_tree(seed, n)
+def test_sibling_probabilities_form_a_distribution(seed, n, random_tree):
+    tree = random_tree(seed, n)
     rng = np.random.default_rng(seed)
     scores = rng.normal(size=(4, tree.n_classes)) * 3
     p = np.exp(node_log_probs(scores, tree, "sibling"))
@@ -149,10 +145,10 @@ def test_sibling_probabilities_form_a_distribution(seed, n):
 
 
 @pytest.mark.parametrize("partition, stop", CASES)
-def test_node_log_probs_sum_along_paths(partition, stop, to_xp):
+def test_node_log_probs_sum_along_paths(partition, stop, to_xp, random_tree):
     rng = np.random.default_rng(2)
     for seed in range(5):
-        tree = make_tree(seed + 10, int(rng.integers(1, 40)))
+        tree = random_tree(seed + 10, int(rng.integers(1, 40)))
         scores = rng.normal(size=(4, n_outputs(tree, partition, stop))) * 3
         logp = reference_group_log_softmax(scores, tree, partition, stop)
         for semantics in ("partial", "terminal") if stop else ("partial",):
@@ -161,8 +157,8 @@ def test_node_log_probs_sum_along_paths(partition, stop, to_xp):
             np.testing.assert_allclose(host(got), expected, rtol=1e-10, atol=1e-10)
 
 
-def test_namespaces_agree(to_xp):
-    tree = make_tree(3, 50)
+def test_namespaces_agree(to_xp, random_tree):
+    tree = random_tree(3, 50)
     scores = np.random.default_rng(3).normal(size=(6, n_outputs(tree, "sibling", True))).astype(np.float32)
     for fn in (group_log_softmax, group_logsumexp, node_log_probs):
         expected = fn(scores, tree, "sibling", True)
@@ -172,8 +168,8 @@ def test_namespaces_agree(to_xp):
 
 
 # ---------------------------------------------------------------------------- edge cases
-def test_large_scores_and_infinities():
-    tree = make_tree(4, 30)
+def test_large_scores_and_infinities(random_tree):
+    tree = random_tree(4, 30)
     rng = np.random.default_rng(4)
     scores = rng.normal(size=(3, tree.n_classes)) * 1e4
     for partition in ("level", "sibling"):
@@ -194,8 +190,8 @@ def test_large_scores_and_infinities():
     assert np.isneginf(lse[0, 0]) and np.isfinite(lse[0, 1:]).all()
 
 
-def test_shapes_leading_axes_and_empty_batch():
-    tree = make_tree(5, 20)
+def test_shapes_leading_axes_and_empty_batch(random_tree):
+    tree = random_tree(5, 20)
     scores = np.random.default_rng(5).normal(size=(2, 3, tree.n_classes))
     out = group_log_softmax(scores, tree, "sibling")
     assert out.shape == (2, 3, tree.n_classes)
@@ -223,8 +219,8 @@ def test_errors_name_the_input(paper_tree):
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-def test_row_chunks_do_not_change_results(monkeypatch, kind):
-    tree = make_tree(6, 80)
+def test_row_chunks_do_not_change_results(monkeypatch, kind, random_tree):
+    tree = random_tree(6, 80)
     scores = np.random.default_rng(6).normal(size=(37, n_outputs(tree, "sibling", True)))
     x = scores if kind == "numpy" else torch.as_tensor(scores)
     whole = [host(f(x, tree, "sibling", True)) for f in (group_log_softmax, node_log_probs)]
@@ -239,13 +235,13 @@ def _child(queue, scores, tree):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
-def test_thread_pool_survives_fork(monkeypatch):
+def test_thread_pool_survives_fork(monkeypatch, random_tree):
     """A forked child (multiprocessing, DataLoader workers) must not wait on the parent's threads."""
     import multiprocessing
 
     monkeypatch.setattr(array_ops_mod, "_CPU_CHUNK_BYTES", 1)
     monkeypatch.setattr(array_ops_mod, "_n_threads", lambda: 2)
-    tree = make_tree(12, 60)
+    tree = random_tree(12, 60)
     scores = np.random.default_rng(12).normal(size=(8, tree.n_classes))
     expected = group_log_softmax(scores, tree, "sibling")  # starts the pool in the parent
     ctx = multiprocessing.get_context("fork")
@@ -287,8 +283,8 @@ def test_layout_cache_survives_pickling(paper_tree):
 
 # ---------------------------------------------------------------------------- autograd
 @pytest.mark.parametrize("partition, stop", CASES)
-def test_gradcheck(partition, stop):
-    tree = make_tree(8, 14)
+def test_gradcheck(partition, stop, random_tree):
+    tree = random_tree(8, 14)
     x = torch.randn(3, n_outputs(tree, partition, stop), dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda s: group_log_softmax(s, tree, partition, stop), (x,))
     assert torch.autograd.gradcheck(lambda s: group_logsumexp(s, tree, partition, stop), (x,))
@@ -300,8 +296,8 @@ def test_gradcheck(partition, stop):
     assert torch.autograd.gradcheck(lambda s: group_log_softmax(s, tree, partition, stop, mask_value=-2.0), (x,))
 
 
-def test_gradients_match_dense_autograd():
-    tree = make_tree(9, 40)
+def test_gradients_match_dense_autograd(random_tree):
+    tree = random_tree(9, 40)
     x = torch.randn(5, tree.n_classes, dtype=torch.float64, requires_grad=True)
     weights = torch.randn(5, tree.n_classes, dtype=torch.float64)
     (group_log_softmax(x, tree) * weights).sum().backward()
@@ -312,8 +308,8 @@ def test_gradients_match_dense_autograd():
     torch.testing.assert_close(lean, x.grad)
 
 
-def test_large_scores_give_finite_gradients():
-    tree = make_tree(10, 30)
+def test_large_scores_give_finite_gradients(random_tree):
+    tree = random_tree(10, 30)
     x = (torch.randn(4, tree.n_classes) * 1e4).requires_grad_()
     for fn in (group_log_softmax, node_log_probs):
         for partition in ("level", "sibling"):
@@ -325,8 +321,8 @@ def test_large_scores_give_finite_gradients():
 # ---------------------------------------------------------------------------- devices
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
-def test_cuda_matches_cpu():
-    tree = make_tree(11, 200)
+def test_cuda_matches_cpu(random_tree):
+    tree = random_tree(11, 200)
     x = torch.randn(16, n_outputs(tree, "sibling", True), dtype=torch.float64)
     for fn in (group_log_softmax, node_log_probs):
         expected = fn(x, tree, "sibling", True)
@@ -340,12 +336,12 @@ def test_cuda_matches_cpu():
     torch.testing.assert_close(xg.grad.cpu(), xc.grad)
 
 
-def test_torch_op_kernels_match():
+def test_torch_op_kernels_match(random_tree):
     """The kernels written with torch ops (what CUDA runs) agree with the NumPy route."""
     from hiclass_parallel.losses import HierarchicalCrossEntropy
     from hiclass_parallel.ops.decode import best_paths, topk_paths
 
-    tree = make_tree(13, 70)
+    tree = random_tree(13, 70)
     x = torch.randn(9, n_outputs(tree, "sibling", True), dtype=torch.float64)
     y = torch.as_tensor(np.random.default_rng(13).integers(-1, tree.n_classes, 9))
 
@@ -375,19 +371,19 @@ def test_torch_op_kernels_match():
     assert torch.autograd.gradcheck(lambda s: group_logsumexp(s, tree, "sibling", True) * 2 - 1, (xg,))
 
 
-def test_bfloat16_runs_on_torch_ops():
-    tree = make_tree(14, 40)
+def test_bfloat16_runs_on_torch_ops(random_tree):
+    tree = random_tree(14, 40)
     x = torch.randn(5, tree.n_classes)
     got = group_log_softmax(x.to(torch.bfloat16), tree, "sibling")
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), group_log_softmax(x, tree, "sibling"), atol=0.1, rtol=0.05)
 
 
-def test_backend_choice_by_array_kind():
+def test_backend_choice_by_array_kind(random_tree):
     """One place picks the route: by the array's kind, the C kernel only for large groups."""
     from hiclass_parallel.ops import _native
 
-    small, big = make_tree(15, 30), Tree.from_parents([-1] * 100 + [0] * 100)  # 2 levels of 100
+    small, big = random_tree(15, 30), Tree.from_parents([-1] * 100 + [0] * 100)  # 2 levels of 100
     lay_small, lay_big = layout(small, "sibling", False), layout(big, "level", False)
     assert backend_for(np.zeros((1, small.n_classes)), lay_small).name == "numpy"
     assert backend_for(np.zeros((1, big.n_classes)), lay_big).name == ("native" if _native.available() else "numpy")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import host, random_parents
+from hiclass_parallel._backend import to_numpy as host
 from hiclass_parallel import Tree, flatten_for_training, labels_to_paths, partition_scores
 
 MU = -99.0  # a finite masking value keeps the paper's matrices comparable with ==
@@ -127,9 +127,9 @@ def test_device_buffers_are_cached(paper_tree):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40), batch=st.integers(0, 6))
-def test_random_trees_with_shuffled_ids(seed, n, batch):
+def test_random_trees_with_shuffled_ids(seed, n, batch, random_tree):
     rng = np.random.default_rng(seed)
-    tree = Tree.from_parents(random_parents(rng, n))
+    tree = random_tree(rng, n)
     scores = rng.normal(size=(batch, n)).astype(np.float32)
     labels = rng.integers(0, n, size=batch)
     partitioned = partition_scores(scores, tree)

@@ -8,14 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hiclass_parallel import Tree
 from hiclass_parallel.estimators import ColumnScorer, LazyAdam, SparseMLP
 from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import expand_rows, path_rows, sibling_plan
 from hiclass_parallel.losses import PathLocalCrossEntropy
 
-from conftest import random_parents
 
 OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
 
@@ -23,10 +21,10 @@ OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40), option=st.sampled_from(OPTIONS),
        reduction=st.sampled_from(["mean", "sum", "none"]))
-def test_loss_and_gradient_equal_the_full_sibling_loss(seed, n, option, reduction):
+def test_loss_and_gradient_equal_the_full_sibling_loss(seed, n, option, reduction, random_tree):
     stop, semantics = option
     rng = np.random.default_rng(seed)
-    tree = Tree.from_parents(random_parents(rng, n))
+    tree = random_tree(rng, n)
     width = n_outputs(tree, "sibling", stop)
     scores = torch.as_tensor(rng.normal(size=(6, width)) * 3, dtype=torch.float64).requires_grad_()
     target = torch.as_tensor(rng.integers(-1, n, size=6))
@@ -65,9 +63,9 @@ def test_bad_targets_are_named(paper_tree):
         PathLocalCrossEntropy(paper_tree)(lambda r, c: torch.zeros(r.shape[0]), torch.tensor([1.0]))
 
 
-def test_sparse_mlp_column_scores_match_full_scores_and_gradients():
+def test_sparse_mlp_column_scores_match_full_scores_and_gradients(random_tree):
     rng = np.random.default_rng(0)
-    tree = Tree.from_parents(random_parents(rng, 30))
+    tree = random_tree(rng, 30)
     width = n_outputs(tree, "sibling", True)
     torch.manual_seed(0)
     net = SparseMLP(12, width, hidden_units=8).double()
@@ -123,13 +121,13 @@ def test_lazy_adam_rejects_bad_settings():
         LazyAdam([torch.zeros(1, requires_grad=True)], betas=(1.0, 0.9))
 
 
-def test_text_route_defaults(one_torch_thread):
+def test_text_route_defaults(one_torch_thread, random_tree):
     import scipy.sparse as sp
 
     from hiclass_parallel.estimators import HierarchicalClassifier
 
     rng = np.random.default_rng(0)
-    tree = Tree.from_parents(random_parents(rng, 30))
+    tree = random_tree(rng, 30)
     y = rng.integers(0, 30, size=1200)
     X = sp.random(1200, 50, density=0.1, format="csr", random_state=0, dtype=np.float32)
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, batch_size=100).fit(X, y)

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import PAPER_NAMES, PAPER_PARENTS, random_parents
 from hiclass_parallel import PAD, Tree, TreeError, UnknownLabelError
 
 # The paper's matrices (eq. M_lc and P_cl), with class ids shifted down by one.
@@ -48,10 +47,10 @@ def test_arrays_are_read_only_and_compact(paper_tree):
     assert paper_tree.paths.dtype == np.int32 and paper_tree.mask.dtype == bool
 
 
-def test_all_constructors_agree():
-    names = PAPER_NAMES
-    by_parents = Tree.from_parents(PAPER_PARENTS, labels=names)
-    edges = [(names[c], None if p < 0 else names[p]) for c, p in enumerate(PAPER_PARENTS)]
+def test_all_constructors_agree(paper_parents, paper_names):
+    names = paper_names
+    by_parents = Tree.from_parents(paper_parents, labels=names)
+    edges = [(names[c], None if p < 0 else names[p]) for c, p in enumerate(paper_parents)]
     by_edges = Tree.from_edges(edges)
     by_paths = Tree.from_paths([[names[i] for i in row if i >= 0] for row in PAPER_PATHS])
     nested = {"dog": {"small dog": None, "big dog": ["happy big dog", "moody big dog", "Hound of Hades"]},
@@ -108,8 +107,8 @@ def test_cycle_in_large_tree_is_found_fast():
         Tree.from_parents(parents)
 
 
-def test_label_mapping_and_unknown_labels():
-    tree = Tree.from_parents(PAPER_PARENTS, labels=PAPER_NAMES)
+def test_label_mapping_and_unknown_labels(paper_parents, paper_names):
+    tree = Tree.from_parents(paper_parents, labels=paper_names)
     assert tree.to_ids(["cat", "Hound of Hades"]).tolist() == [1, 8]
     assert tree.to_ids(np.array([["cat"], ["dog"]], dtype=object)).shape == (2, 1)
     with pytest.raises(UnknownLabelError, match="2 labels are not a class of the tree: 'cow', 'pig'"):
@@ -127,8 +126,8 @@ def test_label_mapping_and_unknown_labels():
         default.to_ids([-1])
 
 
-def test_subtree(paper_tree):
-    named = Tree.from_parents(PAPER_PARENTS, labels=PAPER_NAMES)
+def test_subtree(paper_tree, paper_parents, paper_names):
+    named = Tree.from_parents(paper_parents, labels=paper_names)
     sub = named.subtree("big dog")
     assert sub.labels.tolist() == ["big dog", "happy big dog", "moody big dog", "Hound of Hades"]
     assert sub.parents.tolist() == [-1, 0, 0, 0]
@@ -140,8 +139,8 @@ def test_subtree(paper_tree):
         named.subtree("cow")
 
 
-def test_save_load_pickle_roundtrip(tmp_path):
-    for tree in (Tree.from_parents(PAPER_PARENTS), Tree.from_parents(PAPER_PARENTS, labels=PAPER_NAMES),
+def test_save_load_pickle_roundtrip(tmp_path, paper_parents, paper_names):
+    for tree in (Tree.from_parents(paper_parents), Tree.from_parents(paper_parents, labels=paper_names),
                  Tree.from_parents([-1, 0, 0], labels=[100, 7, 55])):
         path = tmp_path / "tree.npz"
         tree.save(path)
@@ -153,16 +152,10 @@ def test_save_load_pickle_roundtrip(tmp_path):
     assert Tree.from_parents([-1, 0]) != Tree.from_parents([-1, -1])
 
 
-@st.composite
-def random_trees(draw):
-    seed = draw(st.integers(0, 2**32 - 1))
-    n = draw(st.integers(1, 60))
-    return Tree.from_parents(random_parents(np.random.default_rng(seed), n))
-
-
 @settings(max_examples=60, deadline=None)
-@given(tree=random_trees())
-def test_tree_properties(tree, tmp_path_factory):
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60))
+def test_tree_properties(seed, n, random_tree, tmp_path_factory):
+    tree = random_tree(seed, n)
     paths, depth, parents = tree.paths, tree.depth, tree.parents
     for c in range(tree.n_classes):
         # Every path is its parent's path plus itself.

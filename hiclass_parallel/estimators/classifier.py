@@ -9,15 +9,18 @@ state ending in ``_``; the skorch net it builds is the fitted attribute ``net_``
 Data flow: ``y`` (labels at any depth, or label paths) -> node ids (``PathEncoder``'s
 reading) -> ``HierarchicalCrossEntropy`` over all levels at once (the lean loss: no
 ``(B, L, C)`` tensor) -> at prediction, exact decoding of the best valid path per sample.
+
+This module holds the parameters, validation and fitting; around it: ``_params`` (the
+prefixed skorch parameters and what reaches the net), ``_net`` (the skorch net, its
+path-local steps and the one inference loop), ``_data`` (the dataset and its batches) and
+``_predict`` (``decision_function``, ``predict_*``, ``score``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import math
-import warnings
 from collections.abc import Iterator
 from numbers import Integral, Real
 from typing import Any
@@ -30,144 +33,26 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
-from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping, ProgressBar
-from skorch.dataset import ValidSplit, unpack_data
-from skorch.utils import to_tensor
-from torch.utils.data import DataLoader, Dataset
-from torch.utils.data._utils.collate import default_collate
+from skorch.dataset import ValidSplit
+from torch.utils.data import DataLoader
 
 from .._labels import as_host_labels, check_pad_not_a_label, default_pad_label, labels_to_ids, learn_tree
-from ..tree import PAD, PARTITIONS, Tree
+from ..tree import PARTITIONS, Tree
 from ._checks import check_device
-from ._guards import FiniteLossGuard, keep_fitted_state_on_error, suggest_terminal, warn_ignored_changes, warn_undecidable
+from ._data import TreeDataset, check_tensor, collate_batch
+from ._guards import FiniteLossGuard, keep_fitted_state_on_error, suggest_terminal, warn_ignored_changes
 from ._modules import MLP, SparseMLP
+from ._net import TreeNet, module_kwargs, scores_columns
 from ._optim import LazyAdam
+from ._params import NetParamsMixin, check_kwargs
+from ._predict import PredictMixin
 
 __all__ = ["HierarchicalClassifier"]
 
-#: Prefixes of the skorch parameters that pass through to the net.
-SKORCH_PREFIXES = ("module__", "optimizer__", "criterion__", "iterator_train__", "iterator_valid__", "callbacks__")
-
-
-# ---------------------------------------------------------------------------- data plumbing
-class _Batch(tuple):
-    """A whole mini-batch built by :meth:`_TreeDataset.__getitems__` (X, y)."""
-
-
-def collate_batch(batch: Any) -> Any:
-    """DataLoader ``collate_fn``: pass a ready :class:`_Batch` through, else the default."""
-    if isinstance(batch, _Batch):
-        return tuple(batch)
-    return default_collate(batch)
-
-
-class _TreeDataset(Dataset):
-    """Rows of X (dense NumPy, torch, or scipy sparse) and node ids, fetched a batch at a time.
-
-    ``DataLoader`` calls ``__getitems__`` with a batch of indices, so a sparse matrix is
-    sliced once per batch and only that slice is made dense: the whole matrix never is.
-    Rows become float32 tensors (the module's dtype).
-    """
-
-    def __init__(self, X: Any, y: np.ndarray | None = None, sparse_batches: bool = False):
-        self.X = X
-        self.y = y
-        self.sparse_batches = bool(sparse_batches) and sp.issparse(X)
-
-    def __len__(self) -> int:
-        return int(self.X.shape[0])
-
-    def _rows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        X = self.X
-        if self.sparse_batches:
-            Xb = _csr_tensor(X[idx])
-        elif sp.issparse(X):
-            Xb = torch.from_numpy(X[idx].toarray().astype(np.float32, copy=False))
-        elif isinstance(X, torch.Tensor):
-            Xb = X[torch.as_tensor(idx, device=X.device)].to(torch.float32)
-        else:
-            Xb = torch.from_numpy(np.ascontiguousarray(X[idx], dtype=np.float32))
-        yb = None if self.y is None else torch.from_numpy(self.y[idx])
-        return Xb, yb
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, Any]:
-        Xb, yb = self._rows(np.asarray([i]))
-        return Xb[0], (torch.zeros((), dtype=torch.int64) if yb is None else yb[0])
-
-    def __getitems__(self, indices: list[int]) -> _Batch:
-        return _Batch(self._rows(np.asarray(indices, dtype=np.int64)))
-
-
-def _csr_tensor(X: sp.spmatrix) -> torch.Tensor:
-    """A scipy sparse batch as a torch sparse CSR float32 tensor (for ``SparseLinear``)."""
-    X = sp.csr_matrix(X)
-    with warnings.catch_warnings():  # torch flags sparse CSR as beta; the layer uses only its parts
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(
-            torch.from_numpy(X.indptr.astype(np.int64)),
-            torch.from_numpy(X.indices.astype(np.int64)),
-            torch.from_numpy(X.data.astype(np.float32, copy=False)),
-            size=X.shape,
-            check_invariants=False,
-        )
-
-
-def _scores_columns(module: type) -> bool:
-    """Whether a module class can score columns on demand (``encode`` + ``scorer``)."""
-    return callable(getattr(module, "encode", None)) and callable(getattr(module, "scorer", None))
-
-
-class _TreeNet(NeuralNet):
-    """The skorch net: a plain ``NeuralNet`` that checks the module's output width.
-
-    Parameters
-    ----------
-    n_scores : int
-        The number of scores per sample the tree loss needs (classes plus stops).
-    """
-
-    def __init__(self, *args: Any, n_scores: int | None = None, path_local: bool = False, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.n_scores = n_scores
-        self.path_local = path_local
-
-    def _path_local_step(self, batch: Any, training: bool) -> dict[str, Any]:
-        # The module scores only the columns the loss asks for (the groups on each labelled
-        # path), instead of producing all n_scores scores; y_pred is the hidden representation.
-        self._set_training(training)
-        Xi, yi = unpack_data(batch)
-        with torch.set_grad_enabled(training):
-            hidden = self.module_.encode(to_tensor(Xi, device=self.device))
-            loss = self.criterion_(self.module_.scorer(hidden), to_tensor(yi, device=self.device))
-        if training:
-            loss.backward()
-        return {"loss": loss, "y_pred": hidden}
-
-    def train_step_single(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
-        if not self.path_local:
-            return super().train_step_single(batch, **fit_params)
-        return self._path_local_step(batch, training=True)
-
-    def validation_step(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
-        if not self.path_local:
-            return super().validation_step(batch, **fit_params)
-        return self._path_local_step(batch, training=False)
-
-    def infer(self, x: Any, **fit_params: Any) -> torch.Tensor:
-        scores = super().infer(x, **fit_params)
-        if not isinstance(scores, torch.Tensor) or scores.ndim != 2 or scores.shape[1] != self.n_scores:
-            shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
-            raise ValueError(
-                f"the module {type(self.module_).__name__} returned scores of shape {shape}, but the tree "
-                f"needs {self.n_scores} scores per sample (n_samples, {self.n_scores}): the tree and the "
-                "module disagree in size"
-            )
-        return scores
-
 
 # ---------------------------------------------------------------------------- the estimator
-class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
+class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, BaseEstimator):
     """A neural hierarchical classifier: one network, labels at any depth, valid paths out.
 
     The module (by default a small :class:`MLP`) produces one score per class of the tree
@@ -414,36 +299,8 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         vars(self).update(kwargs)
 
-    # ------------------------------------------------------------------ parameters
-    def _get_param_names(self) -> list[str]:
-        # The signature's parameters plus the prefixed skorch parameters given as kwargs.
-        names = set(super()._get_param_names())
-        names.update(k for k in vars(self) if k.startswith(SKORCH_PREFIXES))
-        return sorted(names)
-
-    def set_params(self, **params: Any) -> HierarchicalClassifier:
-        """Set parameters, including new prefixed skorch ones (``module__hidden_units=...``).
-
-        Returns
-        -------
-        self : HierarchicalClassifier
-        """
-        prefixed = {k: v for k, v in params.items() if k.startswith(SKORCH_PREFIXES)}
-        others = {k: v for k, v in params.items() if k not in prefixed}
-        _check_kwargs(others, self)
-        vars(self).update(prefixed)
-        if others:
-            super().set_params(**others)
-        return self
-
-    def _skorch_kwargs(self, prefix: str | None = None) -> dict[str, Any]:
-        kwargs = {k: v for k, v in vars(self).items() if k.startswith(SKORCH_PREFIXES)}
-        if prefix is not None:
-            kwargs = {k[len(prefix):]: v for k, v in kwargs.items() if k.startswith(prefix)}
-        return kwargs
-
     def _check_hyperparams(self) -> None:
-        _check_kwargs({k: None for k in vars(self) if not k.endswith("_") and not k.startswith("_")}, self)
+        check_kwargs({k: None for k in vars(self) if not k.endswith("_") and not k.startswith("_")}, self)
         module = self.module
         if module is not None and (isinstance(module, torch.nn.Module) or not isinstance(module, type)):
             raise TypeError(
@@ -461,35 +318,22 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ input validation
     def _validate_X(self, X: Any, reset: bool) -> Any:
-        if isinstance(X, torch.Tensor):
-            if X.ndim != 2:
-                raise ValueError(
-                    f"Expected a 2-D X of shape (n_samples, n_features), got a tensor of shape {tuple(X.shape)}"
-                )
-            if not X.is_floating_point():
-                X = X.to(torch.float32)
-            if X.shape[0] < 1:
-                raise ValueError(
-                    f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is required."
-                )
-            if bool(torch.isnan(X).any()):
-                raise ValueError("Input X contains NaN.")
-            if bool(torch.isinf(X).any()):
-                raise ValueError("Input X contains infinity.")
-            n_features = int(X.shape[1])
-            if reset:
-                self.n_features_in_ = n_features
-                if hasattr(self, "feature_names_in_"):
-                    del self.feature_names_in_
-            elif n_features != self.n_features_in_:
-                raise ValueError(
-                    f"X has {n_features} features, but {type(self).__name__} is expecting "
-                    f"{self.n_features_in_} features as input."
-                )
-            return X
-        return validate_data(
-            self, X, reset=reset, accept_sparse="csr", dtype=[np.float32, np.float64], ensure_all_finite=True
-        )
+        if not isinstance(X, torch.Tensor):
+            return validate_data(
+                self, X, reset=reset, accept_sparse="csr", dtype=[np.float32, np.float64], ensure_all_finite=True
+            )
+        X = check_tensor(X)
+        n_features = int(X.shape[1])
+        if reset:
+            self.n_features_in_ = n_features
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        elif n_features != self.n_features_in_:
+            raise ValueError(
+                f"X has {n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        return X
 
     def _resolve_tree(self, y: Any, classes: Any = None) -> tuple[Tree, Any]:
         if self.tree is not None:
@@ -576,7 +420,7 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         self.stop_ = (self.semantics == "terminal") if self.stop is None else bool(self.stop)
         self.path_local_ = (
             self.partition_ == "sibling"
-            and _scores_columns(self.module_class_)
+            and scores_columns(self.module_class_)
             and set(self._skorch_kwargs("criterion__")) <= {"reduction", "semantics"}
         )
         self.n_scores_ = int(n_outputs(self.tree_, partition=self.partition_, stop=self.stop_))
@@ -637,28 +481,10 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
     def _resolve_partition(self, module: type[torch.nn.Module]) -> str:
         if self.partition != "auto":
             return self.partition
-        return "sibling" if _scores_columns(module) else "level"
+        return "sibling" if scores_columns(module) else "level"
 
-    def _dataset(self, X: Any, ids: np.ndarray | None = None) -> _TreeDataset:
-        return _TreeDataset(X, ids, sparse_batches=getattr(self.module_class_, "accepts_sparse", False))
-
-    def _changed_net_params(self, n_rows: int) -> dict[str, Any]:
-        """Parameters to push to the fitted net before continuing: those that changed."""
-        current = self.net_.get_params(deep=False)
-        wanted = {"lr": self.lr, "batch_size": self.batch_size, "max_epochs": self._max_epochs(n_rows), "verbose": self.verbose}
-        wanted.update(
-            {k: v for k, v in self._skorch_kwargs().items() if not k.startswith(("module__", "callbacks__"))}
-        )
-        changed = {}
-        for key, value in wanted.items():
-            old = current.get(key, inspect.Parameter.empty)
-            try:
-                same = old is value or bool(old == value)
-            except Exception:  # arrays and the like: compare by identity only
-                same = False
-            if not same:
-                changed[key] = value
-        return changed
+    def _dataset(self, X: Any, ids: np.ndarray | None = None) -> TreeDataset:
+        return TreeDataset(X, ids, sparse_batches=getattr(self.module_class_, "accepts_sparse", False))
 
     @contextlib.contextmanager
     def _rng(self, seed: int | None) -> Iterator[None]:
@@ -686,31 +512,19 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
             yield
             self._rng_state_ = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
 
-    def _build_net(self, seed: int | None, n_rows: int) -> _TreeNet:
-        from ..losses import HierarchicalCrossEntropy
-        from ..losses import PathLocalCrossEntropy
+    def _build_net(self, seed: int | None, n_rows: int) -> TreeNet:
+        from ..losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 
         module = self.module_class_
-        module_kwargs = self._skorch_kwargs("module__")
-        try:
-            signature = inspect.signature(module.__init__).parameters
-        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-            signature = {}
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values())
-        for name, value in (("n_features", self.n_features_in_), ("n_outputs", self.n_scores_)):
-            if name in module_kwargs:
-                if module_kwargs[name] != value:
-                    what = "features in X" if name == "n_features" else (
-                        f"scores the tree needs ({self.tree_.n_classes} classes"
-                        + (f" + {value - self.tree_.n_classes} stops" if self.stop_ else "")
-                        + f", partition={self.partition_!r})"
-                    )
-                    raise ValueError(
-                        f"module__{name}={module_kwargs[name]!r} disagrees with the data: there are {value} {what}; "
-                        f"leave module__{name} unset and the classifier fills it in"
-                    )
-            elif name in signature or takes_any:
-                module_kwargs[name] = value
+        n_stops = self.n_scores_ - self.tree_.n_classes
+        sizes = {
+            "n_features": (self.n_features_in_, "features in X"),
+            "n_outputs": (self.n_scores_, (
+                f"scores the tree needs ({self.tree_.n_classes} classes"
+                + (f" + {n_stops} stops" if self.stop_ else "") + f", partition={self.partition_!r})"
+            )),
+        }
+        module_args = module_kwargs(module, self._skorch_kwargs("module__"), sizes)
 
         callbacks = [copy.deepcopy(cb) for cb in (self.callbacks or [])]
         train_split = self.train_split
@@ -727,385 +541,45 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         callbacks.append(("finite_loss", FiniteLossGuard()))  # a NaN/inf loss stops training, named
 
         if self.path_local_:
-            criterion = {"criterion": PathLocalCrossEntropy}
+            kwargs = {"criterion": PathLocalCrossEntropy}
         else:
-            criterion = {
+            kwargs = {
                 "criterion": HierarchicalCrossEntropy,
                 "criterion__partition": self.partition_,
                 # Targets were checked when y was encoded; skip the per-batch check (a GPU sync).
                 "criterion__validate": False,
             }
-        kwargs = {
-            **criterion,
-            "iterator_train__shuffle": True,
-            "iterator_train__collate_fn": collate_batch,
-            "iterator_valid__collate_fn": collate_batch,
-        }
-        user_kwargs = self._skorch_kwargs()
+        net_params = self._net_params(n_rows)
         optimizer = self.optimizer
         if optimizer is None:
             optimizer = LazyAdam if getattr(module, "accepts_sparse", False) else torch.optim.Adam
         if (
             optimizer in (torch.optim.Adam, torch.optim.AdamW)
-            and "optimizer__fused" not in user_kwargs
-            and "optimizer__foreach" not in user_kwargs
+            and "optimizer__fused" not in net_params
+            and "optimizer__foreach" not in net_params
             and torch.device(self.device).type in ("cpu", "cuda")
         ):
             # torch's default Adam steps tensor by tensor; the fused kernel took 4.7 ms instead
             # of 58 ms per step on an 11,110 x 256 output layer (benchmarks/bench_peers.py).
             kwargs["optimizer__fused"] = True
-        kwargs.update({k: v for k, v in user_kwargs.items() if not k.startswith("module__")})
-        kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
-        return _TreeNet(
+        kwargs.update(iterator_train__shuffle=True, iterator_train__collate_fn=collate_batch,
+                      iterator_valid__collate_fn=collate_batch)
+        kwargs.update(net_params)  # the user's prefixed parameters win over the defaults above
+        kwargs.update({f"module__{k}": v for k, v in module_args.items()})
+        return TreeNet(
             module=module,
-            criterion__tree=self.tree_,
-            criterion__stop=self.stop_,
             optimizer=optimizer,
-            lr=self.lr,
-            max_epochs=self._max_epochs(n_rows),
-            batch_size=self.batch_size,
-            iterator_train=DataLoader,
-            iterator_valid=DataLoader,
             train_split=train_split,
             callbacks=callbacks,
+            warm_start=False,  # warm starts are this estimator's (fit continues net_)
+            criterion__tree=self.tree_,
+            criterion__stop=self.stop_,
+            iterator_train=DataLoader,
+            iterator_valid=DataLoader,
             predict_nonlinearity=None,
-            warm_start=False,
-            verbose=self.verbose,
-            device=self.device,
             n_scores=self.n_scores_,
             path_local=self.path_local_,
             **kwargs,
-        )
-
-    # ------------------------------------------------------------------ inference
-    def _score_batches(self, X: Any) -> Iterator[torch.Tensor]:
-        """Raw scores, one mini-batch at a time, on the net's device."""
-        check_is_fitted(self)
-        X = self._validate_X(X, reset=False)
-        net = self.net_
-        net.batch_size = self.batch_size  # an inference setting too: set_params applies at once
-        with torch.no_grad():
-            for scores in net.forward_iter(self._dataset(X), training=False, device=net.device):
-                yield scores
-
-    def _hidden_batches(self, X: Any) -> Iterator[torch.Tensor]:
-        """The module's hidden representation (``encode``), one mini-batch at a time."""
-        check_is_fitted(self)
-        X = self._validate_X(X, reset=False)
-        net = self.net_
-        net.batch_size = self.batch_size
-        net.module_.eval()
-        with torch.no_grad():
-            for batch in net.get_iterator(self._dataset(X), training=False):
-                Xi, _ = unpack_data(batch)
-                yield net.module_.encode(to_tensor(Xi, device=net.device))
-
-    def _best_first(self) -> bool:
-        """Whether decoding searches best-first (scoring only expanded groups) instead of scoring all."""
-        return self.path_local_ and self.decoding in ("best", "hf1")
-
-    def _n_candidates(self) -> int:
-        """Number of candidate answers: every node (terminal semantics) or every leaf."""
-        return self.tree_.n_classes if self.semantics == "terminal" else int(self.tree_.is_leaf.sum())
-
-    def _top_k_batches(self, X: Any, k: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The ``k`` best paths and their log-probabilities, one mini-batch at a time."""
-        from ..ops.decode import topk_paths
-
-        if self._best_first():
-            yield from self._decode_best_first(X, k)
-            return
-        kwargs = self._decode_kwargs()
-        for scores in self._score_batches(X):
-            yield topk_paths(scores, self.tree_, k, **kwargs)
-
-    def _decode_best_first(self, X: Any, k: int | None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        from ..ops.best_first import best_first_paths
-
-        kwargs = self._decode_kwargs()
-        for hidden in self._hidden_batches(X):
-            yield best_first_paths(
-                self.net_.module_.scorer(hidden), hidden.shape[0], self.tree_, stop=self.stop_,
-                semantics=kwargs["semantics"], k=k, like=hidden,
-            )
-
-    def _decode_kwargs(self) -> dict[str, Any]:
-        check_is_fitted(self)
-        if self.semantics == "terminal" and not self.stop_:
-            raise ValueError(
-                "semantics='terminal' needs a model trained with stop scores; this one was fitted with stop=False. "
-                "Refit with stop=True, or predict with semantics='partial'"
-            )
-        return {"partition": self.partition_, "stop": self.stop_, "semantics": self.semantics}
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """Raw scores of the module.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        scores : ndarray of float32 of shape (n_samples, n_scores_)
-            The first ``n_classes`` columns follow ``classes_``; with ``stop_`` the stop
-            scores follow, one per group except group 0 (see :meth:`predict_stop_proba`).
-        """
-        return np.concatenate([s.cpu().numpy() for s in self._score_batches(X)])
-
-    def predict_log_proba(self, X: Any) -> np.ndarray:
-        """Log of :meth:`predict_proba`, computed in log space.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        log_proba : ndarray of float32 of shape (n_samples, n_classes)
-        """
-        from ..ops.groups import group_log_softmax
-
-        check_is_fitted(self)
-        C = self.tree_.n_classes
-        out = [
-            group_log_softmax(s[:, :C].contiguous(), self.tree_, partition=self.partition_, stop=False).cpu().numpy()
-            for s in self._score_batches(X)
-        ]
-        return np.concatenate(out)
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Probability of each class within its group, in ``classes_`` order.
-
-        Under ``partition="level"`` a group is a level: column ``c`` is the probability that
-        the sample's class at the depth of ``c`` is ``c``. Under ``"sibling"`` a group is a
-        set of siblings: column ``c`` is the probability of ``c`` given its parent. Each
-        group's columns sum to 1.
-
-        With ``stop_``, a group's softmax also includes its stop score. The probabilities
-        here are conditional on the path going on into the group (stop excluded and the
-        rest renormalised), so each group still sums to 1; :meth:`predict_stop_proba` gives
-        the stop probabilities, and ``proba * (1 - stop)`` the unconditional ones.
-
-        So a row sums to the number of groups (``n_levels_`` under ``"level"``), not to 1:
-        these are per-group (per-level or per-parent) probabilities, not one distribution
-        over the classes. For the distribution over the possible answers, which sums to 1,
-        use :meth:`predict_answer_proba`.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        proba : ndarray of float32 of shape (n_samples, n_classes)
-        """
-        return np.exp(self.predict_log_proba(X))
-
-    def predict_stop_proba(self, X: Any) -> np.ndarray:
-        """Probability of each group's stop score (models fitted with ``stop=True``).
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        stop_proba : ndarray of float32 of shape (n_samples, n_scores_ - n_classes)
-            Column ``j`` is the stop of group ``j + 1`` (group 0 has none): the probability
-            that the path ends just above that group, given that it reached the group's
-            parent level. Under ``"level"``, column ``d`` is "the path ends at depth ``d``";
-            under ``"sibling"``, the column of an internal node ``n`` is "the path ends at
-            ``n``". ``hiclass_parallel.ops.groups.stop_columns(tree_, partition_) - n_classes``
-            gives each internal node's column.
-        """
-        from ..ops.groups import group_log_softmax
-
-        check_is_fitted(self)
-        if not self.stop_:
-            raise ValueError("this model has no stop scores: fit it with stop=True (or semantics='terminal')")
-        C = self.tree_.n_classes
-        out = [
-            torch.exp(group_log_softmax(s, self.tree_, partition=self.partition_, stop=True)[:, C:]).cpu().numpy()
-            for s in self._score_batches(X)
-        ]
-        return np.concatenate(out)
-
-    def predict_answer_proba(self, X: Any) -> np.ndarray:
-        """Probability of each class being the answer: one distribution per sample, summing to 1.
-
-        The answers are the candidates of decoding: the leaves under ``semantics="partial"``
-        (internal nodes get 0), every node under ``"terminal"``. A candidate's probability is
-        its path probability (``exp`` of :func:`~hiclass_parallel.ops.node_log_probs`, with
-        the stop term under ``"terminal"``) divided by the row's sum over the candidates. Under
-        the sibling partition (stop scores matching the semantics) the path probabilities
-        already sum to 1 and the division changes nothing but rounding; under the level
-        partition they need it. The argmax of a row is :meth:`predict_node` with
-        ``decoding="best"``. A row with NaN or ``+inf`` scores is all NaN.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        proba : ndarray of float32 of shape (n_samples, n_classes)
-            Columns follow ``classes_``; each row sums to 1.
-        """
-        from ..ops.groups import node_log_probs
-
-        kwargs = self._decode_kwargs()
-        candidate = np.ones(self.tree_.n_classes, dtype=bool) if self.semantics == "terminal" else self.tree_.is_leaf
-        logp = np.concatenate([node_log_probs(s, self.tree_, **kwargs).cpu().numpy() for s in self._score_batches(X)])
-        logp[:, ~candidate] = -np.inf
-        with np.errstate(invalid="ignore"):
-            proba = np.exp(logp - logp.max(axis=1, keepdims=True))
-            return proba / proba.sum(axis=1, keepdims=True)
-
-    def _predict_ids(self, X: Any) -> np.ndarray:
-        """Decoded paths of node ids, (n_samples, n_levels_), padded with -1."""
-        from ..ops.decode import best_paths, expected_hf1_paths
-
-        kwargs = self._decode_kwargs()
-        if self.decoding == "hf1":
-            k = min(self.top_k, self._n_candidates())
-            batches = (
-                (expected_hf1_paths(p, lp)[0], lp[:, 0]) for p, lp in self._top_k_batches(X, k)
-            )
-        elif self._best_first():
-            batches = self._decode_best_first(X, None)
-        else:
-            threshold = self.threshold if self.decoding == "threshold" else None
-            batches = (best_paths(s, self.tree_, threshold=threshold, **kwargs) for s in self._score_batches(X))
-        out, n_bad = [], 0
-        for paths, log_prob in batches:
-            out.append(paths.cpu().numpy().astype(np.int64, copy=False))
-            n_bad += int(torch.isnan(log_prob).sum())  # NaN log-prob: NaN/+inf scores, an empty path
-        out = np.concatenate(out)
-        warn_undecidable(n_bad, out.shape[0])
-        return out
-
-    def _label_lookup(self) -> np.ndarray:
-        """``classes_`` with the pad label appended: indexing it with -1 gives the pad."""
-        labels = self.classes_
-        pad = self.pad_label_
-        if labels.dtype.kind in "iu" and isinstance(pad, (int, np.integer)) and not isinstance(pad, bool):
-            return np.append(labels, np.int64(pad))
-        out = np.empty(labels.size + 1, dtype=object)
-        out[:-1] = labels
-        out[-1] = pad
-        return out
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Predict ancestral paths of labels, always valid paths of the tree.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        paths : ndarray of shape (n_samples, n_levels_)
-            Labels from the top level down, right-padded with ``pad_label_`` (``""`` for
-            string labels, ``-1`` for integer labels, unless ``pad_label`` says otherwise).
-            Integer labels give an int64 array; other labels an object array.
-        """
-        ids = self._predict_ids(X)
-        return self._label_lookup()[ids]
-
-    def predict_node(self, X: Any) -> np.ndarray:
-        """Node id of the last node of each predicted path.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        nodes : ndarray of int64 of shape (n_samples,)
-            Indices into ``classes_`` (and ``tree_``): node identity without label look-ups.
-            ``-1`` for an empty path: ``decoding="threshold"`` with no top-level node at the
-            threshold, or scores holding NaN or ``+inf`` (a ``RuntimeWarning`` says so).
-        """
-        paths = self._predict_ids(X)
-        depth = (paths != PAD).sum(axis=1) - 1
-        return paths[np.arange(paths.shape[0]), depth]
-
-    def predict_labels(self, X: Any) -> np.ndarray:
-        """Label of the last node of each predicted path: one label per sample.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-            Elements of ``classes_``, or ``pad_label_`` for an empty path (no node: see
-            :meth:`predict_node`), never the label of a node that was not predicted.
-        """
-        nodes = self.predict_node(X)
-        return self._label_lookup()[nodes]  # index -1 is the pad, not the last class
-
-    def predict_top_k(self, X: Any, k: int | None = None, return_log_prob: bool = False) -> Any:
-        """The ``k`` most probable valid paths of each sample, best first.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-        k : int, default=None
-            Number of paths; ``None`` means the ``top_k`` parameter. At most the number of
-            candidate nodes (leaves for ``semantics="partial"``, all nodes for ``"terminal"``).
-        return_log_prob : bool, default=False
-            Also return each path's joint log-probability.
-
-        Returns
-        -------
-        paths : ndarray of shape (n_samples, k, n_levels_)
-            Label paths, padded as in :meth:`predict`.
-        log_prob : ndarray of float32 of shape (n_samples, k)
-            Only when ``return_log_prob``.
-        """
-        self._decode_kwargs()  # fitted, and the semantics usable
-        k = self.top_k if k is None else k
-        if isinstance(k, bool) or not isinstance(k, Integral):
-            raise TypeError(f"k must be an integer number of paths, got {k!r} ({type(k).__name__})")
-        n_candidates = self._n_candidates()
-        if not 1 <= k <= n_candidates:
-            raise ValueError(f"k={k} must be between 1 and the number of candidate paths ({n_candidates})")
-        paths, log_prob = [], []
-        for p, lp in self._top_k_batches(X, k):
-            paths.append(p.cpu().numpy().astype(np.int64, copy=False))
-            log_prob.append(lp.cpu().numpy())
-        labels = self._label_lookup()[np.concatenate(paths)]
-        return (labels, np.concatenate(log_prob)) if return_log_prob else labels
-
-    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Hierarchical F1 (micro-averaged over samples) of :meth:`predict` against ``y``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_levels)
-            True labels at any depth, or label paths.
-        sample_weight : array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        score : float
-            :func:`hiclass_parallel.metrics.hierarchical_f1_score`; higher is better, 1 is
-            a perfect match of every path.
-        """
-        from ..metrics import hierarchical_f1_score
-
-        check_is_fitted(self)
-        values = as_host_labels(y, self.pad_label_)
-        check_consistent_length(X, values)
-        true = labels_to_ids(values, self.tree_, self.pad_label_)
-        pred = self.predict_node(X)
-        # Node ids, not labels: node identity without a second label look-up.
-        return float(
-            hierarchical_f1_score(true, pred, tree=self.tree_, input_type="ids", sample_weight=sample_weight)
         )
 
     def __sklearn_tags__(self):
@@ -1116,16 +590,3 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = True
         tags.non_deterministic = self.random_state is None
         return tags
-
-
-def _check_kwargs(params: dict[str, Any], estimator: HierarchicalClassifier) -> None:
-    """Unknown unprefixed parameter names get a hint at the prefix they probably need."""
-    known = set(inspect.signature(type(estimator).__init__).parameters) - {"self", "kwargs"}
-    for key in params:
-        if key in known or key.startswith(SKORCH_PREFIXES):
-            continue
-        hint = "" if "__" in key else f" (did you mean module__{key}?)"
-        raise ValueError(
-            f"Invalid parameter {key!r} for estimator {type(estimator).__name__}: unprefixed parameters are "
-            f"those of __init__, prefixed ones start with one of {', '.join(SKORCH_PREFIXES)}{hint}"
-        )

@@ -174,10 +174,13 @@ def best_first_paths(
         inner = (col < C) & ~is_leaf[col.clamp_max(C - 1)]
         return row[entry][inner], arr["child_group"][col[inner]], joint[inner]
 
+    def start() -> tuple[Any, Any, Any]:
+        """Every row at the top-level group (group 0), with joint log-probability 0."""
+        zeros = torch.zeros(n_rows, dtype=torch.int64, device=device)
+        return rows_all, zeros, zeros.to(torch.float64)
+
     # 1. greedy dive: the best child of every row, level by level, for a first bound.
-    row = rows_all
-    group = torch.zeros(n_rows, dtype=torch.int64, device=device)
-    base = torch.zeros(n_rows, dtype=torch.float64, device=device)
+    row, group, base = start()
     while row.numel():
         entry, col, joint = expand(row, group, base)
         complete(row, group, entry, col, joint)
@@ -192,9 +195,7 @@ def best_first_paths(
     # The dive's candidates are found again here; only its bound is kept (no duplicates).
     seed_bound, top_v, top_n = top_v[:, -1].clone(), None, None
     exhaustive = torch.zeros(n_rows, dtype=torch.bool, device=device)
-    row = rows_all
-    group = torch.zeros(n_rows, dtype=torch.int64, device=device)
-    base = torch.zeros(n_rows, dtype=torch.float64, device=device)
+    row, group, base = start()
     while row.numel():
         entry, col, joint = expand(row, group, base)
         complete(row, group, entry, col, joint)

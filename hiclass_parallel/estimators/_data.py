@@ -1,0 +1,96 @@
+"""Data plumbing of :class:`HierarchicalClassifier`: rows of X and node ids, a batch at a time.
+
+``DataLoader`` asks :class:`TreeDataset` for a whole mini-batch at once (``__getitems__``), so
+a scipy sparse matrix is sliced once per batch and only that slice is converted: made dense
+for dense modules, or passed on as a torch sparse CSR tensor to modules with
+``accepts_sparse = True``. The whole matrix is never made dense.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch.utils.data import Dataset
+from torch.utils.data._utils.collate import default_collate
+
+__all__ = ["TreeDataset", "check_tensor", "collate_batch", "csr_tensor"]
+
+
+def check_tensor(X: torch.Tensor) -> torch.Tensor:
+    """A torch X checked as ``validate_data`` checks arrays (2-D, samples, finite), made floating point."""
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2-D X of shape (n_samples, n_features), got a tensor of shape {tuple(X.shape)}")
+    if not X.is_floating_point():
+        X = X.to(torch.float32)
+    if X.shape[0] < 1:
+        raise ValueError(f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is required.")
+    if bool(torch.isnan(X).any()):
+        raise ValueError("Input X contains NaN.")
+    if bool(torch.isinf(X).any()):
+        raise ValueError("Input X contains infinity.")
+    return X
+
+
+class _Batch(tuple):
+    """A whole mini-batch built by :meth:`TreeDataset.__getitems__` (X, y)."""
+
+
+def collate_batch(batch: Any) -> Any:
+    """DataLoader ``collate_fn``: pass a ready :class:`_Batch` through, else the default."""
+    if isinstance(batch, _Batch):
+        return tuple(batch)
+    return default_collate(batch)
+
+
+def csr_tensor(X: sp.spmatrix) -> torch.Tensor:
+    """A scipy sparse batch as a torch sparse CSR float32 tensor (for ``SparseLinear``)."""
+    X = sp.csr_matrix(X)
+    with warnings.catch_warnings():  # torch flags sparse CSR as beta; the layer uses only its parts
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(X.indptr.astype(np.int64)),
+            torch.from_numpy(X.indices.astype(np.int64)),
+            torch.from_numpy(X.data.astype(np.float32, copy=False)),
+            size=X.shape,
+            check_invariants=False,
+        )
+
+
+class TreeDataset(Dataset):
+    """Rows of X (dense NumPy, torch, or scipy sparse) and node ids, fetched a batch at a time.
+
+    Rows become float32 tensors (the module's dtype); with ``sparse_batches`` a scipy sparse
+    X gives torch sparse CSR batches instead of dense ones.
+    """
+
+    def __init__(self, X: Any, y: np.ndarray | None = None, sparse_batches: bool = False):
+        self.X = X
+        self.y = y
+        self.sparse_batches = bool(sparse_batches) and sp.issparse(X)
+
+    def __len__(self) -> int:
+        return int(self.X.shape[0])
+
+    def _rows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        X = self.X
+        if self.sparse_batches:
+            Xb = csr_tensor(X[idx])
+        elif sp.issparse(X):
+            Xb = torch.from_numpy(X[idx].toarray().astype(np.float32, copy=False))
+        elif isinstance(X, torch.Tensor):
+            Xb = X[torch.as_tensor(idx, device=X.device)].to(torch.float32)
+        else:
+            Xb = torch.from_numpy(np.ascontiguousarray(X[idx], dtype=np.float32))
+        yb = None if self.y is None else torch.from_numpy(self.y[idx])
+        return Xb, yb
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, Any]:
+        Xb, yb = self._rows(np.asarray([i]))
+        return Xb[0], (torch.zeros((), dtype=torch.int64) if yb is None else yb[0])
+
+    def __getitems__(self, indices: list[int]) -> _Batch:
+        return _Batch(self._rows(np.asarray(indices, dtype=np.int64)))

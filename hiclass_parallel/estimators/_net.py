@@ -1,0 +1,118 @@
+"""The skorch net behind :class:`HierarchicalClassifier`, and the one inference loop.
+
+:class:`TreeNet` is a plain skorch ``NeuralNet`` (the targets are node ids scored by the tree
+loss, so ``NeuralNetClassifier``'s accuracy and stratified split do not apply) with three
+additions: it checks the module's output width, trains path-locally when asked (the module
+scores only the columns the loss asks for), and :meth:`TreeNet.outputs` is the single loop
+over mini-batches that every prediction method uses.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from skorch import NeuralNet
+from skorch.dataset import unpack_data
+from skorch.utils import to_tensor
+
+__all__ = ["TreeNet", "scores_columns", "module_kwargs"]
+
+
+def scores_columns(module: type) -> bool:
+    """Whether a module class can score columns on demand (``encode`` + ``scorer``)."""
+    return callable(getattr(module, "encode", None)) and callable(getattr(module, "scorer", None))
+
+
+def module_kwargs(module: type, kwargs: dict[str, Any], filled: dict[str, tuple[int, str]]) -> dict[str, Any]:
+    """The module's ``__init__`` arguments: the user's ``module__*`` ones plus the sizes the data fixes.
+
+    ``filled`` maps an argument name (``n_features``, ``n_outputs``) to its value and a phrase
+    saying what that value counts; it is added when the module's ``__init__`` accepts it, and
+    a user value that disagrees with it raises ``ValueError``.
+    """
+    kwargs = dict(kwargs)
+    try:
+        signature = inspect.signature(module.__init__).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        signature = {}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values())
+    for name, (value, what) in filled.items():
+        if name in kwargs:
+            if kwargs[name] != value:
+                raise ValueError(
+                    f"module__{name}={kwargs[name]!r} disagrees with the data: there are {value} {what}; "
+                    f"leave module__{name} unset and the classifier fills it in"
+                )
+        elif name in signature or takes_any:
+            kwargs[name] = value
+    return kwargs
+
+
+class TreeNet(NeuralNet):
+    """The skorch net: a plain ``NeuralNet`` that checks the module's output width.
+
+    Parameters
+    ----------
+    n_scores : int
+        The number of scores per sample the tree loss needs (classes plus stops).
+    path_local : bool
+        Train and validate path-locally: the module's ``encode`` gives the hidden
+        representation and its ``scorer`` is handed to the criterion, which scores only the
+        groups on each labelled path.
+    """
+
+    def __init__(self, *args: Any, n_scores: int | None = None, path_local: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.n_scores = n_scores
+        self.path_local = path_local
+
+    def _path_local_step(self, batch: Any, training: bool) -> dict[str, Any]:
+        # The module scores only the columns the loss asks for (the groups on each labelled
+        # path), instead of producing all n_scores scores; y_pred is the hidden representation.
+        self._set_training(training)
+        Xi, yi = unpack_data(batch)
+        with torch.set_grad_enabled(training):
+            hidden = self.module_.encode(to_tensor(Xi, device=self.device))
+            loss = self.criterion_(self.module_.scorer(hidden), to_tensor(yi, device=self.device))
+        if training:
+            loss.backward()
+        return {"loss": loss, "y_pred": hidden}
+
+    def train_step_single(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
+        if not self.path_local:
+            return super().train_step_single(batch, **fit_params)
+        return self._path_local_step(batch, training=True)
+
+    def validation_step(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
+        if not self.path_local:
+            return super().validation_step(batch, **fit_params)
+        return self._path_local_step(batch, training=False)
+
+    def infer(self, x: Any, **fit_params: Any) -> torch.Tensor:
+        scores = super().infer(x, **fit_params)
+        if not isinstance(scores, torch.Tensor) or scores.ndim != 2 or scores.shape[1] != self.n_scores:
+            shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+            raise ValueError(
+                f"the module {type(self.module_).__name__} returned scores of shape {shape}, but the tree "
+                f"needs {self.n_scores} scores per sample (n_samples, {self.n_scores}): the tree and the "
+                "module disagree in size"
+            )
+        return scores
+
+    def outputs(self, dataset: Any, hidden: bool = False) -> Iterator[torch.Tensor]:
+        """The inference loop: the module's scores per mini-batch, in evaluation mode, no gradients.
+
+        ``hidden=True`` yields the module's hidden representation (``encode``) instead, for
+        best-first decoding, which scores only the groups it expands.
+        """
+        self._set_training(False)
+        with torch.no_grad():
+            for batch in self.get_iterator(dataset, training=False):
+                if not hidden:
+                    yield self.evaluation_step(batch, training=False)  # skorch's step, so its hooks apply
+                    continue
+                Xi, _ = unpack_data(batch)
+                yield self.module_.encode(to_tensor(Xi, device=self.device))

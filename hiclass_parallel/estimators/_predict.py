@@ -1,0 +1,331 @@
+"""The prediction side of :class:`HierarchicalClassifier`: scores, probabilities, paths, score.
+
+Every method here runs the module over X through one loop (:meth:`_per_batch` over
+:meth:`TreeNet.outputs <hiclass_parallel.estimators._net.TreeNet.outputs>`), applies a
+tensor function to each mini-batch on the net's device, and concatenates the results on the
+host. Decoding is exact: exhaustive over the module's scores, or best-first from the hidden
+representation for path-locally trained models (``path_local_``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_consistent_length, check_is_fitted
+
+from .._labels import as_host_labels, labels_to_ids
+from ..tree import PAD
+from ._guards import warn_undecidable
+
+__all__ = ["PredictMixin"]
+
+
+class PredictMixin:
+    """``decision_function``, ``predict_*`` and ``score`` of :class:`HierarchicalClassifier`."""
+
+    def _per_batch(self, X: Any, fn: Callable[[torch.Tensor], Any], hidden: bool = False) -> tuple[np.ndarray, ...]:
+        """``fn`` of each mini-batch's scores (or hidden representation), concatenated on the host.
+
+        ``fn`` returns a tensor or a tuple of tensors; the result is one array per element.
+        """
+        check_is_fitted(self)
+        X = self._validate_X(X, reset=False)
+        net = self.net_
+        net.batch_size = self.batch_size  # an inference setting too: set_params applies at once
+        parts = []
+        for out in net.outputs(self._dataset(X), hidden=hidden):
+            result = fn(out)
+            parts.append([t.cpu().numpy() for t in (result if isinstance(result, tuple) else (result,))])
+        return tuple(np.concatenate(column) for column in zip(*parts))
+
+    def _decode_kwargs(self) -> dict[str, Any]:
+        check_is_fitted(self)
+        if self.semantics == "terminal" and not self.stop_:
+            raise ValueError(
+                "semantics='terminal' needs a model trained with stop scores; this one was fitted with stop=False. "
+                "Refit with stop=True, or predict with semantics='partial'"
+            )
+        return {"partition": self.partition_, "stop": self.stop_, "semantics": self.semantics}
+
+    def _n_candidates(self) -> int:
+        """Number of candidate answers: every node (terminal semantics) or every leaf."""
+        return self.tree_.n_classes if self.semantics == "terminal" else int(self.tree_.is_leaf.sum())
+
+    def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and their log-probabilities.
+
+        Path-locally trained models search best-first, scoring only the groups they expand
+        (``decoding`` "best" and "hf1"); the others score every class and decode
+        exhaustively. ``decoding="hf1"`` picks from the ``top_k`` best paths.
+        """
+        from ..ops.best_first import best_first_paths
+        from ..ops.decode import best_paths, expected_hf1_paths, topk_paths
+
+        kwargs = self._decode_kwargs()
+        if k is None and self.decoding == "hf1":
+            paths, log_prob = self._decode(X, min(self.top_k, self._n_candidates()))
+            chosen, _ = expected_hf1_paths(paths, log_prob)
+            return chosen, log_prob[:, 0]
+        if self.path_local_ and self.decoding in ("best", "hf1"):
+            def fn(hidden):
+                return best_first_paths(
+                    self.net_.module_.scorer(hidden), hidden.shape[0], self.tree_, stop=self.stop_,
+                    semantics=kwargs["semantics"], k=k, like=hidden,
+                )
+            paths, log_prob = self._per_batch(X, fn, hidden=True)
+        elif k is None:
+            threshold = self.threshold if self.decoding == "threshold" else None
+            paths, log_prob = self._per_batch(X, lambda s: best_paths(s, self.tree_, threshold=threshold, **kwargs))
+        else:
+            paths, log_prob = self._per_batch(X, lambda s: topk_paths(s, self.tree_, k, **kwargs))
+        return paths.astype(np.int64, copy=False), log_prob
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Raw scores of the module.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        scores : ndarray of float32 of shape (n_samples, n_scores_)
+            The first ``n_classes`` columns follow ``classes_``; with ``stop_`` the stop
+            scores follow, one per group except group 0 (see :meth:`predict_stop_proba`).
+        """
+        return self._per_batch(X, lambda scores: scores)[0]
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """Log of :meth:`predict_proba`, computed in log space.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_proba : ndarray of float32 of shape (n_samples, n_classes)
+        """
+        from ..ops.groups import group_log_softmax
+
+        check_is_fitted(self)
+        C = self.tree_.n_classes
+        return self._per_batch(
+            X, lambda s: group_log_softmax(s[:, :C].contiguous(), self.tree_, partition=self.partition_, stop=False)
+        )[0]
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Probability of each class within its group, in ``classes_`` order.
+
+        Under ``partition="level"`` a group is a level: column ``c`` is the probability that
+        the sample's class at the depth of ``c`` is ``c``. Under ``"sibling"`` a group is a
+        set of siblings: column ``c`` is the probability of ``c`` given its parent. Each
+        group's columns sum to 1.
+
+        With ``stop_``, a group's softmax also includes its stop score. The probabilities
+        here are conditional on the path going on into the group (stop excluded and the
+        rest renormalised), so each group still sums to 1; :meth:`predict_stop_proba` gives
+        the stop probabilities, and ``proba * (1 - stop)`` the unconditional ones.
+
+        So a row sums to the number of groups (``n_levels_`` under ``"level"``), not to 1:
+        these are per-group (per-level or per-parent) probabilities, not one distribution
+        over the classes. For the distribution over the possible answers, which sums to 1,
+        use :meth:`predict_answer_proba`.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of float32 of shape (n_samples, n_classes)
+        """
+        return np.exp(self.predict_log_proba(X))
+
+    def predict_stop_proba(self, X: Any) -> np.ndarray:
+        """Probability of each group's stop score (models fitted with ``stop=True``).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        stop_proba : ndarray of float32 of shape (n_samples, n_scores_ - n_classes)
+            Column ``j`` is the stop of group ``j + 1`` (group 0 has none): the probability
+            that the path ends just above that group, given that it reached the group's
+            parent level. Under ``"level"``, column ``d`` is "the path ends at depth ``d``";
+            under ``"sibling"``, the column of an internal node ``n`` is "the path ends at
+            ``n``". ``hiclass_parallel.ops.groups.stop_columns(tree_, partition_) - n_classes``
+            gives each internal node's column.
+        """
+        from ..ops.groups import group_log_softmax
+
+        check_is_fitted(self)
+        if not self.stop_:
+            raise ValueError("this model has no stop scores: fit it with stop=True (or semantics='terminal')")
+        C = self.tree_.n_classes
+        return self._per_batch(
+            X, lambda s: torch.exp(group_log_softmax(s, self.tree_, partition=self.partition_, stop=True)[:, C:])
+        )[0]
+
+    def predict_answer_proba(self, X: Any) -> np.ndarray:
+        """Probability of each class being the answer: one distribution per sample, summing to 1.
+
+        The answers are the candidates of decoding: the leaves under ``semantics="partial"``
+        (internal nodes get 0), every node under ``"terminal"``. A candidate's probability is
+        its path probability (``exp`` of :func:`~hiclass_parallel.ops.node_log_probs`, with
+        the stop term under ``"terminal"``) divided by the row's sum over the candidates. Under
+        the sibling partition (stop scores matching the semantics) the path probabilities
+        already sum to 1 and the division changes nothing but rounding; under the level
+        partition they need it. The argmax of a row is :meth:`predict_node` with
+        ``decoding="best"``. A row with NaN or ``+inf`` scores is all NaN.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of float32 of shape (n_samples, n_classes)
+            Columns follow ``classes_``; each row sums to 1.
+        """
+        from ..ops.groups import node_log_probs
+
+        kwargs = self._decode_kwargs()
+        candidate = np.ones(self.tree_.n_classes, dtype=bool) if self.semantics == "terminal" else self.tree_.is_leaf
+        (logp,) = self._per_batch(X, lambda s: node_log_probs(s, self.tree_, **kwargs))
+        logp[:, ~candidate] = -np.inf
+        with np.errstate(invalid="ignore"):
+            proba = np.exp(logp - logp.max(axis=1, keepdims=True))
+            return proba / proba.sum(axis=1, keepdims=True)
+
+    def _predict_ids(self, X: Any) -> np.ndarray:
+        """Decoded paths of node ids, (n_samples, n_levels_), padded with -1."""
+        paths, log_prob = self._decode(X, None)
+        warn_undecidable(int(np.isnan(log_prob).sum()), paths.shape[0])  # NaN: NaN/+inf scores, an empty path
+        return paths
+
+    def _label_lookup(self) -> np.ndarray:
+        """``classes_`` with the pad label appended: indexing it with -1 gives the pad."""
+        labels = self.classes_
+        pad = self.pad_label_
+        if labels.dtype.kind in "iu" and isinstance(pad, (int, np.integer)) and not isinstance(pad, bool):
+            return np.append(labels, np.int64(pad))
+        out = np.empty(labels.size + 1, dtype=object)
+        out[:-1] = labels
+        out[-1] = pad
+        return out
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predict ancestral paths of labels, always valid paths of the tree.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        paths : ndarray of shape (n_samples, n_levels_)
+            Labels from the top level down, right-padded with ``pad_label_`` (``""`` for
+            string labels, ``-1`` for integer labels, unless ``pad_label`` says otherwise).
+            Integer labels give an int64 array; other labels an object array.
+        """
+        ids = self._predict_ids(X)
+        return self._label_lookup()[ids]
+
+    def predict_node(self, X: Any) -> np.ndarray:
+        """Node id of the last node of each predicted path.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        nodes : ndarray of int64 of shape (n_samples,)
+            Indices into ``classes_`` (and ``tree_``): node identity without label look-ups.
+            ``-1`` for an empty path: ``decoding="threshold"`` with no top-level node at the
+            threshold, or scores holding NaN or ``+inf`` (a ``RuntimeWarning`` says so).
+        """
+        paths = self._predict_ids(X)
+        depth = (paths != PAD).sum(axis=1) - 1
+        return paths[np.arange(paths.shape[0]), depth]
+
+    def predict_labels(self, X: Any) -> np.ndarray:
+        """Label of the last node of each predicted path: one label per sample.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Elements of ``classes_``, or ``pad_label_`` for an empty path (no node: see
+            :meth:`predict_node`), never the label of a node that was not predicted.
+        """
+        nodes = self.predict_node(X)
+        return self._label_lookup()[nodes]  # index -1 is the pad, not the last class
+
+    def predict_top_k(self, X: Any, k: int | None = None, return_log_prob: bool = False) -> Any:
+        """The ``k`` most probable valid paths of each sample, best first.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+        k : int, default=None
+            Number of paths; ``None`` means the ``top_k`` parameter. At most the number of
+            candidate nodes (leaves for ``semantics="partial"``, all nodes for ``"terminal"``).
+        return_log_prob : bool, default=False
+            Also return each path's joint log-probability.
+
+        Returns
+        -------
+        paths : ndarray of shape (n_samples, k, n_levels_)
+            Label paths, padded as in :meth:`predict`.
+        log_prob : ndarray of float32 of shape (n_samples, k)
+            Only when ``return_log_prob``.
+        """
+        self._decode_kwargs()  # fitted, and the semantics possible: checked before k
+        k = self.top_k if k is None else k
+        if isinstance(k, bool) or not isinstance(k, Integral):
+            raise TypeError(f"k must be an integer number of paths, got {k!r} ({type(k).__name__})")
+        n_candidates = self._n_candidates()
+        if not 1 <= k <= n_candidates:
+            raise ValueError(f"k={k} must be between 1 and the number of candidate paths ({n_candidates})")
+        paths, log_prob = self._decode(X, k)
+        labels = self._label_lookup()[paths]
+        return (labels, log_prob) if return_log_prob else labels
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Hierarchical F1 (micro-averaged over samples) of :meth:`predict` against ``y``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_levels)
+            True labels at any depth, or label paths.
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        score : float
+            :func:`hiclass_parallel.metrics.hierarchical_f1_score`; higher is better, 1 is
+            a perfect match of every path.
+        """
+        from ..metrics import hierarchical_f1_score
+
+        check_is_fitted(self)
+        values = as_host_labels(y, self.pad_label_)
+        check_consistent_length(X, values)
+        true = labels_to_ids(values, self.tree_, self.pad_label_)
+        pred = self.predict_node(X)
+        # Node ids, not labels: node identity without a second label look-up.
+        return float(
+            hierarchical_f1_score(true, pred, tree=self.tree_, input_type="ids", sample_weight=sample_weight)
+        )
