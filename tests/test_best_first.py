@@ -138,3 +138,20 @@ def test_hf1_decoding_backs_off_to_the_common_ancestor():
     # row 0: 0.8 * 0.67 (prefix 0>2 against both deep rivals) + 0.5 * 0.33 (against 0>3)
     assert abs(float(value[0]) - (0.8 * 0.67 + 0.5 * 0.33)) < 1e-6
     assert abs(float(value[1]) - 0.9) < 1e-6
+
+
+def test_undecidable_rows_get_the_exhaustive_result(random_tree):
+    tree = random_tree(3, 30)
+    x = torch.randn(4, n_outputs(tree, "sibling", True))
+    top = np.flatnonzero(tree.depth == 0)  # group 0: scored by every search
+    x[1, int(top[0])] = float("nan")
+    x[2, int(top[-1])] = float("inf")
+    for k in (None, 2):
+        paths, log_prob = best_first_paths(lambda r, c: x[r, c], 4, tree, True, "terminal", k=k)
+        if k is None:
+            expected, expected_lp = best_paths(x, tree, "sibling", True, "terminal")
+        else:
+            expected, expected_lp = topk_paths(x, tree, k, "sibling", True, "terminal")
+        assert torch.equal(paths, expected)
+        assert torch.equal(torch.isnan(log_prob), torch.isnan(expected_lp))
+        assert (paths[1] == -1).all() and (paths[2] == -1).all()

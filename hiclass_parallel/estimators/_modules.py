@@ -189,8 +189,10 @@ class _ColumnScores:
 
     def __call__(self, samples: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         # The rows of a batch share most of their columns (the upper groups of the tree), so
-        # one matrix product against the distinct columns beats a per-pair dot product: it
-        # reads each weight row once and runs as BLAS, and the sparse gradient has no repeats.
+        # one matrix product against the distinct columns beats per-pair dot products: it
+        # reads each weight row once, runs as BLAS, and the sparse gradient has no repeats
+        # (8x faster in training on person.n.01). In decoding, where each row also expands
+        # groups of its own, per-pair products and a shared/own split measured no faster.
         unique, where = torch.unique(columns, return_inverse=True)
         scores = torch.addmm(self.head.bias(unique).squeeze(-1), self.h, self.head.weight(unique).t())
         return scores[samples, where]

@@ -36,9 +36,19 @@ _SLACK = 1e-5
 
 
 def _top_candidates(row: Any, value: Any, node: Any, n_rows: int, k: int) -> tuple[Any, Any]:
-    """Best ``k`` (value, node) per row, ties by lowest node, padded with (-inf, C) -> (n_rows, k)."""
+    """Best ``k`` (value, node) per row, ties by lowest node, padded with (-inf, 2**62) -> (n_rows, k)."""
     import torch
 
+    if k == 1:  # two segment reductions instead of three sorts
+        best = torch.full((n_rows,), -math.inf, dtype=value.dtype, device=value.device)
+        best = best.scatter_reduce(0, row, value, "amax", include_self=True)
+        nan = torch.isnan(value)
+        if bool(nan.any()):  # a NaN beats everything, as in a sort with NaN first
+            best = best.index_fill(0, row[nan], math.nan)
+        at_best = (value == best[row]) | (nan & torch.isnan(best[row]))
+        first = torch.full((n_rows,), 2**62, dtype=torch.int64, device=value.device)
+        first = first.scatter_reduce(0, row[at_best], node[at_best], "amin", include_self=True)
+        return best.unsqueeze(1), first.unsqueeze(1)
     order = torch.argsort(node, stable=True)
     order = order[torch.argsort(-value[order], stable=True)]
     order = order[torch.argsort(row[order], stable=True)]
@@ -103,7 +113,10 @@ def best_first_paths(
 
     Notes
     -----
-    Identical to the exhaustive routes up to floating-point rounding of the group
+    A row whose scored columns hold a NaN or ``+inf`` gets the exhaustive route's result
+    for it (the empty path, log-probability NaN); a NaN in a column the search never scores
+    goes unseen (the classifier's scores come from a hidden row, whose NaN reaches every
+    column, the top-level ones included). Identical to the exhaustive routes up to floating-point rounding of the group
     log-normalisers (ties between candidates that compare equal are broken by lowest node
     id in both). Level-synchronous rather than a priority queue, so every step is a few
     batched tensor operations over all rows.
@@ -149,6 +162,9 @@ def best_first_paths(
         entry, col, _ = expand_rows(plan, group)
         values = score(row[entry], col)
         dtype = values.dtype
+        undecidable = torch.isnan(values) | (values == math.inf)
+        if bool(undecidable.any()):  # no probabilities there: the exhaustive route blanks the row
+            exhaustive.index_fill_(0, row[entry][undecidable], True)
         work.index_add_(0, row, arr["group_ptr"][group + 1] - arr["group_ptr"][group])
         lse = segment_logsumexp(values, entry, group.shape[0])
         lse = torch.where(lse == -math.inf, torch.zeros_like(lse), lse)  # a group of -inf has no mass
@@ -179,11 +195,18 @@ def best_first_paths(
         zeros = torch.zeros(n_rows, dtype=torch.int64, device=device)
         return rows_all, zeros, zeros.to(torch.float64)
 
-    # 1. greedy dive: the best child of every row, level by level, for a first bound.
+    exhaustive = torch.zeros(n_rows, dtype=torch.bool, device=device)
+
+    # 1. greedy dive: the best child of every row, level by level, for a first bound. Each
+    # level's expansion is kept: every node of the dive's path has a joint not below the
+    # bound, so the branch and bound below expands the same groups again and reuses them.
+    dive = []
     row, group, base = start()
     while row.numel():
         entry, col, joint = expand(row, group, base)
         complete(row, group, entry, col, joint)
+        on_path = torch.full((n_rows,), -1, dtype=torch.int64, device=device)
+        dive.append((on_path.index_copy_(0, row, group), row[entry], col, joint))
         child = col < C
         pick = torch.where(child, joint, torch.full_like(joint, -math.inf))
         best_v, best_c = _top_candidates(entry[child], pick[child], col[child], group.shape[0], 1)
@@ -194,10 +217,21 @@ def best_first_paths(
     # 2. branch and bound from the top: keep the nodes not below the row's k-th candidate.
     # The dive's candidates are found again here; only its bound is kept (no duplicates).
     seed_bound, top_v, top_n = top_v[:, -1].clone(), None, None
-    exhaustive = torch.zeros(n_rows, dtype=torch.bool, device=device)
     row, group, base = start()
+    depth = 0
     while row.numel():
-        entry, col, joint = expand(row, group, base)
+        if depth < len(dive):  # the dive's group of each row at this depth: reuse its scores
+            on_path, dive_row, dive_col, dive_joint = dive[depth]
+            reuse = on_path[row] == group
+            entry_of_row = torch.full((n_rows,), -1, dtype=torch.int64, device=device)
+            entry_of_row[row[reuse]] = reuse.nonzero().flatten()
+            kept = entry_of_row[dive_row] >= 0
+            fresh = (~reuse).nonzero().flatten()
+            entry, col, joint = expand(row[fresh], group[fresh], base[fresh])
+            entry = torch.cat([entry_of_row[dive_row[kept]], fresh[entry]])
+            col, joint = torch.cat([dive_col[kept], col]), torch.cat([dive_joint[kept], joint])
+        else:
+            entry, col, joint = expand(row, group, base)
         complete(row, group, entry, col, joint)
         row, group, base = children_of(row, entry, col, joint)
         bound = torch.maximum(seed_bound, top_v[:, -1])
@@ -206,6 +240,7 @@ def best_first_paths(
         exhaustive |= work > max_columns
         keep &= ~exhaustive[row]
         row, group, base = row[keep], group[keep], base[keep]
+        depth += 1
 
     nodes, values = top_n, top_v
     if bool(exhaustive.any()):
