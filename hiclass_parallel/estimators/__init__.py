@@ -8,7 +8,8 @@ from typing import Any
 
 from .transformer import PathEncoder
 
-__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam"]
+__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam",
+           "save_classifier", "load_classifier"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from ._optim import LazyAdam
 
         return LazyAdam
+    if name in ("save_classifier", "load_classifier"):
+        from . import _persistence
+
+        return getattr(_persistence, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
