@@ -9,7 +9,8 @@ from typing import Any
 from .transformer import PathEncoder
 
 __all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam",
-           "save_classifier", "load_classifier"]
+           "save_classifier", "load_classifier",
+           "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +30,8 @@ def __getattr__(name: str) -> Any:
         from . import _persistence
 
         return getattr(_persistence, name)
+    if name in ("TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"):
+        from . import _export
+
+        return getattr(_export, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
