@@ -500,13 +500,15 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: Any, y: Any) -> HierarchicalClassifier:
+    def fit(self, X: Any, y: Any = None) -> HierarchicalClassifier:
         """Train the network on labels at any depth of the tree.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-            Features. Sparse matrices are made dense one mini-batch at a time.
+        X : {array-like, sparse matrix, torch.Tensor, torch Dataset} of shape (n_samples, n_features)
+            Features. Sparse matrices are made dense one mini-batch at a time. A torch
+            ``Dataset`` or ``IterableDataset`` yielding ``(x, label)`` pairs is streamed
+            (``y`` must then be None and ``tree`` given; see ``docs/scale-out.md``).
         y : array-like of shape (n_samples,) or (n_samples, n_levels)
             Labels (str or int) at any depth of the tree, or label paths from the top
             level down, right-padded with ``pad_label`` (ragged lists of lists work too).
@@ -515,12 +517,18 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : HierarchicalClassifier
         """
+        # -- issue 13 hook: streaming from a torch Dataset / IterableDataset (_streaming.py)
+        from ._streaming import fit_dataset, is_dataset
+
+        if is_dataset(X):
+            return fit_dataset(self, X, y, epochs=None)
+        # -- end of hook
         if self.warm_start and hasattr(self, "net_"):
             return self._continue(X, y, epochs=None)
         return self._fit_new(X, y, epochs=None)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> HierarchicalClassifier:
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> HierarchicalClassifier:
         """Train for one epoch, continuing from the current weights (if any).
 
         Parameters
@@ -536,6 +544,12 @@ class HierarchicalClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : HierarchicalClassifier
         """
+        # -- issue 13 hook: streaming from a torch Dataset / IterableDataset (_streaming.py)
+        from ._streaming import fit_dataset, is_dataset
+
+        if is_dataset(X):
+            return fit_dataset(self, X, y, epochs=1)
+        # -- end of hook
         if hasattr(self, "net_"):
             return self._continue(X, y, epochs=1)
         return self._fit_new(X, y, epochs=1, classes=classes)
