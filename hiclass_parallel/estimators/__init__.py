@@ -10,7 +10,8 @@ from .transformer import PathEncoder
 
 __all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam",
            "save_classifier", "load_classifier",
-           "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"]
+           "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
+           "DataParallel"]
 
 
 def __getattr__(name: str) -> Any:
@@ -34,4 +35,8 @@ def __getattr__(name: str) -> Any:
         from . import _export
 
         return getattr(_export, name)
+    if name == "DataParallel":
+        from ._distributed import DataParallel
+
+        return DataParallel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
