@@ -223,9 +223,9 @@ def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _package_version() -> str:
-    from .. import __version__
+    import hiclass_parallel  # the package's face (its version), not a layer
 
-    return __version__
+    return hiclass_parallel.__version__
 
 
 def load_classifier(
