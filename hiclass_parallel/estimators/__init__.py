@@ -8,7 +8,10 @@ from typing import Any
 
 from .transformer import PathEncoder
 
-__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam"]
+__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam",
+           "save_classifier", "load_classifier",
+           "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
+           "DataParallel"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +27,16 @@ def __getattr__(name: str) -> Any:
         from ._optim import LazyAdam
 
         return LazyAdam
+    if name in ("save_classifier", "load_classifier"):
+        from . import _persistence
+
+        return getattr(_persistence, name)
+    if name in ("TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"):
+        from . import _export
+
+        return getattr(_export, name)
+    if name == "DataParallel":
+        from ._distributed import DataParallel
+
+        return DataParallel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

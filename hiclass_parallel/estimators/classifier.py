@@ -357,13 +357,15 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
 
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: Any, y: Any) -> HierarchicalClassifier:
+    def fit(self, X: Any, y: Any = None) -> HierarchicalClassifier:
         """Train the network on labels at any depth of the tree.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
-            Features. Sparse matrices are made dense one mini-batch at a time.
+        X : {array-like, sparse matrix, torch.Tensor, torch Dataset} of shape (n_samples, n_features)
+            Features. Sparse matrices are made dense one mini-batch at a time. A torch
+            ``Dataset`` or ``IterableDataset`` yielding ``(x, label)`` pairs is streamed
+            (``y`` must then be None and ``tree`` given; see ``docs/scale-out.md``).
         y : array-like of shape (n_samples,) or (n_samples, n_levels)
             Labels (str or int) at any depth of the tree, or label paths from the top
             level down, right-padded with ``pad_label`` (ragged lists of lists work too).
@@ -372,13 +374,17 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         -------
         self : HierarchicalClassifier
         """
+        from ._streaming import fit_dataset, is_dataset  # a torch Dataset / IterableDataset
+
         with keep_fitted_state_on_error(self):  # a failed refit keeps the fitted model
+            if is_dataset(X):
+                return fit_dataset(self, X, y, epochs=None)
             if self.warm_start and hasattr(self, "net_"):
                 return self._continue(X, y, epochs=None)
             return self._fit_new(X, y, epochs=None)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> HierarchicalClassifier:
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> HierarchicalClassifier:
         """Train for one epoch, continuing from the current weights (if any).
 
         Parameters
@@ -394,25 +400,21 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         -------
         self : HierarchicalClassifier
         """
+        from ._streaming import fit_dataset, is_dataset
+
         with keep_fitted_state_on_error(self):
+            if is_dataset(X):
+                return fit_dataset(self, X, y, epochs=1)
             if hasattr(self, "net_"):
                 return self._continue(X, y, epochs=1)
             return self._fit_new(X, y, epochs=1, classes=classes)
 
-    def _fit_new(self, X: Any, y: Any, epochs: int | None, classes: Any = None) -> HierarchicalClassifier:
+    def _resolve_model(self, X: Any) -> int | None:
+        """Set the model's fitted shape from the parameters, the tree and ``X`` (its kind
+        picks the default module): classes, module class, partition, stops, path-local
+        training, score width. Returns the fit's seed (``None`` without ``random_state``)."""
         from ..ops.groups import n_outputs
 
-        self._check_hyperparams()
-        for attr in ("net_", "_rng_state_"):
-            if hasattr(self, attr):
-                delattr(self, attr)
-        X = self._validate_X(X, reset=True)
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
-        self.tree_, self.pad_label_ = self._resolve_tree(y, classes)
-        check_pad_not_a_label(self.tree_, self.pad_label_)
-        ids = self._encode_y(X, y)
-        suggest_terminal(self, ids)
         self.classes_ = self.tree_.labels
         self.n_levels_ = self.tree_.n_levels
         self.module_class_ = self._module_class(X)
@@ -424,9 +426,23 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             and set(self._skorch_kwargs("criterion__")) <= {"reduction", "semantics"}
         )
         self.n_scores_ = int(n_outputs(self.tree_, partition=self.partition_, stop=self.stop_))
-        seed = None
-        if self.random_state is not None:
-            seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        if self.random_state is None:
+            return None
+        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+
+    def _fit_new(self, X: Any, y: Any, epochs: int | None, classes: Any = None) -> HierarchicalClassifier:
+        self._check_hyperparams()
+        for attr in ("net_", "_rng_state_"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        X = self._validate_X(X, reset=True)
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        self.tree_, self.pad_label_ = self._resolve_tree(y, classes)
+        check_pad_not_a_label(self.tree_, self.pad_label_)
+        ids = self._encode_y(X, y)
+        suggest_terminal(self, ids)
+        seed = self._resolve_model(X)
         net = self._build_net(seed, n_rows=len(ids))
         with self._rng(seed):
             net.initialize()
@@ -468,11 +484,12 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             return self.module
         return SparseMLP if sp.issparse(X) else MLP
 
-    def _max_epochs(self, n_rows: int) -> int:
-        """``max_epochs``, or its default for this module and ``n_rows`` training rows."""
+    def _max_epochs(self, n_rows: int | None) -> int:
+        """``max_epochs``, or its default for this module and ``n_rows`` training rows
+        (``None``: unknown, a stream without a length)."""
         if self.max_epochs is not None:
             return self.max_epochs
-        if not getattr(self.module_class_, "accepts_sparse", False):
+        if n_rows is None or not getattr(self.module_class_, "accepts_sparse", False):
             return 10
         batch = self.batch_size if self.batch_size > 0 else n_rows
         steps = max(1, math.ceil(n_rows / batch))
@@ -512,7 +529,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             yield
             self._rng_state_ = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
 
-    def _build_net(self, seed: int | None, n_rows: int) -> TreeNet:
+    def _build_net(self, seed: int | None, n_rows: int | None) -> TreeNet:
         from ..losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 
         module = self.module_class_

@@ -1,0 +1,284 @@
+"""Export for serving: the fitted network and the exact decoder as one torch module.
+
+:meth:`HierarchicalClassifier.predict` decodes through :mod:`hiclass_parallel.ops` (NumPy on
+the CPU, data-dependent best-first search for ``SparseMLP``), which ``torch.export`` cannot
+trace. :class:`TreeDecoder` is the same exact decoding written for export: the tree lives in
+buffers, every operation is a torch op with shapes fixed by the tree (a loop over the ``L``
+levels, unrolled at trace time; no NumPy, no Python branch on data), and the batch size is
+the only dynamic dimension. :func:`serving_module` puts the classifier's module in front of
+it; :func:`export_program` and :func:`export_onnx` export that with a dynamic batch.
+
+Decoding: for every node, the joint log-probability of its ancestral path (group
+log-softmax by scatter reductions over the partition's groups, stop columns included in
+their group's normaliser, accumulated level by level from the parents), then the best
+candidate: the leaves under ``semantics="partial"``, every node plus its stop term under
+``"terminal"``. Ties go to the lowest node id, as in :func:`~hiclass_parallel.ops.best_paths`.
+``decoding="threshold"`` is not exported.
+
+Input: a dense float batch ``(batch, n_features)``. A model trained on sparse text features
+(:class:`SparseMLP`, the default for scipy sparse ``X``) takes the same features dense: its
+input layer is then an ordinary matrix product with the same weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..tree import Tree
+
+__all__ = ["TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"]
+
+
+class TreeDecoder(nn.Module):
+    """Exact best-path decoding of tree scores, in pure torch ops (exportable).
+
+    Parameters
+    ----------
+    tree : Tree
+        The class tree; node ids may be in any order.
+    partition : {"level", "sibling"}, default="level"
+    stop : bool, default=False
+        Whether the scores carry stop columns (see :func:`~hiclass_parallel.ops.groups.n_outputs`).
+    semantics : {"partial", "terminal"}, default="partial"
+        Candidates: leaves, or every node with its stop term (needs ``stop=True``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.estimators import TreeDecoder
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> paths, log_prob = TreeDecoder(tree, "sibling")(torch.tensor([[2.0, 0, 0, 3, 0, 0, 0, 1, 0]]))
+    >>> paths
+    tensor([[0, 3, 7]])
+    """
+
+    def __init__(self, tree: Tree, partition: str = "level", stop: bool = False, semantics: str = "partial"):
+        super().__init__()
+        from ..ops._engine import check_partition, check_semantics
+        from ..ops.groups import n_outputs, stop_columns
+
+        check_partition(partition)
+        check_semantics(semantics, stop)
+        C, L = tree.n_classes, tree.n_levels
+        groups = tree.groups(partition).astype(np.int64)
+        G = tree.n_groups(partition)
+        seg = np.concatenate([groups, np.arange(1, G, dtype=np.int64)]) if stop else groups
+        assert seg.size == n_outputs(tree, partition, stop)
+        depth = tree.depth.astype(np.int64)
+        order = np.argsort(depth, kind="stable")
+        position = np.empty(C, dtype=np.int64)
+        position[order] = np.arange(C)
+        parents = tree.parents.astype(np.int64)
+
+        self.n_classes, self.n_groups, self.n_levels, self.n_scores = C, G, L, int(seg.size)
+        self.partition, self.stop, self.semantics = partition, bool(stop), semantics
+        self.register_buffer("segments", torch.from_numpy(seg))
+        self.register_buffer("position", torch.from_numpy(position))
+        self.register_buffer("paths", torch.from_numpy(tree.paths.astype(np.int64)))
+        self.register_buffer("candidate", torch.from_numpy(
+            np.ones(C, dtype=bool) if semantics == "terminal" else tree.is_leaf.astype(bool)))
+        for d in range(L):
+            nodes = order[depth[order] == d]
+            self.register_buffer(f"level{d}_nodes", torch.from_numpy(nodes))
+            if d:
+                self.register_buffer(f"level{d}_parents", torch.from_numpy(position[parents[nodes]]))
+        if semantics == "terminal":
+            cols = stop_columns(tree, partition)
+            self.register_buffer("stop_cols", torch.from_numpy(np.maximum(cols, 0).astype(np.int64)))
+            self.register_buffer("has_stop", torch.from_numpy(cols >= 0))
+
+    def node_log_probs(self, scores: torch.Tensor) -> torch.Tensor:
+        """Joint log-probability of the path ending at every node, ``(batch, n_classes)``."""
+        scores = scores.to(torch.float32)
+        idx = self.segments.unsqueeze(0).expand(scores.shape[0], self.n_scores)
+        start = torch.full((scores.shape[0], self.n_groups), float("-inf"), dtype=scores.dtype, device=scores.device)
+        top = start.scatter_reduce(1, idx, scores, reduce="amax", include_self=True)
+        shifted = scores - torch.gather(top, 1, idx)
+        total = torch.zeros_like(top).scatter_add(1, idx, torch.exp(shifted))
+        log_p = shifted - torch.gather(torch.log(total), 1, idx)
+        classes = log_p[:, : self.n_classes]
+        acc = torch.index_select(classes, 1, self.level0_nodes)
+        for d in range(1, self.n_levels):  # the L levels, unrolled at export
+            nodes, parents = getattr(self, f"level{d}_nodes"), getattr(self, f"level{d}_parents")
+            acc = torch.cat([acc, torch.index_select(classes, 1, nodes) + torch.index_select(acc, 1, parents)], 1)
+        node = torch.index_select(acc, 1, self.position)  # back to node id order
+        if self.semantics == "terminal":
+            stop_term = torch.index_select(log_p, 1, self.stop_cols)
+            node = node + torch.where(self.has_stop, stop_term, torch.zeros_like(stop_term))
+        return node
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Best paths ``(batch, n_levels)`` of node ids padded with -1, and their log-probabilities."""
+        node = self.node_log_probs(scores)
+        value = torch.where(self.candidate, node, torch.full_like(node, float("-inf")))
+        best = torch.argmax(value, dim=1)  # first maximum: the lowest node id wins ties
+        log_prob = torch.gather(value, 1, best.unsqueeze(1)).squeeze(1)
+        return torch.index_select(self.paths, 0, best), log_prob
+
+
+class ServingModule(nn.Module):
+    """A fitted network followed by :class:`TreeDecoder`: features in, best paths out.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Maps a float batch ``(batch, n_features)`` to scores ``(batch, n_scores)``.
+    decoder : TreeDecoder
+    """
+
+    def __init__(self, module: nn.Module, decoder: TreeDecoder):
+        super().__init__()
+        self.module = module
+        self.decoder = decoder
+
+    def forward(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(paths, log_prob)``: node-id paths ``(batch, n_levels)`` and their log-probabilities."""
+        return self.decoder(self.module(X.to(torch.float32)))
+
+
+def serving_module(clf: Any, semantics: str | None = None) -> ServingModule:
+    """The fitted classifier's network and exact decoder as one torch module (eval mode, CPU copy).
+
+    Parameters
+    ----------
+    clf : HierarchicalClassifier
+        A fitted classifier with ``decoding="best"``.
+    semantics : {"partial", "terminal"}, default=None
+        ``None``: the classifier's ``semantics``.
+
+    Returns
+    -------
+    ServingModule
+        ``module(X)`` returns ``(paths, log_prob)``: paths of node ids (indices into
+        ``clf.classes_``; ``-1`` pads), equal to ``clf.predict`` through
+        ``clf.classes_``. ``X`` is a dense float tensor (sparse features made dense).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.datasets import make_hierarchical_classification
+    >>> from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
+    >>> X, y, tree = make_hierarchical_classification(
+    ...     n_samples=200, n_features=8, branching=2, depth=2, random_state=0)
+    >>> clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
+    >>> paths, log_prob = serving_module(clf)(torch.from_numpy(X[:5]))
+    >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:5])).all())
+    True
+    """
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(clf)
+    if clf.decoding != "best":
+        raise ValueError(f"only decoding='best' is exported; this classifier has decoding={clf.decoding!r}")
+    semantics = clf.semantics if semantics is None else semantics
+    if semantics == "terminal" and not clf.stop_:
+        raise ValueError("semantics='terminal' needs a model trained with stop scores (stop=True)")
+    module = copy.deepcopy(clf.net_.module_).to("cpu").eval()
+    decoder = TreeDecoder(clf.tree_, clf.partition_, clf.stop_, semantics)
+    return ServingModule(module, decoder).eval()
+
+
+def _example(clf: Any, example: Any) -> torch.Tensor:
+    if example is None:
+        return torch.zeros((2, clf.n_features_in_), dtype=torch.float32)
+    if not isinstance(example, torch.Tensor):
+        example = np.asarray(example.toarray() if hasattr(example, "toarray") else example, dtype=np.float32)
+        example = torch.from_numpy(example)
+    return example.to(torch.float32)
+
+
+def export_program(clf: Any, example: Any = None, semantics: str | None = None) -> torch.export.ExportedProgram:
+    """``torch.export`` of :func:`serving_module` with a dynamic batch size.
+
+    Parameters
+    ----------
+    clf : HierarchicalClassifier
+        A fitted classifier with ``decoding="best"``.
+    example : array-like or torch.Tensor of shape (n, n_features), default=None
+        A batch to trace with (``n >= 2``); ``None``: zeros of batch 2.
+    semantics : {"partial", "terminal"}, default=None
+
+    Returns
+    -------
+    torch.export.ExportedProgram
+        ``program.module()(X)`` gives ``(paths, log_prob)`` for any batch size of
+        float32 ``X`` (the exported graph checks the dtype); ``torch.export.save`` stores it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.datasets import make_hierarchical_classification
+    >>> from hiclass_parallel.estimators import HierarchicalClassifier, export_program
+    >>> X, y, tree = make_hierarchical_classification(
+    ...     n_samples=200, n_features=8, branching=2, depth=2, random_state=0)
+    >>> clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
+    >>> program = export_program(clf)
+    >>> paths, _ = program.module()(torch.tensor(X[:7], dtype=torch.float32))
+    >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:7])).all())
+    True
+    """
+    module = serving_module(clf, semantics)
+    X = _example(clf, example)
+    batch = torch.export.Dim("batch", min=1)
+    return torch.export.export(module, (X,), dynamic_shapes={"X": {0: batch}})
+
+
+def export_onnx(
+    clf: Any, path: str | os.PathLike, example: Any = None, semantics: str | None = None, opset: int = 18
+) -> str:
+    """Write :func:`serving_module` as an ONNX file with a dynamic batch size.
+
+    Needs the ``export`` extra (``onnx``, ``onnxscript``; ``onnxruntime`` to run it).
+
+    Parameters
+    ----------
+    clf : HierarchicalClassifier
+        A fitted classifier with ``decoding="best"``.
+    path : str or path-like
+        The ``.onnx`` file to write.
+    example : array-like or torch.Tensor of shape (n, n_features), default=None
+        A batch to trace with; ``None``: zeros of batch 2.
+    semantics : {"partial", "terminal"}, default=None
+    opset : int, default=18
+        ONNX opset (18 or later: the group maxima are ``ScatterElements`` with
+        ``reduction="max"``).
+
+    Returns
+    -------
+    str
+        The path written. The graph has one input ``X`` (float32, ``(batch, n_features)``)
+        and two outputs, ``paths`` (int64, ``(batch, n_levels)``, node ids padded with -1)
+        and ``log_prob`` (float32, ``(batch,)``).
+    """
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("ONNX export needs onnx and onnxscript: pip install 'hiclass_parallel[export]'") from exc
+    import logging
+    import warnings
+
+    module = serving_module(clf, semantics)
+    X = _example(clf, example)
+    batch = torch.export.Dim("batch", min=1)
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # the exporter logs a notice per torchvision op it cannot register
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporter's own deprecation and tracing notices
+            program = torch.onnx.export(
+                module, (X,), input_names=["X"], output_names=["paths", "log_prob"], opset_version=opset,
+                dynamic_shapes={"X": {0: batch}}, dynamo=True, verbose=False,
+            )
+    finally:
+        logger.setLevel(level)
+    program.save(str(path))
+    return str(path)

@@ -1,0 +1,118 @@
+"""Export for serving (issue 13 item 4): network + exact decoder as one exportable torch module.
+
+Checked for identical paths against ``HierarchicalClassifier.predict`` on random trees with
+shuffled node ids (both partitions, partial and terminal semantics, the best-first route of
+SparseMLP) and on 1,000 WordNet glosses, in eager torch, through ``torch.export`` with two
+batch sizes, and in onnxruntime.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from hiclass_parallel import Tree
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import (
+    HierarchicalClassifier,
+    TreeDecoder,
+    export_onnx,
+    export_program,
+    serving_module,
+)
+from hiclass_parallel.ops import best_paths
+from hiclass_parallel.ops.groups import n_outputs, node_log_probs
+
+pytestmark = pytest.mark.scale_out
+
+HAVE_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+needs_onnx = pytest.mark.skipif(not HAVE_ONNX, reason="ONNX export needs onnx, onnxscript and onnxruntime "
+                                                      "(the 'export' extra)")
+
+
+def as_labels(clf, paths: np.ndarray) -> np.ndarray:
+    """Node-id paths as predict writes them: labels, -1 read as the pad label."""
+    lookup = np.append(clf.classes_.astype(object), clf.pad_label_)
+    return lookup[paths].astype(clf.predict(np.zeros((1, clf.n_features_in_), np.float32)).dtype)
+
+
+def check_all_routes(clf, X, tmp_path, onnx: bool = True) -> None:
+    expected = clf.predict(X)
+    dense = torch.from_numpy(np.asarray(X.toarray() if sp.issparse(X) else X, dtype=np.float32))
+    paths, _ = serving_module(clf)(dense)
+    np.testing.assert_array_equal(as_labels(clf, paths.numpy()), expected)
+    program = export_program(clf, dense[:3])
+    for rows in (slice(0, 1), slice(None)):  # the batch is dynamic, down to one row
+        paths, _ = program.module()(dense[rows])
+        np.testing.assert_array_equal(as_labels(clf, paths.numpy()), expected[rows])
+    if onnx and HAVE_ONNX:
+        import onnxruntime
+
+        path = export_onnx(clf, tmp_path / "model.onnx", dense[:3])
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        for rows in (slice(0, 1), slice(None)):
+            paths, _ = session.run(None, {"X": dense[rows].numpy()})
+            np.testing.assert_array_equal(as_labels(clf, paths), expected[rows])
+
+
+@pytest.mark.parametrize("partition", ["level", "sibling"])
+@pytest.mark.parametrize("semantics", ["partial", "terminal"])
+def test_decoder_equals_best_paths_on_shuffled_trees(partition, semantics, random_tree):
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 15, 60):
+        tree = random_tree(rng, n)
+        stop = semantics == "terminal" or bool(rng.integers(2))
+        scores = torch.from_numpy(rng.normal(scale=3, size=(40, n_outputs(tree, partition, stop))).astype(np.float32))
+        decoder = TreeDecoder(tree, partition, stop, semantics)
+        torch.testing.assert_close(decoder.node_log_probs(scores),
+                                   node_log_probs(scores, tree, partition, stop, semantics))
+        paths, log_prob = decoder(scores)
+        ref_paths, ref_log_prob = best_paths(scores, tree, partition, stop, semantics)
+        torch.testing.assert_close(paths, ref_paths)
+        torch.testing.assert_close(log_prob, ref_log_prob)
+
+
+@pytest.mark.parametrize(("partition", "semantics"), [("level", "partial"), ("sibling", "terminal")])
+def test_exported_paths_equal_predict_on_a_shuffled_tree(partition, semantics, tmp_path, one_torch_thread, random_tree):
+    tree = random_tree(0, 40)
+    X, y, _ = make_hierarchical_classification(n_samples=200, n_features=6, tree=tree, random_state=0,
+                                               terminal_fraction=0.3)
+    clf = HierarchicalClassifier(tree, partition=partition, semantics=semantics, max_epochs=3,
+                                 random_state=0).fit(X, y)
+    check_all_routes(clf, X.astype(np.float32), tmp_path)
+
+
+def test_sparse_best_first_model_exports_with_dense_input(tmp_path, one_torch_thread):
+    X, y, tree = make_hierarchical_classification(n_samples=200, n_features=30, branching=3, depth=3, random_state=2)
+    X = sp.csr_matrix(np.where(X > 0.8, X, 0.0).astype(np.float32))
+    clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, module__hidden_units=16).fit(X, y)
+    assert clf.path_local_  # decoded best-first by predict, exhaustively by the exported module
+    check_all_routes(clf, X, tmp_path, onnx=False)
+
+
+def test_wordnet_glosses_1000_rows(tmp_path, one_torch_thread):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from hiclass_parallel.datasets import load_wordnet_glosses
+
+    data = load_wordnet_glosses("animal.n.01", include_lemmas=True)
+    X = TfidfVectorizer(sublinear_tf=True, min_df=2, dtype=np.float32).fit_transform(data.data)
+    y = data.target
+    clf = HierarchicalClassifier(data.tree, max_epochs=2, random_state=0, module__hidden_units=64).fit(X, y)
+    assert clf.partition_ == "sibling" and clf.path_local_  # the default for sparse text
+    rows = np.random.default_rng(0).choice(X.shape[0], 1000, replace=False)
+    check_all_routes(clf, X[rows], tmp_path)
+
+
+def test_threshold_decoding_and_terminal_without_stops_are_refused():
+    X, y, tree = make_hierarchical_classification(n_samples=50, n_features=4, branching=2, depth=2, random_state=0)
+    clf = HierarchicalClassifier(tree, max_epochs=1, decoding="threshold").fit(X, y)
+    with pytest.raises(ValueError, match="only decoding='best'"):
+        serving_module(clf)
+    clf.set_params(decoding="best")
+    with pytest.raises(ValueError, match="needs a model trained with stop"):
+        serving_module(clf, semantics="terminal")
