@@ -1,4 +1,4 @@
-"""Layer 7: the ``hiclass-parallel`` command (also ``python -m hiclass_parallel``).
+"""Layer 9: the ``hiclass-parallel`` command (also ``python -m hiclass_parallel``).
 
 Subcommands:
 

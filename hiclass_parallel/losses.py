@@ -1,4 +1,4 @@
-"""Layer 3: torch criteria built on the lean engine (:mod:`hiclass_parallel.ops`).
+"""Layer 5: torch criteria built on the lean engine (:mod:`hiclass_parallel.ops`).
 
 :class:`HierarchicalCrossEntropy` is the paper's training loss -- cross-entropy at every
 labelled level of every sample, in parallel -- computed without the ``(B, L, C)`` tensor:

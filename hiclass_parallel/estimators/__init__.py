@@ -1,4 +1,4 @@
-"""Layer 4: scikit-learn estimators -- the label <-> path encoder and the classifier.
+"""Layer 7: scikit-learn estimators -- the label <-> path encoder and the classifier.
 
 :class:`PathEncoder` needs only NumPy; :class:`HierarchicalClassifier` and :class:`MLP` need
 torch and skorch, which are imported the first time one of them is used.

@@ -1,4 +1,4 @@
-"""Hierarchical metrics and scorers (layer 5).
+"""Hierarchical metrics and scorers (layer 6).
 
 Every metric takes ``y_true`` and ``y_pred`` as labels at any depth (with ``tree``), node
 ids, or ancestral paths right-padded with a pad label, as NumPy, lists, torch or CuPy

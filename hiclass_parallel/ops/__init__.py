@@ -1,4 +1,4 @@
-"""Layer 2: tensor methods over arrays of any namespace (NumPy, torch, CuPy, array API)."""
+"""Layer 4: tensor methods over arrays of any namespace (NumPy, torch, CuPy, array API)."""
 
 from .decode import best_paths, expected_hf1_paths, topk_paths
 from .groups import SEMANTICS, group_log_softmax, group_logsumexp, n_outputs, node_log_probs, stop_columns
