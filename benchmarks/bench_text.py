@@ -166,18 +166,20 @@ def plot(report: dict[str, Any], path: Path) -> bool:
     subsets = list(report["subsets"])
     fig, axes = plt.subplots(1, len(subsets), figsize=(4 * len(subsets), 3.6), squeeze=False)
     markers = dict(zip(METHODS, "os^Dvx"))
+    colors = dict(zip(METHODS, plt.get_cmap("tab10").colors))  # one colour per method in every panel
     for ax, name in zip(axes[0], subsets):
         for method, r in report["subsets"][name]["results"].items():
             if r.get("status") != "ok":
                 continue
-            ax.scatter(r["fit_s"], r["hf1"], marker=markers.get(method, "o"), s=60, label=method)
+            ax.scatter(r["fit_s"], r["hf1"], marker=markers.get(method, "o"), color=colors.get(method), s=60)
         ax.set_xscale("log")
         ax.set_title(name)
         ax.set_xlabel("fit seconds (log)")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("hierarchical F1 (held out)")
-    axes[0][-1].legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
+    handles = [plt.Line2D([], [], marker=markers[m], color=colors[m], linestyle="", markersize=7) for m in METHODS]
+    fig.legend(handles, METHODS, loc="lower center", ncol=len(METHODS), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
