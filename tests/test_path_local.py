@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hiclass_parallel import Tree
 from hiclass_parallel.estimators import ColumnScorer, LazyAdam, SparseMLP
 from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
@@ -138,3 +139,21 @@ def test_text_route_defaults(one_torch_thread, random_tree):
     dense = HierarchicalClassifier(tree, semantics="terminal", random_state=0, max_epochs=None)
     dense.fit(X[:200].toarray(), y[:200])
     assert dense.net_.max_epochs == 10 and dense.partition_ == "level" and not dense.path_local_
+
+
+def test_extra_predict_methods_through_a_pipeline(one_torch_thread):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.pipeline import make_pipeline
+
+    from hiclass_parallel.estimators import HierarchicalClassifier
+
+    tree = Tree.from_edges([("dog", "animal"), ("cat", "animal"), ("rose", "plant"), ("tulip", "plant"),
+                            ("animal", None), ("plant", None)])
+    texts = ["a dog barks", "a puppy dog", "a cat purrs", "a kitten cat", "a red rose", "a rose bush",
+             "a tulip bulb", "a yellow tulip"] * 4
+    labels = ["dog", "dog", "cat", "cat", "rose", "rose", "tulip", "tulip"] * 4
+    pipe = make_pipeline(TfidfVectorizer(), HierarchicalClassifier(tree, semantics="terminal", random_state=0))
+    pipe.fit(texts, labels)
+    top = pipe[-1].predict_top_k(pipe[:-1].transform(["a dog and a puppy"]), 2)
+    assert top.shape == (1, 2, 2) and top[0, 0].tolist() == ["animal", "dog"]
+    assert pipe[-1].predict_labels(pipe[:-1].transform(["a yellow tulip"])).tolist() == ["tulip"]
