@@ -157,3 +157,22 @@ def test_extra_predict_methods_through_a_pipeline(one_torch_thread):
     top = pipe[-1].predict_top_k(pipe[:-1].transform(["a dog and a puppy"]), 2)
     assert top.shape == (1, 2, 2) and top[0, 0].tolist() == ["animal", "dog"]
     assert pipe[-1].predict_labels(pipe[:-1].transform(["a yellow tulip"])).tolist() == ["tulip"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
+def test_text_route_on_cuda_decodes_as_its_scores_say(random_tree):
+    import scipy.sparse as sp
+
+    from hiclass_parallel.estimators import HierarchicalClassifier
+    from hiclass_parallel.ops import best_paths
+
+    rng = np.random.default_rng(0)
+    tree = random_tree(rng, 60)
+    y = rng.integers(0, 60, size=600)
+    X = sp.random(600, 80, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    clf = HierarchicalClassifier(tree, semantics="terminal", device="cuda", random_state=0, max_epochs=5).fit(X, y)
+    assert clf.path_local_ and next(clf.net_.module_.parameters()).is_cuda
+    scores = torch.as_tensor(clf.decision_function(X))
+    expected, _ = best_paths(scores, tree, "sibling", True, "terminal")
+    np.testing.assert_array_equal(clf._predict_ids(X), expected.numpy())
