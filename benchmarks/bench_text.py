@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             params = dict(TUNED) if method == "hc-text-tuned" else {}
             if method.startswith("hc-"):
                 params.setdefault("random_state", args.seed)
+                params.setdefault("device", args.device)
             job = {"method": method, "data": str(work / name), "out": str(work / name / method), "params": params,
                    "threads": args.threads}
             result = run_worker(job, BUDGETS.get(method, args.budget), 60.0, sys.stdout)
@@ -191,6 +192,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--hiclass-on", default="animal", help="subsets on which HiClass LCPPN runs")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="device of this package's classifier, e.g. cuda")
     p.add_argument("--budget", type=float, default=900.0, help="seconds per fit + predict")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default="/tmp/bench_text")
