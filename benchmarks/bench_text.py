@@ -42,7 +42,8 @@ from benchmarks._text_methods import TEXT_METHODS
 from benchmarks._text_methods import unavailable_reason as text_unavailable
 from benchmarks.bench_peers import environment, run_worker, save_split, score
 
-SUBSETS = {"animal": "animal.n.01", "person": "person.n.01", "artifact": "artifact.n.01", "nouns": None}
+SUBSETS = {"animal": "animal.n.01", "person": "person.n.01", "artifact": "artifact.n.01", "nouns": None,
+           "dog": "dog.n.01"}  # dog: 188 synsets, for the plumbing test
 METHODS = ("hc-text", "hc-text-tuned", "linear-svc", "sgd", "xr-linear", "hiclass-lcppn")
 #: hc-text-tuned: the defaults, decoded for hierarchical F1 instead of the most probable answer.
 TUNED: dict[str, Any] = {"decoding": "hf1", "top_k": 10}
