@@ -408,7 +408,7 @@ class Dag:
                 parents[start + k] = PAD if len(path) == 1 else offsets[path[-2]] + rank[path[-2]][path[:-1]]
         origin = np.repeat(np.arange(self.n_nodes, dtype=np.int64), counts)
         labels = []
-        for label, v, k in zip(self._labels.tolist(), range(self.n_nodes), counts):
+        for label, k in zip(self._labels.tolist(), counts):
             labels += [label] if k == 1 else [f"{label}[{i}]" for i in range(k)]
         try:
             tree = Tree(parents, labels)
