@@ -7,6 +7,10 @@ arrays (moved to the host once). Node identity is the node, never its name. See
 
 - :func:`hierarchical_precision_score`, :func:`hierarchical_recall_score`,
   :func:`hierarchical_f1_score`, :func:`hierarchical_fbeta_score` (Kiritchenko et al.);
+- on hierarchies with several parents (:class:`~hiclass_parallel.dag.Dag`), ancestor sets
+  through every parent: :func:`hierarchical_precision_score_dag`,
+  :func:`hierarchical_recall_score_dag`, :func:`hierarchical_f1_score_dag`,
+  :func:`hierarchical_fbeta_score_dag`;
 - :func:`level_accuracy_score`, :func:`exact_path_accuracy_score`;
 - :func:`tree_distance`, :func:`mean_tree_distance`, :func:`mistake_severity`
   (Bertinetto et al., 2020);
@@ -29,6 +33,13 @@ from ._hierarchical import (
     mistake_severity,
     tree_distance,
 )
+from ._dag import (
+    dag_node_set_counts,
+    hierarchical_f1_score_dag,
+    hierarchical_fbeta_score_dag,
+    hierarchical_precision_score_dag,
+    hierarchical_recall_score_dag,
+)
 from ._paths import check_paths
 from ._report import hierarchical_classification_report
 from ._scorers import (
@@ -45,15 +56,20 @@ __all__ = [
     "HierarchicalScorer",
     "LevelAccuracy",
     "check_paths",
+    "dag_node_set_counts",
     "exact_path_accuracy_score",
     "get_scorer",
     "get_scorer_names",
     "get_scorers",
     "hierarchical_classification_report",
     "hierarchical_f1_score",
+    "hierarchical_f1_score_dag",
     "hierarchical_fbeta_score",
+    "hierarchical_fbeta_score_dag",
     "hierarchical_precision_score",
+    "hierarchical_precision_score_dag",
     "hierarchical_recall_score",
+    "hierarchical_recall_score_dag",
     "level_accuracy_score",
     "make_hierarchical_scorer",
     "mean_tree_distance",

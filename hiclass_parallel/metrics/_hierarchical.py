@@ -127,6 +127,22 @@ def _prf(
         y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
     )
     n_true, n_pred, n_common = _path_counts(true, pred)
+    return _prf_from_counts(n_true, n_pred, n_common, weight, beta=beta, average=average,
+                            zero_division=zero_division, warn_for=warn_for)
+
+
+def _prf_from_counts(
+    n_true: np.ndarray,
+    n_pred: np.ndarray,
+    n_common: np.ndarray,
+    weight: np.ndarray | None,
+    *,
+    beta: float,
+    average: str,
+    zero_division: Any,
+    warn_for: tuple[str, ...],
+) -> tuple[float, float, float]:
+    """hP, hR, hF from per-sample node-set sizes |T|, |P|, |T & P| (shared by the DAG metrics)."""
     # beta * beta, not beta ** 2: a huge beta gives inf instead of OverflowError. F-beta tends
     # to recall as beta grows, so beta=inf (or a beta whose square overflows) is recall, not
     # the NaN of inf / inf.
