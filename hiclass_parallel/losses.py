@@ -18,6 +18,7 @@ on random trees with shuffled ids). The level partition has no such exact form (
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from .ops._engine import SEMANTICS, autograd, backend_for, layout, layout_arrays
 from .ops.sibling_paths import ScoreFn, expand_rows, path_rows, segment_logsumexp, sibling_plan
 from .tree import PAD, PARTITIONS, Tree
 
-__all__ = ["HierarchicalCrossEntropy", "PathLocalCrossEntropy", "REDUCTIONS"]
+__all__ = ["HierarchicalCrossEntropy", "PathLocalCrossEntropy", "DagCrossEntropy", "REDUCTIONS"]
 
 #: Reductions of :class:`HierarchicalCrossEntropy`.
 REDUCTIONS = ("mean", "sum", "none")
@@ -340,3 +341,96 @@ class PathLocalCrossEntropy(nn.Module):
         if self.reduction == "sum":
             return total
         return total / max(int(sample.shape[0]), 1)
+
+
+class DagCrossEntropy(nn.Module):
+    """Cross-entropy of labels of a DAG: ``-log`` of the total probability of all their paths.
+
+    A class with several parents (:class:`~hiclass_parallel.dag.Dag`) is unrolled into one copy
+    per ancestral path (:meth:`Dag.unroll <hiclass_parallel.dag.Dag.unroll>`), so a label names
+    several nodes of the unrolled tree. Every one of those paths is a correct reading of the
+    label, so the loss of a sample is ``-logsumexp`` over its copies of their joint
+    log-probabilities (:func:`~hiclass_parallel.ops.node_log_probs`): the model may put the mass
+    on any path to the label, and on a tree (one copy per label) this is the per-sample sum of
+    :class:`HierarchicalCrossEntropy`'s rows. Under the sibling partition with stops and
+    terminal semantics, the copies' answer probabilities are disjoint events, so their sum is
+    the probability that the answer is the label.
+
+    Parameters
+    ----------
+    unrolled : UnrolledDag
+        The unrolled DAG (its ``tree`` sets the score width).
+    partition : {"level", "sibling"}, default="sibling"
+    stop : bool, default=False
+        Whether the scores carry stop columns.
+    semantics : {"partial", "terminal"}, default=None
+        ``None``: ``"terminal"`` with ``stop=True``, else ``"partial"`` (the copies' subtree
+        probabilities under the sibling partition).
+    reduction : {"mean", "sum", "none"}, default="mean"
+        Mean over labelled samples, sum, or per-sample losses ``(B,)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.dag import Dag
+    >>> from hiclass_parallel.losses import DagCrossEntropy
+    >>> unrolled = Dag.from_edges([("a", None), ("b", None), ("c", "a"), ("c", "b")]).unroll()
+    >>> criterion = DagCrossEntropy(unrolled)
+    >>> scores = torch.zeros(1, unrolled.tree.n_classes)  # a, b equally likely; c their only child
+    >>> c = int(unrolled.dag.to_ids(["c"])[0])
+    >>> float(criterion(scores, torch.tensor([c])))  # both paths to c: probability 1, loss 0
+    0.0
+    """
+
+    def __init__(
+        self,
+        unrolled: Any,
+        partition: str = "sibling",
+        stop: bool = False,
+        semantics: str | None = None,
+        reduction: str = "mean",
+    ):
+        super().__init__()
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
+        if semantics is None:
+            semantics = "terminal" if stop else "partial"
+        if semantics not in SEMANTICS:
+            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        if semantics == "terminal" and not stop:
+            raise ValueError("semantics='terminal' needs stop=True")
+        self.unrolled, self.tree = unrolled, unrolled.tree
+        self.partition, self.stop, self.semantics, self.reduction = partition, bool(stop), semantics, reduction
+        offsets = np.asarray(unrolled.copy_offsets, dtype=np.int64)
+        counts = np.diff(offsets)
+        width = int(counts.max()) if counts.size else 1
+        copies = np.full((counts.size + 1, width), PAD, dtype=np.int64)  # last row: unlabelled
+        slot = np.arange(width)
+        filled = slot[None, :] < counts[:, None]
+        copies[:-1][filled] = (offsets[:-1, None] + slot[None, :])[filled]
+        self.register_buffer("copies", torch.from_numpy(copies), persistent=False)
+
+    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Loss of ``scores (B, n_outputs)`` of the unrolled tree against DAG node ids ``(B,)`` (``-1``: unlabelled)."""
+        from .ops.groups import node_log_probs
+
+        n_nodes = self.copies.shape[0] - 1
+        if target.ndim != 1 or target.dtype.is_floating_point or target.dtype == torch.bool:
+            raise ValueError(f"target must be DAG node ids of shape (B,), got {target.dtype} {tuple(target.shape)}")
+        bad = (target < PAD) | (target >= n_nodes)
+        if bool(bad.any()):
+            raise IndexError(f"target ids {sorted(set(target[bad].tolist()))[:5]} are out of range [0, {n_nodes}) (-1: unlabelled)")
+        joint = node_log_probs(scores, self.tree, self.partition, self.stop, self.semantics)
+        labelled = target >= 0
+        cols = self.copies[torch.where(labelled, target, n_nodes).to(self.copies.device)]
+        values = joint.gather(1, cols.clamp_min(0))
+        values = torch.where(cols >= 0, values, torch.full_like(values, -torch.inf))
+        per_sample = torch.where(labelled, -torch.logsumexp(values, 1), torch.zeros_like(values[:, 0]))
+        if self.reduction == "none":
+            return per_sample
+        total = per_sample.sum()
+        if self.reduction == "sum":
+            return total
+        return total / labelled.sum().clamp_min(1)
