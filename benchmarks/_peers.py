@@ -141,11 +141,16 @@ class HierarchicalMethod:
 
     def predict_paths(self, X: Any) -> np.ndarray:
         # predict() is the public API whose cost users pay: label paths padded with pad_label_.
-        paths = np.asarray(self.model_.predict(X))
-        pad = paths == self.model_.pad_label_
-        ids = np.full(paths.shape, -1, dtype=np.int64)
-        ids[~pad] = self.tree.to_ids(paths[~pad])
-        return ids
+        return ids_of_label_paths(self.tree, self.model_.predict(X), self.model_.pad_label_)
+
+
+def ids_of_label_paths(tree: Any, paths: Any, pad: Any) -> np.ndarray:
+    """The classifier's label paths (padded with ``pad``) as node-id paths padded with ``-1``."""
+    paths = np.asarray(paths)
+    ids = np.full(paths.shape, -1, dtype=np.int64)
+    filled = paths != pad
+    ids[filled] = tree.to_ids(paths[filled])
+    return ids
 
 
 class FlatTorchBaseline:

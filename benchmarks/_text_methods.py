@@ -53,15 +53,9 @@ class TextClassifier:
         return self
 
     def predict_paths(self, X: Any) -> np.ndarray:
-        return _ids_of_label_paths(self.tree, self.model_.predict(X), self.model_.pad_label_)
+        from benchmarks._peers import ids_of_label_paths
 
-
-def _ids_of_label_paths(tree: Any, paths: Any, pad: Any) -> np.ndarray:
-    paths = np.asarray(paths)
-    ids = np.full(paths.shape, -1, dtype=np.int64)
-    filled = paths != pad
-    ids[filled] = tree.to_ids(paths[filled])
-    return ids
+        return ids_of_label_paths(self.tree, self.model_.predict(X), self.model_.pad_label_)
 
 
 class FlatLinear:

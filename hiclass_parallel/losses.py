@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .ops._engine import SEMANTICS, autograd, backend_for, layout, layout_arrays, normalise_mask_value
+from .ops.groups import node_log_probs
 from .ops.sibling_paths import ScoreFn, expand_rows, path_rows, segment_logsumexp, sibling_plan
 from .tree import PAD, PARTITIONS, Tree
 
@@ -48,6 +49,15 @@ def _check_args(tree: Tree, stop: bool, reduction: str, semantics: str | None) -
     if semantics not in SEMANTICS:
         raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
     return semantics
+
+
+def _check_ids(target: torch.Tensor, n: int, what: str) -> None:
+    """``target`` must be ``(B,)`` integer ids in ``[0, n)``, or ``-1`` for unlabelled samples."""
+    if target.ndim != 1 or target.dtype.is_floating_point or target.dtype == torch.bool:
+        raise ValueError(f"target must be {what} of shape (B,), got {target.dtype} {tuple(target.shape)}")
+    bad = (target < PAD) | (target >= n)
+    if bool(bad.any()):
+        raise IndexError(f"target ids {sorted(set(target[bad].tolist()))[:5]} are out of range [0, {n}) (-1: unlabelled)")
 
 
 class HierarchicalCrossEntropy(nn.Module):
@@ -320,12 +330,7 @@ class PathLocalCrossEntropy(nn.Module):
         ``-1`` marks an unlabelled sample. Returns a scalar (``"mean"``, ``"sum"``) or
         per-sample losses ``(B,)`` (``"none"``).
         """
-        if target.ndim != 1 or target.dtype.is_floating_point or target.dtype == torch.bool:
-            raise ValueError(f"target must be integer node ids of shape (B,), got {target.dtype} {tuple(target.shape)}")
-        C = self.tree.n_classes
-        bad = (target < PAD) | (target >= C)
-        if bool(bad.any()):
-            raise IndexError(f"target ids {sorted(set(target[bad].tolist()))[:5]} are out of range [0, {C}) (-1: unlabelled)")
+        _check_ids(target, self.tree.n_classes, "integer node ids")
         plan = sibling_plan(self.tree, self.stop)
         sample, group, column = path_rows(plan, target, self.semantics == "terminal")
         row, cand, start = expand_rows(plan, group)
@@ -391,14 +396,9 @@ class DagCrossEntropy(nn.Module):
         reduction: str = "mean",
     ):
         super().__init__()
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        semantics = _check_args(unrolled.tree, stop, reduction, semantics)
         if partition not in PARTITIONS:
             raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
-        if semantics is None:
-            semantics = "terminal" if stop else "partial"
-        if semantics not in SEMANTICS:
-            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
         if semantics == "terminal" and not stop:
             raise ValueError("semantics='terminal' needs stop=True")
         self.unrolled, self.tree = unrolled, unrolled.tree
@@ -414,14 +414,8 @@ class DagCrossEntropy(nn.Module):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Loss of ``scores (B, n_outputs)`` of the unrolled tree against DAG node ids ``(B,)`` (``-1``: unlabelled)."""
-        from .ops.groups import node_log_probs
-
         n_nodes = self.copies.shape[0] - 1
-        if target.ndim != 1 or target.dtype.is_floating_point or target.dtype == torch.bool:
-            raise ValueError(f"target must be DAG node ids of shape (B,), got {target.dtype} {tuple(target.shape)}")
-        bad = (target < PAD) | (target >= n_nodes)
-        if bool(bad.any()):
-            raise IndexError(f"target ids {sorted(set(target[bad].tolist()))[:5]} are out of range [0, {n_nodes}) (-1: unlabelled)")
+        _check_ids(target, n_nodes, "DAG node ids")
         joint = node_log_probs(scores, self.tree, self.partition, self.stop, self.semantics)
         labelled = target >= 0
         cols = self.copies[torch.where(labelled, target, n_nodes).to(self.copies.device)]

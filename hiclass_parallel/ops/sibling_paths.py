@@ -25,12 +25,15 @@ loss; sampling them (a sampled softmax) only estimates it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..tree import PAD, Tree
+
+#: The integer arrays of a :class:`SiblingPlan`.
+_ARRAYS = ("group_ptr", "group_cols", "col_pos", "group_of", "child_group", "group_parent", "paths")
 
 __all__ = ["SiblingPlan", "sibling_plan", "path_rows", "expand_rows", "segment_logsumexp", "ScoreFn"]
 
@@ -77,26 +80,18 @@ class SiblingPlan:
     group_parent: np.ndarray
     paths: np.ndarray
 
+    _device_arrays: dict = field(default_factory=dict, repr=False)  # device -> tensors of `arrays`
+
     def arrays(self, like: Any) -> dict[str, Any]:
         """The integer arrays as torch tensors on the device of ``like``, cached per device."""
         import torch
 
         key = str(like.device)
-        cache = self._tensors
-        if key not in cache:
-            cache[key] = {
-                name: torch.from_numpy(getattr(self, name).copy()).to(like.device)
-                for name in ("group_ptr", "group_cols", "col_pos", "group_of", "child_group", "group_parent", "paths")
+        if key not in self._device_arrays:
+            self._device_arrays[key] = {
+                name: torch.from_numpy(getattr(self, name).copy()).to(like.device) for name in _ARRAYS
             }
-        return cache[key]
-
-    @property
-    def _tensors(self) -> dict:
-        cache = self.__dict__.get("_tensor_cache")
-        if cache is None:
-            cache = {}
-            object.__setattr__(self, "_tensor_cache", cache)
-        return cache
+        return self._device_arrays[key]
 
 
 def _build_plan(tree: Tree, stop: bool) -> SiblingPlan:
@@ -118,7 +113,7 @@ def _build_plan(tree: Tree, stop: bool) -> SiblingPlan:
     paths = np.concatenate([tree.paths.astype(np.int64), np.full((1, L), PAD, dtype=np.int64)])
     plan = SiblingPlan(C, G, L, n_out, bool(stop), group_ptr, group_cols, col_pos, group_of, child_group,
                        group_parent, paths)
-    for name in ("group_ptr", "group_cols", "col_pos", "group_of", "child_group", "group_parent", "paths"):
+    for name in _ARRAYS:
         getattr(plan, name).flags.writeable = False
     return plan
 
