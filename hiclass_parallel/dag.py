@@ -153,6 +153,21 @@ class Dag:
         return cls(list(order), parent_lists)
 
     @classmethod
+    def from_tree(cls, tree: Tree) -> Dag:
+        """The DAG of a :class:`~hiclass_parallel.tree.Tree`: same labels and node ids, one parent each.
+
+        Examples
+        --------
+        >>> from hiclass_parallel import Tree
+        >>> dag = Dag.from_tree(Tree.from_parents([-1, 0, 0], labels=["a", "b", "c"]))
+        >>> dag.is_tree, dag.parents_of("c")
+        (True, ['a'])
+        """
+        if not isinstance(tree, Tree):
+            raise TypeError(f"from_tree expects a Tree, got {type(tree).__name__}")
+        return cls(tree.labels.tolist(), [[int(p)] for p in tree.parents.tolist()])
+
+    @classmethod
     def from_networkx(cls, graph: Any) -> Dag:
         """Build a DAG from a ``networkx.DiGraph`` whose edges point from parent to child.
 

@@ -412,19 +412,45 @@ class DagCrossEntropy(nn.Module):
         copies[:-1][filled] = (offsets[:-1, None] + slot[None, :])[filled]
         self.register_buffer("copies", torch.from_numpy(copies), persistent=False)
 
-    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Loss of ``scores (B, n_outputs)`` of the unrolled tree against DAG node ids ``(B,)`` (``-1``: unlabelled)."""
+    def forward(self, scores: torch.Tensor | ScoreFn, target: torch.Tensor) -> torch.Tensor:
+        """Loss of the unrolled tree's scores against DAG node ids ``target (B,)`` (``-1``: unlabelled).
+
+        ``scores`` is either every score, ``(B, n_outputs)``, or (sibling partition) a score
+        function ``score(samples, columns)`` as :class:`PathLocalCrossEntropy` takes: then only
+        the sibling groups on the paths of each label's copies are scored (path-local training).
+        """
         n_nodes = self.copies.shape[0] - 1
         _check_ids(target, n_nodes, "DAG node ids")
-        joint = node_log_probs(scores, self.tree, self.partition, self.stop, self.semantics)
         labelled = target >= 0
         cols = self.copies[torch.where(labelled, target, n_nodes).to(self.copies.device)]
-        values = joint.gather(1, cols.clamp_min(0))
-        values = torch.where(cols >= 0, values, torch.full_like(values, -torch.inf))
-        per_sample = torch.where(labelled, -torch.logsumexp(values, 1), torch.zeros_like(values[:, 0]))
+        if callable(scores):
+            log_p = self._path_local_log_probs(scores, cols)
+        else:
+            joint = node_log_probs(scores, self.tree, self.partition, self.stop, self.semantics)
+            values = joint.gather(1, cols.clamp_min(0))
+            values = torch.where(cols >= 0, values, torch.full_like(values, -torch.inf))
+            log_p = torch.logsumexp(values, 1)
+        per_sample = torch.where(labelled, -log_p, torch.zeros_like(log_p))
         if self.reduction == "none":
             return per_sample
         total = per_sample.sum()
         if self.reduction == "sum":
             return total
         return total / labelled.sum().clamp_min(1)
+
+    def _path_local_log_probs(self, score: ScoreFn, cols: torch.Tensor) -> torch.Tensor:
+        """``log`` of the summed path probabilities of each row's copies ``cols (B, K)`` (``-1``
+        pads), scoring only the groups on those paths: one :class:`PathLocalCrossEntropy` row
+        per (sample, copy) pair, then a segment log-sum-exp per sample."""
+        if self.partition != "sibling":
+            raise ValueError(
+                "path-local DAG training (a score function) needs partition='sibling': under the level "
+                "partition a group's normaliser spans a whole depth"
+            )
+        owner, slot = torch.nonzero(cols >= 0, as_tuple=True)
+        copy_ids = cols[owner, slot]
+        owner = owner.to(cols.device)
+        per_copy = PathLocalCrossEntropy(self.tree, self.stop, "none", semantics=self.semantics)(
+            lambda rows, columns: score(owner[rows], columns), copy_ids
+        )  # -log P(path of each copy)
+        return segment_logsumexp(-per_copy, owner, cols.shape[0])

@@ -8,7 +8,7 @@ from typing import Any
 
 from .transformer import PathEncoder
 
-__all__ = ["HierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam",
+__all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam",
            "save_classifier", "load_classifier",
            "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel"]
@@ -19,6 +19,10 @@ def __getattr__(name: str) -> Any:
         from .classifier import HierarchicalClassifier
 
         return HierarchicalClassifier
+    if name == "MultiLabelHierarchicalClassifier":
+        from .multilabel import MultiLabelHierarchicalClassifier
+
+        return MultiLabelHierarchicalClassifier
     if name in ("MLP", "SparseMLP", "SparseLinear", "ColumnScorer"):
         from . import _modules
 

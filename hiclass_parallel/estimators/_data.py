@@ -64,19 +64,26 @@ class TreeDataset(Dataset):
     """Rows of X (dense NumPy, torch, or scipy sparse) and node ids, fetched a batch at a time.
 
     Rows become float32 tensors (the module's dtype); with ``sparse_batches`` a scipy sparse
-    X gives torch sparse CSR batches instead of dense ones.
+    X gives torch sparse CSR batches instead of dense ones. With ``rows``, item ``i`` is row
+    ``rows[i]`` of X with target ``y[i]``.
     """
 
-    def __init__(self, X: Any, y: np.ndarray | None = None, sparse_batches: bool = False):
+    def __init__(self, X: Any, y: np.ndarray | None = None, sparse_batches: bool = False,
+                 rows: np.ndarray | None = None):
         self.X = X
         self.y = y
         self.sparse_batches = bool(sparse_batches) and sp.issparse(X)
+        # Item i is row rows[i] of X (a multi-label sample once per label), without copying X.
+        self.rows = rows
 
     def __len__(self) -> int:
-        return int(self.X.shape[0])
+        return int(self.X.shape[0] if self.rows is None else self.rows.shape[0])
 
     def _rows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         X = self.X
+        yb = None if self.y is None else torch.from_numpy(self.y[idx])
+        if self.rows is not None:
+            idx = self.rows[idx]
         if self.sparse_batches:
             Xb = csr_tensor(X[idx])
         elif sp.issparse(X):
@@ -85,7 +92,6 @@ class TreeDataset(Dataset):
             Xb = X[torch.as_tensor(idx, device=X.device)].to(torch.float32)
         else:
             Xb = torch.from_numpy(np.ascontiguousarray(X[idx], dtype=np.float32))
-        yb = None if self.y is None else torch.from_numpy(self.y[idx])
         return Xb, yb
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, Any]:

@@ -441,7 +441,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.tree_, self.pad_label_ = self._resolve_tree(y, classes)
         check_pad_not_a_label(self.tree_, self.pad_label_)
         ids = self._encode_y(X, y)
-        suggest_terminal(self, ids)
+        self._check_targets(ids)
         seed = self._resolve_model(X)
         net = self._build_net(seed, n_rows=len(ids))
         with self._rng(seed):
@@ -459,7 +459,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             for name, now, then in (
                 ("partition", self._resolve_partition(self.module_class_), self.partition_),
                 ("stop", stop, self.stop_),
-                ("tree", self.tree if self.tree is not None else self.tree_, self.tree_),
+                ("tree", self.tree if self.tree is not None else self._fitted_hierarchy(), self._fitted_hierarchy()),
             )
             if not (now is then or now == then)
         ]
@@ -477,6 +477,14 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         with self._rng(None):
             self.net_.partial_fit(self._dataset(X, ids), None, epochs=epochs)
         return self
+
+    def _fitted_hierarchy(self) -> Any:
+        """The hierarchy the model was fitted on, as the ``tree`` parameter gives it."""
+        return self.tree_
+
+    def _check_targets(self, ids: np.ndarray) -> None:
+        """Advice on the encoded targets before training (a subclass may read them differently)."""
+        suggest_terminal(self, ids)
 
     def _module_class(self, X: Any) -> type[torch.nn.Module]:
         """The network class: the user's, else SparseMLP for sparse X and MLP otherwise."""
@@ -529,9 +537,21 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             yield
             self._rng_state_ = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
 
-    def _build_net(self, seed: int | None, n_rows: int | None) -> TreeNet:
+    def _criterion_params(self) -> dict[str, Any]:
+        """The loss and its tree: path-local for column-scoring modules, else over every score."""
         from ..losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 
+        if self.path_local_:
+            return {"criterion": PathLocalCrossEntropy, "criterion__tree": self.tree_}
+        return {
+            "criterion": HierarchicalCrossEntropy,
+            "criterion__tree": self.tree_,
+            "criterion__partition": self.partition_,
+            # Targets were checked when y was encoded; skip the per-batch check (a GPU sync).
+            "criterion__validate": False,
+        }
+
+    def _build_net(self, seed: int | None, n_rows: int | None) -> TreeNet:
         module = self.module_class_
         n_stops = self.n_scores_ - self.tree_.n_classes
         sizes = {
@@ -557,15 +577,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             callbacks.append(("progress_bar", ProgressBar()))
         callbacks.append(("finite_loss", FiniteLossGuard()))  # a NaN/inf loss stops training, named
 
-        if self.path_local_:
-            kwargs = {"criterion": PathLocalCrossEntropy}
-        else:
-            kwargs = {
-                "criterion": HierarchicalCrossEntropy,
-                "criterion__partition": self.partition_,
-                # Targets were checked when y was encoded; skip the per-batch check (a GPU sync).
-                "criterion__validate": False,
-            }
+        kwargs = self._criterion_params()
         net_params = self._net_params(n_rows)
         optimizer = self.optimizer
         if optimizer is None:
@@ -589,7 +601,6 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             train_split=train_split,
             callbacks=callbacks,
             warm_start=False,  # warm starts are this estimator's (fit continues net_)
-            criterion__tree=self.tree_,
             criterion__stop=self.stop_,
             iterator_train=DataLoader,
             iterator_valid=DataLoader,

@@ -9,6 +9,12 @@ and ``|T_i & P_i|`` is a row-wise product: whole-array SciPy operations, no loop
 Labels are the DAG's original labels (map an unrolled tree's predictions back first with
 :meth:`~hiclass_parallel.dag.UnrolledDag.to_original`). On a DAG that is a tree these metrics
 equal :func:`~hiclass_parallel.metrics.hierarchical_fbeta_score` and its siblings.
+
+Multi-label samples: a sample may have several true and several predicted labels (a list of
+labels per sample, or an indicator matrix, as :class:`~hiclass_parallel.estimators.MultiLabelHierarchicalClassifier`
+takes and returns them); its node set is then the union of its labels' ancestor sets, one
+sparse product ``indicator @ ancestor_matrix``. A :class:`~hiclass_parallel.tree.Tree` is
+accepted as the hierarchy (a DAG with one parent per class).
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._backend import to_numpy
+from .._label_sets import is_label_set, read_label_sets
 from ..dag import Dag, UnrolledDag
+from ..tree import Tree
 from ._hierarchical import Average, ZeroDivision, _check_average, _check_zero_division, _prf_from_counts
 
 __all__ = [
@@ -31,29 +40,52 @@ __all__ = [
 DagInputType = Literal["labels", "ids"]
 
 
-def _node_ids(values: Any, dag: Dag, input_type: str, name: str) -> np.ndarray:
-    """1-D int64 DAG node ids; ``-1`` (ids) or ``None`` (labels) is an empty node set."""
-    arr = np.asarray(to_numpy(values), dtype=object)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one DAG label per sample), got shape {arr.shape}")
-    if input_type == "ids":
-        ids = np.asarray(arr.tolist(), dtype=np.int64) if arr.size else np.zeros(0, dtype=np.int64)
-        bad = (ids < -1) | (ids >= dag.n_nodes)
-        if bad.any():
-            raise ValueError(f"{name} holds node ids outside [-1, {dag.n_nodes}): {ids[bad][:5].tolist()}")
-        return ids
-    if input_type != "labels":
+def _as_dag(dag: Any) -> Dag:
+    """The :class:`Dag` of a Dag, an UnrolledDag (its ``dag``) or a Tree (one parent each)."""
+    if isinstance(dag, UnrolledDag):
+        return dag.dag
+    if isinstance(dag, Tree):
+        return Dag.from_tree(dag)
+    if not isinstance(dag, Dag):
+        raise TypeError(f"dag must be a Dag, an UnrolledDag or a Tree, got {type(dag).__name__}")
+    return dag
+
+
+def _node_sets(values: Any, dag: Dag, input_type: str, name: str) -> sp.csr_matrix:
+    """The labels of each sample as a bool indicator ``(n_samples, n_nodes)``: one label, a
+    list of labels or an indicator row per sample (:func:`~hiclass_parallel._label_sets.read_label_sets`)."""
+    if input_type not in ("labels", "ids"):
         raise ValueError(f"input_type must be 'labels' or 'ids', got {input_type!r}")
-    empty = np.fromiter((v is None for v in arr), dtype=bool, count=arr.size)
-    ids = np.full(arr.size, -1, dtype=np.int64)
-    if (~empty).any():
-        ids[~empty] = dag.to_ids(arr[~empty])
-    return ids
+    if not sp.issparse(values) and not isinstance(values, (list, tuple)):
+        values = to_numpy(values)
+    if input_type == "labels":
+        return read_label_sets(values, dag.n_nodes, dag.to_ids, name)[0]
+
+    def to_ids(ids: list) -> np.ndarray:
+        arr = np.asarray(ids, dtype=np.int64)
+        bad = (arr < 0) | (arr >= dag.n_nodes)
+        if bad.any():
+            raise ValueError(f"{name} holds node ids outside [-1, {dag.n_nodes}): {arr[bad][:5].tolist()}")
+        return arr
+
+    if not sp.issparse(values) and not (isinstance(values, np.ndarray) and values.ndim == 2):
+        items = list(values)
+        if not any(is_label_set(v) for v in items):  # one node id per sample; -1 is an empty set
+            arr = np.asarray(items, dtype=np.int64).reshape(-1)
+            if (arr < -1).any():
+                raise ValueError(f"{name} holds node ids outside [-1, {dag.n_nodes}): {arr[arr < -1][:5].tolist()}")
+            values = np.where(arr < 0, None, arr.astype(object))
+    return read_label_sets(values, dag.n_nodes, to_ids, name)[0]
 
 
-def dag_node_set_counts(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag, *,
+def dag_node_set_counts(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag | Tree, *,
                         input_type: DagInputType = "labels") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per sample ``|T_i|``, ``|P_i|`` and ``|T_i & P_i|`` with node sets through every parent.
+
+    ``T_i`` is the union of the ancestor sets (through every parent, the node included) of
+    the sample's true labels, ``P_i`` the same for its predicted labels: one label per sample,
+    or several (multi-label, see :func:`hierarchical_f1_score_dag`). One sparse product with
+    the DAG's ancestor matrix per side: no loop over samples.
 
     Examples
     --------
@@ -61,22 +93,18 @@ def dag_node_set_counts(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag, *,
     >>> dag = Dag.from_edges([("c", "a"), ("c", "b"), ("d", "c")])
     >>> [x.tolist() for x in dag_node_set_counts(["d", "a"], ["c", "b"], dag)]
     [[4, 1], [3, 1], [3, 0]]
+    >>> [x.tolist() for x in dag_node_set_counts([["d"], ["a", "b"]], [["a"], []], dag)]
+    [[4, 2], [1, 0], [1, 0]]
     """
-    if isinstance(dag, UnrolledDag):
-        dag = dag.dag
-    if not isinstance(dag, Dag):
-        raise TypeError(f"dag must be a Dag or an UnrolledDag, got {type(dag).__name__}")
-    true = _node_ids(y_true, dag, input_type, "y_true")
-    pred = _node_ids(y_pred, dag, input_type, "y_pred")
-    if true.shape != pred.shape:
-        raise ValueError(f"y_true and y_pred have {true.size} and {pred.size} samples")
-    import scipy.sparse as sp
-
+    dag = _as_dag(dag)
+    true = _node_sets(y_true, dag, input_type, "y_true")
+    pred = _node_sets(y_pred, dag, input_type, "y_pred")
+    if true.shape[0] != pred.shape[0]:
+        raise ValueError(f"y_true and y_pred have {true.shape[0]} and {pred.shape[0]} samples")
     closure = dag.ancestor_matrix()
-    # one empty row at index n_nodes stands for an empty node set (-1)
-    closure = sp.vstack([closure, sp.csr_matrix((1, dag.n_nodes), dtype=bool)], format="csr")
-    rows_true = closure[np.where(true < 0, dag.n_nodes, true)]
-    rows_pred = closure[np.where(pred < 0, dag.n_nodes, pred)]
+    # union of the ancestor sets of a sample's labels: a boolean sparse product
+    rows_true = (true @ closure).astype(bool)
+    rows_pred = (pred @ closure).astype(bool)
     n_true = np.diff(rows_true.indptr).astype(np.int64)
     n_pred = np.diff(rows_pred.indptr).astype(np.int64)
     n_common = np.asarray(rows_true.multiply(rows_pred).sum(axis=1), dtype=np.int64).reshape(-1)
@@ -98,11 +126,13 @@ def _prf_dag(y_true, y_pred, dag, *, beta, average, input_type, sample_weight, z
                             zero_division=zero_division, warn_for=warn_for)
 
 
-_PARAMS = """    y_true : array-like of shape (n_samples,)
-        True labels of the DAG's nodes (at any depth); ``None`` is an empty node set.
-    y_pred : array-like of shape (n_samples,)
-        Predicted labels, as ``y_true``.
-    dag : Dag or UnrolledDag
+_PARAMS = """    y_true : array-like of shape (n_samples,), list of label lists, or indicator matrix
+        True labels of the DAG's nodes (at any depth): one per sample (``None`` is an empty
+        node set), a list of labels per sample (multi-label), or a 0/1 indicator matrix
+        (dense or sparse) of shape (n_samples, n_nodes) with columns in node id order.
+    y_pred : same forms as ``y_true``
+        Predicted labels.
+    dag : Dag, UnrolledDag or Tree
         The hierarchy (an :class:`~hiclass_parallel.dag.UnrolledDag` stands for its ``dag``).
     average : {"micro", "macro"}, default="micro"
         ``"micro"``: ratio of the summed set sizes; ``"macro"``: mean of per-sample ratios.

@@ -4,6 +4,9 @@ A scorer is called as ``scorer(estimator, X, y)``. Ours call ``estimator.predict
 (ancestral paths), find the class tree on the fitted estimator (``tree_``; for a
 ``Pipeline`` or a fitted search, on its final estimator) and its padding label
 (``pad_label_``), and compare the paths with ``y`` given as plain labels or as paths.
+An estimator with a fitted ``hierarchy_`` (:class:`~hiclass_parallel.estimators.MultiLabelHierarchicalClassifier`:
+label sets, classes with several parents) is scored with the DAG versions of the hierarchical
+precision, recall and F-scores (:mod:`._dag`) instead.
 
 They subclass scikit-learn's scorer base class, so :func:`~sklearn.model_selection.cross_validate`
 and :class:`~sklearn.model_selection.GridSearchCV` with several of them call ``predict``
@@ -20,9 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from ._dag import (
+    hierarchical_f1_score_dag,
+    hierarchical_fbeta_score_dag,
+    hierarchical_precision_score_dag,
+    hierarchical_recall_score_dag,
+)
 from ._hierarchical import (
     exact_path_accuracy_score,
     hierarchical_f1_score,
+    hierarchical_fbeta_score,
     hierarchical_precision_score,
     hierarchical_recall_score,
     mean_tree_distance,
@@ -47,6 +57,13 @@ __all__ = [
 #: Wrappers whose fitted inner estimator holds the tree, tried in this order.
 _INNER = ("_final_estimator", "best_estimator_", "estimator_", "module_estimator_")
 _NOT_FOUND = object()
+#: What a tree metric becomes for estimators with a ``hierarchy_`` (DAGs, label sets).
+_DAG_VERSIONS = {
+    hierarchical_precision_score: hierarchical_precision_score_dag,
+    hierarchical_recall_score: hierarchical_recall_score_dag,
+    hierarchical_f1_score: hierarchical_f1_score_dag,
+    hierarchical_fbeta_score: hierarchical_fbeta_score_dag,
+}
 
 
 def _find_fitted(estimator: Any, name: str, depth: int = 0) -> Any:
@@ -120,6 +137,16 @@ class HierarchicalScorer(_Base):  # type: ignore[misc, valid-type]
 
     def _score(self, method_caller: Callable[..., Any], estimator: Any, X: Any, y_true: Any, **kwargs: Any) -> float:
         y_pred = self._predict(method_caller, estimator, X)
+        hierarchy = _find_fitted(estimator, "hierarchy_") if self._tree is None else _NOT_FOUND
+        if hierarchy is not _NOT_FOUND:  # a multi-label / DAG estimator: label sets, every parent
+            dag_metric = _DAG_VERSIONS.get(self._score_func)
+            if dag_metric is None:
+                name = getattr(self._score_func, "__name__", repr(self._score_func))
+                raise ValueError(
+                    f"{name} has no version for {type(estimator).__name__}, which predicts label sets on a "
+                    "hierarchy with several parents; use hierarchical precision, recall or F1 scorers"
+                )
+            return self._sign * dag_metric(y_true, y_pred, hierarchy, **{**self._kwargs, **kwargs})
         tree = self._tree
         if tree is None:
             found = _find_fitted(estimator, "tree_")

@@ -1,0 +1,258 @@
+"""Several labels per sample and DAG hierarchies: the reader, the path-local DAG loss, the
+multi-label metrics and ``MultiLabelHierarchicalClassifier`` (issue 16)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hiclass_parallel import Tree, UnknownLabelError
+from hiclass_parallel._label_sets import read_label_sets, write_label_sets
+from hiclass_parallel.dag import Dag
+from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
+from hiclass_parallel.losses import DagCrossEntropy
+from hiclass_parallel.metrics import (
+    get_scorer,
+    hierarchical_f1_score_dag,
+    hierarchical_precision_score_dag,
+    hierarchical_recall_score_dag,
+)
+from hiclass_parallel.ops.groups import n_outputs
+
+from test_dag_loss import random_dag
+
+FAST = {"max_epochs": 60, "lr": 0.01, "batch_size": 32, "random_state": 0}
+
+
+def ids_of(labels):
+    index = {v: i for i, v in enumerate(labels)}
+    return lambda values: np.asarray([index[v] for v in values], dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------- the reader
+def test_every_form_reads_to_the_same_indicator():
+    labels = ["a", "b", "c", "d"]
+    expected = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]], dtype=bool)
+    forms = {
+        "sets": [["a", "c"], ("b",), []],
+        "indicator": expected.astype(int),
+        "sparse": sp.csr_matrix(expected.astype(np.float32)),
+    }
+    for form, y in forms.items():
+        indicator, got = read_label_sets(y, 4, ids_of(labels))
+        assert got == form
+        np.testing.assert_array_equal(indicator.toarray(), expected)
+        back = write_label_sets(indicator, form, np.array(labels))
+        again, _ = read_label_sets(back, 4, ids_of(labels))
+        np.testing.assert_array_equal(again.toarray(), expected)
+    single, form = read_label_sets(np.array(["b", None, "d"], dtype=object), 4, ids_of(labels))
+    assert form == "labels" and single.toarray().nonzero()[1].tolist() == [1, 3]
+    # a label named twice counts once; sets and scalars mix
+    twice, form = read_label_sets([["a", "a"], "b"], 4, ids_of(labels))
+    assert form == "sets" and twice.nnz == 2
+
+
+def test_reader_errors_name_the_problem():
+    to_ids = ids_of(["a", "b"])
+    with pytest.raises(ValueError, match=r"shape \(1, 3\).*2 classes"):
+        read_label_sets(np.zeros((1, 3)), 2, to_ids)
+    with pytest.raises(ValueError, match="other than 0 and 1"):
+        read_label_sets(np.array([[2, 0]]), 2, to_ids)
+    with pytest.raises(ValueError, match=r"y\[1\] holds a nested"):
+        read_label_sets([["a"], [["b"]]], 2, to_ids)
+    with pytest.raises(ValueError, match="2-D array of <U1"):
+        read_label_sets(np.array([["a", "b"]]), 2, to_ids)
+
+
+# ---------------------------------------------------------------------------- the loss
+OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 9), option=st.sampled_from(OPTIONS),
+       reduction=st.sampled_from(["mean", "sum", "none"]))
+def test_path_local_dag_loss_and_gradient_equal_the_full_one(seed, n, option, reduction):
+    stop, semantics = option
+    rng = np.random.default_rng(seed)
+    unrolled = random_dag(rng, n).unroll()
+    width = n_outputs(unrolled.tree, "sibling", stop)
+    scores = torch.as_tensor(rng.normal(size=(6, width)) * 3, dtype=torch.float64).requires_grad_()
+    target = torch.as_tensor(rng.integers(-1, n, size=6))
+    criterion = DagCrossEntropy(unrolled, "sibling", stop, semantics, reduction)
+    full = criterion(scores, target)
+    (g_full,) = torch.autograd.grad(full.sum(), scores)
+    local = criterion(lambda rows, cols: scores[rows, cols], target)
+    (g_local,) = torch.autograd.grad(local.sum(), scores)
+    torch.testing.assert_close(local, full)
+    torch.testing.assert_close(g_local, g_full)
+
+
+def test_path_local_dag_loss_refuses_the_level_partition():
+    unrolled = Dag.from_edges([("c", "a"), ("c", "b")]).unroll()
+    criterion = DagCrossEntropy(unrolled, "level", True, "terminal")
+    with pytest.raises(ValueError, match="partition='sibling'"):
+        criterion(lambda rows, cols: torch.zeros(rows.shape[0]), torch.tensor([0]))
+
+
+# ---------------------------------------------------------------------------- metrics
+def brute_label_sets(dag, y_true, y_pred, average):
+    """hP, hR, hF1 from Python sets: a sample's set is the union of its labels' ancestors."""
+    ancestors = dag.ancestor_sets()
+    def node_set(labels):
+        out = set()
+        for v in labels:
+            out |= ancestors[int(dag.to_ids([v])[0])]
+        return out
+    T = [node_set(t) for t in y_true]
+    P = [node_set(p) for p in y_pred]
+    common = [len(t & p) for t, p in zip(T, P)]
+    if average == "micro":
+        hp = sum(common) / max(sum(map(len, P)), 1)
+        hr = sum(common) / max(sum(map(len, T)), 1)
+        return hp, hr, 0.0 if hp + hr == 0 else 2 * hp * hr / (hp + hr)
+    ps = [c / len(p) if p else 0.0 for c, p in zip(common, P)]
+    rs = [c / len(t) if t else 0.0 for c, t in zip(common, T)]
+    fs = [0.0 if a + b == 0 else 2 * a * b / (a + b) for a, b in zip(ps, rs)]
+    return np.mean(ps), np.mean(rs), np.mean(fs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 9), average=st.sampled_from(["micro", "macro"]))
+def test_multilabel_dag_metrics_match_python_sets(seed, n, average):
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, n)
+    labels = dag.labels.tolist()
+    draw = lambda: [list(rng.choice(labels, size=int(rng.integers(0, 4)), replace=True)) for _ in range(7)]
+    y_true, y_pred = draw(), draw()
+    y_true[0] = [labels[0]]  # at least one true node
+    kw = {"average": average, "zero_division": 0.0}
+    got = (hierarchical_precision_score_dag(y_true, y_pred, dag, **kw),
+           hierarchical_recall_score_dag(y_true, y_pred, dag, **kw),
+           hierarchical_f1_score_dag(y_true, y_pred, dag, **kw))
+    assert got == pytest.approx(brute_label_sets(dag, y_true, y_pred, average))
+    # the indicator forms give the same figures
+    to_ind = lambda ys: read_label_sets(ys, dag.n_nodes, dag.to_ids)[0]
+    assert hierarchical_f1_score_dag(to_ind(y_true), to_ind(y_pred).toarray().astype(int), dag, **kw) == pytest.approx(got[2])
+
+
+# ---------------------------------------------------------------------------- the estimator
+def toy(n_per=40, seed=0):
+    """Four well-separated clusters; the second has two labels under different parents."""
+    dag = Dag.from_edges([("dog", "pet"), ("dog", "canine"), ("cat", "pet"), ("wolf", "canine"),
+                          ("puppy", "dog")])
+    rng = np.random.default_rng(seed)
+    X = np.repeat(np.eye(4), n_per, axis=0) * 3 + 0.3 * rng.standard_normal((4 * n_per, 4))
+    y = [["dog"]] * n_per + [["cat", "wolf"]] * n_per + [["pet"]] * n_per + [["puppy"]] * n_per
+    return dag, X.astype(np.float32), y
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_learns_label_sets_on_a_dag(sparse):
+    dag, X, y = toy()
+    Xf = sp.csr_matrix(X) if sparse else X
+    clf = MultiLabelHierarchicalClassifier(dag, semantics="terminal", threshold=0.3, **FAST).fit(Xf, y)
+    assert clf.path_local_ is sparse  # SparseMLP trains path-locally on the DAG's unrolled tree
+    assert clf.n_pairs_ == 200 and clf.label_form_ == "sets"
+    centres = np.eye(4, dtype=np.float32) * 3
+    pred = clf.predict(sp.csr_matrix(centres) if sparse else centres)
+    assert pred.tolist() == [("dog",), ("cat", "wolf"), ("pet",), ("puppy",)]
+    proba = clf.predict_proba(centres if not sparse else sp.csr_matrix(centres))
+    assert proba.shape == (4, dag.n_nodes)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-5)  # terminal: one distribution over answers
+    # dog has two paths (pet > dog, canine > dog): its probability is their sum
+    assert clf.score(Xf, y) > 0.95
+    assert clf.score(Xf, y) == pytest.approx(hierarchical_f1_score_dag(y, clf.predict(Xf), dag))
+
+
+def test_outputs_follow_the_form_of_y():
+    dag, X, y = toy(n_per=20)
+    indicator = read_label_sets(y, dag.n_nodes, dag.to_ids)[0]
+    dense = MultiLabelHierarchicalClassifier(dag, semantics="terminal", threshold=0.3, **FAST).fit(X, indicator.toarray().astype(int))
+    out = dense.predict(X[:3])
+    assert isinstance(out, np.ndarray) and out.shape == (3, dag.n_nodes) and out.dtype == np.int64
+    sparse = MultiLabelHierarchicalClassifier(dag, semantics="terminal", threshold=0.3, **FAST).fit(X, indicator)
+    out = sparse.predict(X[:3])
+    assert sp.issparse(out) and out.shape == (3, dag.n_nodes)
+    np.testing.assert_array_equal(out.toarray(), dense.predict(X[:3]))
+
+
+def test_partial_semantics_predicts_the_deepest_labels_at_the_threshold():
+    dag, X, y = toy()
+    clf = MultiLabelHierarchicalClassifier(dag, threshold=0.3, **FAST)
+    clf.fit(X, [["puppy"]] * 40 + [["cat"]] * 40 + [["wolf"]] * 40 + [["puppy"]] * 40)
+    proba = clf.predict_proba(np.eye(4, dtype=np.float32) * 3)
+    # partial: the probability of lying on the path; an ancestor's covers its descendants'
+    dog, puppy = dag.to_ids(["dog", "puppy"])
+    assert (proba[:, dog] >= proba[:, puppy] - 1e-6).all()
+    assert clf.predict(np.eye(4, dtype=np.float32)[:1] * 3).tolist() == [("puppy",)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), k=st.integers(1, 4), threshold=st.sampled_from([0.0, 0.2, 0.5]),
+       semantics=st.sampled_from(["partial", "terminal"]))
+def test_label_selection_matches_a_reference(seed, k, threshold, semantics):
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, 8)
+    clf = MultiLabelHierarchicalClassifier(dag, threshold=threshold, top_k=k, semantics=semantics)
+    clf.hierarchy_ = dag
+    proba = rng.dirichlet(np.ones(8), size=5)
+    chosen = clf._select(torch.as_tensor(proba)).numpy()
+    for row, p in zip(chosen, proba):
+        cand = range(8)
+        if semantics == "partial":  # classes none of whose children reaches the threshold
+            cand = [v for v in cand if not any(p[c] >= threshold and v in dag.parent_ids_of(c) for c in range(8))]
+        ranked = sorted(cand, key=lambda v: (-p[v], v))[:k]
+        expected = [v for v in ranked if p[v] >= threshold] or [int(np.argmax(p))]
+        assert sorted(int(v) for v in row if v >= 0) == sorted(expected)
+
+
+def test_on_a_tree_it_trains_as_the_single_label_classifier():
+    """Same data, seed and summed loss: the DAG loss of a tree is the tree loss, so the
+    weights, the answer probabilities and the best labels are the single-label model's."""
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3])
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((120, 5)).astype(np.float32)
+    y = tree.labels[rng.integers(0, 8, size=120)]
+    kw = dict(semantics="terminal", max_epochs=3, lr=0.01, batch_size=16, random_state=0, criterion__reduction="sum")
+    single = HierarchicalClassifier(tree, partition="sibling", **kw).fit(X, y)
+    multi = MultiLabelHierarchicalClassifier(tree, **kw).fit(X, y)
+    for a, b in zip(single.net_.module_.parameters(), multi.net_.module_.parameters()):
+        torch.testing.assert_close(a, b)
+    np.testing.assert_allclose(multi.predict_proba(X), single.predict_answer_proba(X), rtol=1e-5, atol=1e-6)
+    top1 = MultiLabelHierarchicalClassifier(tree, top_k=1, threshold=0.0, **kw).fit(X, y)
+    assert [p[0] for p in top1.predict(X)] == single.predict_labels(X).tolist()
+    # paths inherited from the single-label classifier come back in the hierarchy's labels
+    assert multi.predict(X[:2]).dtype == object and multi.predict_top_k(X[:2], k=2).shape == (2, 2, tree.n_levels)
+
+
+def test_errors_name_the_problem():
+    dag, X, y = toy(n_per=5)
+    with pytest.raises(Exception, match="tree"):
+        MultiLabelHierarchicalClassifier(None).fit(X, y)
+    with pytest.raises(Exception, match="partition"):
+        MultiLabelHierarchicalClassifier(dag, partition="level").fit(X, y)
+    with pytest.raises(UnknownLabelError, match="lion"):
+        MultiLabelHierarchicalClassifier(dag).fit(X, [["lion"]] * len(X))
+    with pytest.raises(ValueError, match="no label at all"):
+        MultiLabelHierarchicalClassifier(dag).fit(X, [[]] * len(X))
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        MultiLabelHierarchicalClassifier(dag).fit(X, y[:-1])
+
+
+def test_scorers_and_cross_validation_use_the_dag_metrics():
+    from sklearn.model_selection import KFold, cross_validate
+
+    dag, X, y = toy(n_per=15)
+    clf = MultiLabelHierarchicalClassifier(dag, semantics="terminal", threshold=0.3, **FAST).fit(X, y)
+    expected = hierarchical_f1_score_dag(y, clf.predict(X), dag)
+    assert get_scorer("hierarchical_f1")(clf, X, y) == pytest.approx(expected)
+    assert get_scorer("hierarchical_recall_macro")(clf, X, y) == pytest.approx(
+        hierarchical_recall_score_dag(y, clf.predict(X), dag, average="macro"))
+    result = cross_validate(MultiLabelHierarchicalClassifier(dag, semantics="terminal", **FAST), X, y,
+                            cv=KFold(3, shuffle=True, random_state=0),
+                            scoring={"hierarchical_f1": get_scorer("hierarchical_f1")})
+    assert result["test_hierarchical_f1"].mean() > 0.8
