@@ -241,6 +241,23 @@ def test_errors_name_the_problem():
         MultiLabelHierarchicalClassifier(dag).fit(X, [[]] * len(X))
     with pytest.raises(ValueError, match="inconsistent numbers of samples"):
         MultiLabelHierarchicalClassifier(dag).fit(X, y[:-1])
+    from torch.utils.data import TensorDataset
+
+    with pytest.raises(TypeError, match="does not train from a torch Dataset"):
+        MultiLabelHierarchicalClassifier(dag).fit(TensorDataset(torch.as_tensor(X), torch.zeros(len(X))))
+
+
+def test_pickles_and_refuses_the_tree_only_format(tmp_path):
+    import pickle
+
+    from hiclass_parallel.estimators import save_classifier
+
+    dag, X, y = toy(n_per=10)
+    clf = MultiLabelHierarchicalClassifier(dag, semantics="terminal", threshold=0.3, **FAST).fit(X, y)
+    again = pickle.loads(pickle.dumps(clf))
+    assert again.predict(X).tolist() == clf.predict(X).tolist()
+    with pytest.raises(TypeError, match="pickle it instead"):
+        save_classifier(clf, tmp_path / "model")
 
 
 def test_scorers_and_cross_validation_use_the_dag_metrics():
@@ -256,3 +273,9 @@ def test_scorers_and_cross_validation_use_the_dag_metrics():
                             cv=KFold(3, shuffle=True, random_state=0),
                             scoring={"hierarchical_f1": get_scorer("hierarchical_f1")})
     assert result["test_hierarchical_f1"].mean() > 0.8
+    # an indicator y works with the default (stratified-or-not) splitter of a search
+    from sklearn.model_selection import GridSearchCV
+
+    Y = read_label_sets(y, dag.n_nodes, dag.to_ids)[0]
+    search = GridSearchCV(MultiLabelHierarchicalClassifier(dag, semantics="terminal", **FAST), {"threshold": [0.3, 0.9]}, cv=2)
+    assert search.fit(X, Y).best_params_ == {"threshold": 0.3}  # the two-label cluster needs both

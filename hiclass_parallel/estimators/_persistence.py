@@ -179,6 +179,11 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(clf)
+    if hasattr(clf, "hierarchy_"):
+        raise TypeError(
+            f"save_classifier stores a class tree; {type(clf).__name__} was fitted on a hierarchy with several "
+            "parents (hierarchy_), which this format does not hold yet: pickle it instead"
+        )
     st = _safetensors()
     params = clf.get_params(deep=False)
     tree = params.pop("tree")

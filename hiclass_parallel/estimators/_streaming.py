@@ -157,6 +157,10 @@ def fit_dataset(clf: Any, dataset: Any, y: Any = None, epochs: int | None = None
     >>> clf.predict(np.ones((1, 4), dtype=np.float32)).shape
     (1, 2)
     """
+    if not getattr(clf, "_trains_from_datasets", True):  # the multi-label classifier reads label sets
+        raise TypeError(
+            f"{type(clf).__name__} does not train from a torch Dataset: pass X and y (label sets) as arrays"
+        )
     if y is not None:
         raise ValueError(
             "fit got a torch data set and y: the data set yields (x, label) pairs, so y must be None"

@@ -100,6 +100,10 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     of label tuples for label lists and single labels, an indicator matrix of the same kind
     for indicator input.
 
+    In model selection (``GridSearchCV``, ``cross_validate``) give ``y`` as an indicator
+    matrix, or pass ``cv=KFold(...)``: scikit-learn's default splitter for classifiers reads
+    ``y`` with ``type_of_target``, which refuses lists of label lists.
+
     The methods inherited from :class:`HierarchicalClassifier` that return paths
     (``predict_top_k``, ``predict_node``, ``decision_function``) work on the unrolled tree
     ``tree_``; label paths come back in the hierarchy's labels (one path through the DAG).
@@ -120,6 +124,8 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     >>> clf.predict_proba(np.eye(3)).shape  # dog, pet, canine, cat, wolf
     (3, 5)
     """
+
+    _trains_from_datasets = False  # fit reads label sets from y; a torch Dataset yields one label per item
 
     _parameter_constraints: dict = {
         **HierarchicalClassifier._parameter_constraints,
