@@ -210,9 +210,13 @@ class PredictMixin:
         warn_undecidable(int(np.isnan(log_prob).sum()), paths.shape[0])  # NaN: NaN/+inf scores, an empty path
         return paths
 
+    def _node_labels(self) -> np.ndarray:
+        """The label of every node id of ``tree_`` (``classes_``)."""
+        return self.classes_
+
     def _label_lookup(self) -> np.ndarray:
-        """``classes_`` with the pad label appended: indexing it with -1 gives the pad."""
-        labels = self.classes_
+        """The nodes' labels with the pad label appended: indexing it with -1 gives the pad."""
+        labels = self._node_labels()
         pad = self.pad_label_
         if labels.dtype.kind in "iu" and isinstance(pad, (int, np.integer)) and not isinstance(pad, bool):
             return np.append(labels, np.int64(pad))

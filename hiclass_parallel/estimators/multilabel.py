@@ -192,16 +192,9 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
                 "criterion__partition": "sibling"}
 
     # ------------------------------------------------------------------ prediction
-    def _label_lookup(self) -> np.ndarray:
-        """Original labels of the unrolled tree's nodes, the pad appended (paths through the DAG)."""
-        labels = self.hierarchy_.labels[self.unrolled_.origin]
-        pad = self.pad_label_
-        if labels.dtype.kind in "iu" and isinstance(pad, (int, np.integer)) and not isinstance(pad, bool):
-            return np.append(labels, np.int64(pad))
-        out = np.empty(labels.size + 1, dtype=object)
-        out[:-1] = labels
-        out[-1] = pad
-        return out
+    def _node_labels(self) -> np.ndarray:
+        """Original labels of the unrolled tree's nodes: paths come back through the DAG."""
+        return self.hierarchy_.labels[self.unrolled_.origin]
 
     def _node_proba(self, scores: torch.Tensor) -> torch.Tensor:
         """``(B, n_classes)`` probabilities of the hierarchy's classes from the unrolled scores:
