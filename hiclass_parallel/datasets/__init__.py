@@ -5,9 +5,9 @@ WordNet lives here whole: :mod:`._wordnet` loads the shipped file (no nltk neede
 (``python -m hiclass_parallel.datasets.wordnet``).
 """
 
-from ._wordnet import load_wordnet_glosses, load_wordnet_tree
+from ._wordnet import load_wordnet_dag, load_wordnet_glosses, load_wordnet_tree
 from .synthetic import make_hierarchical_classification, random_tree
 
 __all__: list[str] = []
 __all__ += ["make_hierarchical_classification", "random_tree"]
-__all__ += ["load_wordnet_tree", "load_wordnet_glosses"]
+__all__ += ["load_wordnet_tree", "load_wordnet_dag", "load_wordnet_glosses"]
