@@ -1,7 +1,9 @@
-"""WordNet 3.0 shipped with the package: the paper's 117,659-class tree and a gloss data set.
+"""WordNet 3.0 shipped with the package: the paper's 117,659-class tree, the DAG of every
+hypernym, and a gloss data set.
 
 The file ``data/wordnet30.npz`` holds, for every synset of WordNet 3.0, its nltk name, its
-parent under :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`, its definition, its examples and
+parent under :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`, its other parents under
+:data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE`, its definition, its examples and
 its lemma names. It is built by ``python -m hiclass_parallel.datasets.wordnet`` with
 :func:`hiclass_parallel.datasets.wordnet.read_wordnet`; loading it needs neither nltk nor a network.
 The WordNet licence, which allows this redistribution with its notice, is in
@@ -156,6 +158,7 @@ def load_wordnet_tree() -> Tree:
     22,337 synsets without hypernyms (``entity.n.01``, most verbs' roots, all adjectives and
     adverbs) are top-level classes under the implicit root. Needs no nltk and no network;
     :func:`hiclass_parallel.datasets.wordnet.build_wordnet_tree` builds the same tree from WordNet files.
+    :func:`load_wordnet_dag` keeps every hypernym instead.
 
     Returns
     -------
@@ -316,12 +319,36 @@ def load_wordnet_glosses(
 
     (``docs/wordnet.md`` lists more roots; ``tests/test_wordnet.py`` checks these figures.)
 
+    With ``hypernyms="all"`` the target of a sample is the tuple of *all* its parents
+    (:data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE`, in data-file order, the
+    first being the ``"first"`` target), a multi-label target, and the hierarchy is a
+    :class:`~hiclass_parallel.dag.Dag` (unrolled: classes of the unrolled tree, and its
+    levels; 2+: samples with several labels; dropped: parents left out because they lie
+    outside the subset):
+
+    ============================  =======  =======  ========  ======  =====  ======  =======
+    ``root``, ``pos``             samples  classes  unrolled  levels     2+  labels  dropped
+    ============================  =======  =======  ========  ======  =====  ======  =======
+    ``None``, ``"n"``              82,114   82,115   111,551      20  2,208  17,157        0
+    ``None``, ``"v"``              13,208   13,767    13,866      13     31   3,315        0
+    ``None``, ``None``             95,322  117,659   147,194      20  2,239  20,472        0
+    ``"animal.n.01"``               4,016    4,017     4,375      14     35   1,059        2
+    ``"person.n.01"``              10,296   10,297    12,333      10    698   1,769       63
+    ``"artifact.n.01"``            10,698   10,699    12,226      12    231   2,580       63
+    ============================  =======  =======  ========  ======  =====  ======  =======
+
+    (``tests/test_wordnet_dag.py`` checks these figures.)
+
     Parameters
     ----------
     root : str, default=None
         Restrict to the subtree under this synset (e.g. ``"animal.n.01"``); the root is a
         class of the returned tree but not a sample (its parent lies outside). ``None`` keeps
-        every synset of ``pos``.
+        every synset of ``pos``. With ``hypernyms="all"``, a synset is under ``root`` when
+        ``root`` is its ancestor through *any* parent (``person.n.01`` then holds 10,297
+        synsets, not 10,292), and parents outside that subset are dropped from the targets
+        and from the DAG (a sample keeps at least one: the one through which it is under
+        ``root``).
     pos : {"n", "v"} or None, default="n"
         Part of speech: nouns, verbs, or None for every synset, whose tree is then the
         paper's full tree (:func:`load_wordnet_tree`); WordNet gives adjectives and adverbs
@@ -336,7 +363,15 @@ def load_wordnet_glosses(
         Return ``(data, target)`` instead of a Bunch.
     return_tree : bool, default=False
         With ``return_X_y``, return ``(data, target, tree)``: the tree the classifier needs
-        (as :func:`~hiclass_parallel.datasets.make_hierarchical_classification` does).
+        (as :func:`~hiclass_parallel.datasets.make_hierarchical_classification` does); with
+        ``hypernyms="all"``, ``(data, target, dag)``.
+    hypernyms : {"first", "all"}, default="first"
+        ``"first"``: one parent per synset (:data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`),
+        a label per sample and a :class:`~hiclass_parallel.tree.Tree`. ``"all"``: every parent
+        (:data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE`), a tuple of labels per
+        sample and a :class:`~hiclass_parallel.dag.Dag` (``.dag`` in the Bunch). The texts and
+        samples do not depend on it, except that with a ``root`` the ``"all"`` subset may hold
+        more synsets (the ``"first"`` samples are among them, in the same order).
 
     Returns
     -------
@@ -350,13 +385,19 @@ def load_wordnet_glosses(
     (data, target, tree) : tuple of list of str, ndarray and Tree
         When ``return_X_y`` and ``return_tree`` are True.
 
+    With ``hypernyms="all"``, ``target`` is an object ndarray of tuples of synset names (one
+    or more per sample, data-file order; the "list of labels per sample" multi-label form),
+    and the Bunch holds ``dag`` (the :class:`~hiclass_parallel.dag.Dag` of the chosen part of
+    WordNet, whose labels include every target; its unrolled tree is ``dag.unroll().tree``)
+    instead of ``tree``; ``DESCR`` also counts the labels dropped.
+
     Raises
     ------
     UnknownLabelError
         When ``root`` is not a synset name of WordNet 3.0.
     ValueError
-        When ``pos`` is not one of the values above, does not match the root's, or the root
-        is a leaf (it has no hyponyms to place).
+        When ``pos`` or ``hypernyms`` is not one of the values above, ``pos`` does not match
+        the root's, or the root is a leaf (it has no hyponyms to place).
 
     Examples
     --------
@@ -375,6 +416,17 @@ def load_wordnet_glosses(
     >>> X, y, tree = load_wordnet_glosses("dog.n.01", return_X_y=True, return_tree=True)
     >>> tree
     Tree(n_classes=189, n_levels=6, n_leaves=146)
+
+    Every hypernym, as multi-label targets over a DAG:
+
+    >>> people = load_wordnet_glosses("person.n.01", hypernyms="all")
+    >>> people.dag
+    Dag(n_nodes=10297, n_edges=11035, n_unrolled=12333)
+    >>> synsets = people.synsets.tolist()
+    >>> people.target[synsets.index("wife.n.01")], people.target[synsets.index("mother.n.01")]
+    (('woman.n.01', 'spouse.n.01'), ('parent.n.01',))
+    >>> sum(len(labels) > 1 for labels in people.target)
+    698
     """
     if return_tree and not return_X_y:
         raise ValueError("return_tree=True goes with return_X_y=True; the Bunch always holds the hierarchy")
