@@ -1,4 +1,4 @@
-"""Layer 4: data sets -- a synthetic generator and WordNet 3.0 (tree and gloss data).
+"""Layer 5: data sets -- a synthetic generator and WordNet 3.0 (tree, DAG and gloss data).
 
 WordNet lives here whole: :mod:`._wordnet` loads the shipped file (no nltk needed), and
 :mod:`.wordnet` builds the tree from WordNet files with nltk and rebuilds the shipped file
