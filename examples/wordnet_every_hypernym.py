@@ -30,7 +30,7 @@ from hiclass_parallel.metrics import hierarchical_f1_score_dag
 
 def main(root: str = "animal.n.01", epochs: int | None = None, seed: int = 0) -> dict:
     data = load_wordnet_glosses(root, include_lemmas=True, hypernyms="all")
-    dag = data.tree  # a Dag: every hypernym pointer inside the subset
+    dag = data.dag  # a Dag: every hypernym pointer inside the subset
     several = sum(len(t) > 1 for t in data.target)
     print(f"{root}: {len(data.data)} glosses, {dag.n_nodes} classes ({dag.n_unrolled()} once unrolled), "
           f"{several} glosses with several hypernyms")

@@ -6,8 +6,8 @@ import of the package against this list; modules on one line do not import each 
 1. :mod:`~hiclass_parallel.exceptions`, :mod:`~hiclass_parallel._backend`, :mod:`~hiclass_parallel._version` -- errors, array-namespace plumbing, the version;
 2. :mod:`~hiclass_parallel._tree_file` -- the tree's ``.npz`` file format;
 3. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays;
-4. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.datasets`, :mod:`~hiclass_parallel.dag` -- tensor methods on NumPy, torch and CuPy arrays; synthetic data and WordNet 3.0; hierarchies with several parents, unrolled into trees;
-5. :mod:`~hiclass_parallel._labels`, :mod:`~hiclass_parallel._label_sets`, :mod:`~hiclass_parallel.losses` -- the label readers (paths; label sets); torch criteria;
+4. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.dag` -- tensor methods on NumPy, torch and CuPy arrays; hierarchies with several parents, unrolled into trees;
+5. :mod:`~hiclass_parallel.datasets`, :mod:`~hiclass_parallel._labels`, :mod:`~hiclass_parallel._label_sets`, :mod:`~hiclass_parallel.losses` -- synthetic data and WordNet 3.0 (its DAG of every hypernym too); the label readers (paths; label sets); torch criteria;
 6. :mod:`~hiclass_parallel.metrics` -- hierarchical metrics and scorers;
 7. :mod:`~hiclass_parallel.estimators` -- the path transformer and the classifier;
 8. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;

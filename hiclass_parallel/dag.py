@@ -371,6 +371,58 @@ class Dag:
         self._closure = closure
         return closure
 
+    def subgraph(self, nodes: Any) -> Dag:
+        """The DAG of some of the nodes: links to parents left out are dropped.
+
+        Parameters
+        ----------
+        nodes : array-like of int, or of bool of shape (n_nodes,)
+            The node ids to keep (any order, repeats allowed), or a mask over the node ids.
+
+        Returns
+        -------
+        Dag
+            The kept nodes, in ascending id order, with their labels. Each keeps the parents
+            that are kept too (the implicit root included); a node none of whose parents is
+            kept becomes a top-level class.
+
+        Raises
+        ------
+        TreeError
+            When no node is kept, or an id is out of range (the error names it).
+
+        Examples
+        --------
+        >>> dag = Dag.from_edges([("c", "a"), ("c", "b"), ("d", "c"), ("b", "e")])
+        >>> sub = dag.subgraph(dag.to_ids(["c", "b", "d"]))
+        >>> sub.labels.tolist(), sub.parents_of("c"), sub.parents_of("b")
+        (['c', 'b', 'd'], ['b'], [])
+        """
+        n = self.n_nodes
+        keep = np.asarray(nodes)
+        if keep.dtype == bool:
+            if keep.shape != (n,):
+                raise TreeError(f"a node mask must have shape ({n},), got {keep.shape}")
+            keep = np.flatnonzero(keep)
+        else:
+            keep = keep.astype(np.int64, casting="same_kind").reshape(-1)
+            bad = keep[(keep < 0) | (keep >= n)]
+            if bad.size:
+                raise TreeError(f"node ids {describe_some(bad.tolist())} are not in [0, {n})")
+            keep = np.unique(keep)
+        if not keep.size:
+            raise TreeError("the subgraph is empty: keep at least one node")
+        new_id = np.full(n + 1, PAD, dtype=np.int64)  # slot -1 keeps the implicit root's -1
+        new_id[keep] = np.arange(keep.size)
+        child = new_id[np.repeat(np.arange(n), np.diff(self._offsets))]
+        parent = new_id[self._parent_ids]
+        # an edge stays when its child does and its parent does (or is the implicit root)
+        stays = (child >= 0) & ((self._parent_ids < 0) | (parent >= 0))
+        counts = np.bincount(child[stays], minlength=keep.size)
+        # a node left with no parent gets an empty list: a top-level class
+        lists = np.split(parent[stays], np.cumsum(counts)[:-1])
+        return Dag(self._labels[keep].tolist(), lists)
+
     def unroll(self, max_nodes: int | None = MAX_NODES) -> UnrolledDag:
         """Unroll into a tree with one node copy per distinct ancestral path.
 

@@ -26,6 +26,23 @@ nltk's own ``hypernyms() + instance_hypernyms()`` of the synset.
 Classes are numbered in the order of the data files, nouns, verbs, adjectives (with
 satellites), then adverbs; labels are nltk's synset names (``"dog.n.01"``).
 
+Every hypernym
+--------------
+:data:`ALL_PARENTS_RULE` keeps every parent instead, for the DAG of
+:func:`hiclass_parallel.datasets.load_wordnet_dag`:
+
+    The parents of a synset are the targets of **all its hypernym pointers** (``@``), in the
+    order they are written on its line of the data file; a synset without hypernym pointers
+    has **all its instance-hypernym pointers** (``@i``) instead.
+
+The first of these parents is the parent under :data:`PARENT_RULE`, so the tree is the DAG
+with its first parents only. Instance hypernyms are left out of synsets that also have a
+hypernym, as in nltk's ``hypernym_paths()``; that concerns 5 noun synsets (the
+``all`` rule of ``benchmarks/bench_dag_wordnet.py`` keeps them: 6 classes more unrolled).
+The parents are checked to be exactly nltk's ``hypernyms()`` (else ``instance_hypernyms()``)
+of the synset. 2,239 synsets have several parents (2,208 nouns, 31 verbs); the DAG has no
+cycle, and unrolled it has 147,194 classes (111,551 for the nouns), in 20 levels.
+
 Where the data is found
 -----------------------
 :func:`find_wordnet_data` looks, in this order, in: an explicit ``path``; ``corpora/wordnet``
@@ -62,12 +79,15 @@ from typing import Any
 
 import numpy as np
 
+from ..dag import Dag
 from ..tree import Tree
 
 __all__ = [
+    "ALL_PARENTS_RULE",
     "PARENT_RULE",
     "WordNetData",
     "WordNetNotFoundError",
+    "build_wordnet_dag",
     "build_wordnet_tree",
     "find_wordnet_data",
     "read_wordnet",
@@ -81,6 +101,15 @@ PARENT_RULE = (
     "satellites), adverbs."
 )
 """The deterministic one-parent rule of the WordNet tree (see the module docstring)."""
+
+ALL_PARENTS_RULE = (
+    "The parents of a synset are the targets of all its hypernym pointers ('@'), in the order the "
+    "pointers are written on the synset's line of the WordNet 3.0 data file; a synset without "
+    "hypernym pointers has all its instance-hypernym pointers ('@i') instead; a synset with "
+    "neither is a top-level class. The first of them is the parent under PARENT_RULE."
+)
+"""The every-hypernym rule of the WordNet DAG (see the module docstring); its first parent is
+:data:`PARENT_RULE`'s."""
 
 #: The dictionary files every WordNet 3.0 copy has (``lexnames`` is added when missing).
 _REQUIRED = tuple(f"{kind}.{pos}" for kind in ("data", "index") for pos in ("noun", "verb", "adj", "adv"))
@@ -140,6 +169,9 @@ class WordNetData:
         The WordNet licence, as written in the header of ``data.noun``.
     source : str
         The folder or zip file the data came from.
+    hypernyms : list of tuple of int
+        The parent ids of each synset under :data:`ALL_PARENTS_RULE`, in data-file order
+        (empty for top-level synsets); ``hypernyms[i][0] == parents[i]``.
     """
 
     names: list[str]
@@ -150,6 +182,7 @@ class WordNetData:
     version: str
     license: str
     source: str
+    hypernyms: list[tuple[int, ...]]
 
     def __len__(self) -> int:
         return len(self.names)
@@ -157,6 +190,10 @@ class WordNetData:
     def to_tree(self) -> Tree:
         """The class tree: :meth:`Tree.from_parents` of ``parents`` labelled by ``names``."""
         return Tree.from_parents(self.parents, labels=self.names)
+
+    def to_dag(self) -> Dag:
+        """The class DAG: every synset with every parent in ``hypernyms``, labelled by ``names``."""
+        return Dag(self.names, self.hypernyms)
 
 
 # --------------------------------------------------------------------------- finding the data
@@ -364,26 +401,31 @@ def _reader_class(base: type) -> type:
     return _Reader
 
 
-def _first_parent_pointer(line: str) -> tuple[str, int] | None:
-    """(pos, offset) of the first '@' pointer of a data-file line, else of the first '@i'."""
+def _hypernym_pointers(line: str) -> list[tuple[str, int]]:
+    """(pos, offset) of the parents of a data-file line under :data:`ALL_PARENTS_RULE`.
+
+    Every '@' pointer in line order; only when there is none, every '@i' pointer. The first
+    of them is the parent under :data:`PARENT_RULE`. A pointer repeated on one line counts once.
+    """
     fields = line.split(" | ", 1)[0].split()
     n_words = int(fields[3], 16)
     i = 4 + 2 * n_words
     n_pointers = int(fields[i])
     i += 1
-    instance = None
+    hypernyms: list[tuple[str, int]] = []
+    instances: list[tuple[str, int]] = []
     for _ in range(n_pointers):
         symbol, offset, pos = fields[i], fields[i + 1], fields[i + 2]
         i += 4
-        if symbol == "@":
-            return pos, int(offset)
-        if symbol == "@i" and instance is None:
-            instance = (pos, int(offset))
-    return instance
+        found = hypernyms if symbol == "@" else instances if symbol == "@i" else None
+        if found is not None and (pos, int(offset)) not in found:
+            found.append((pos, int(offset)))
+    return hypernyms or instances
 
 
 def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
-    """Read every synset of WordNet 3.0 with nltk, with one parent each under :data:`PARENT_RULE`.
+    """Read every synset of WordNet 3.0 with nltk, with its parent under :data:`PARENT_RULE`
+    and its parents under :data:`ALL_PARENTS_RULE`.
 
     Parameters
     ----------
@@ -393,7 +435,8 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
     Returns
     -------
     WordNetData
-        Names, parents, definitions, examples and lemma names, in class-id order.
+        Names, parents, every hypernym (:data:`ALL_PARENTS_RULE`), definitions, examples and
+        lemma names, in class-id order.
 
     Raises
     ------
@@ -414,7 +457,7 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
     """
     source = find_wordnet_data(path)
     keys: list[tuple[str, int]] = []  # (data file, offset) of each class, in id order
-    pointers: list[tuple[str, int] | None] = []
+    pointers: list[list[tuple[str, int]]] = []
     names: list[str] = []
     definitions: list[str] = []
     examples: list[list[str]] = []
@@ -438,27 +481,27 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
                 if synset.offset() != offset:  # pragma: no cover - guards a corrupt copy
                     raise ValueError(f"data.{suffix}: nltk's synset {synset.name()} is not the line at offset {offset}")
                 keys.append((suffix, offset))
-                pointers.append(_first_parent_pointer(line))
+                pointers.append(_hypernym_pointers(line))
                 names.append(synset.name())
                 definitions.append(synset.definition())
                 examples.append(list(synset.examples()))
                 lemmas.append(list(synset.lemma_names()))
                 synsets.append(synset)
         index = {key: i for i, key in enumerate(keys)}
-        parents = np.full(len(keys), -1, dtype=np.int32)
-        for i, pointer in enumerate(pointers):
-            if pointer is None:
-                continue
-            pos, offset = pointer
-            parent = index[(_FILE_OF_POS[pos], offset)]
-            # The rule must pick one of nltk's own hypernyms of the synset.
-            allowed = synsets[i].hypernyms() + synsets[i].instance_hypernyms()
-            if synsets[parent] not in allowed:  # pragma: no cover - guards a corrupt copy
-                raise ValueError(f"{names[i]}: parent {names[parent]} is not among nltk's hypernyms {allowed}")
-            parents[i] = parent
+        hypernyms = [[index[(_FILE_OF_POS[pos], offset)] for pos, offset in found] for found in pointers]
+        for i, ids in enumerate(hypernyms):
+            # The rule must pick exactly nltk's own hypernyms of the synset (its instance
+            # hypernyms when it has no hypernym), in some order: nltk's are sets.
+            nltk_parents = synsets[i].hypernyms() or synsets[i].instance_hypernyms()
+            mine = [synsets[p] for p in ids]
+            if set(mine) != set(nltk_parents):  # pragma: no cover - guards a corrupt copy
+                raise ValueError(f"{names[i]}: hypernyms {[names[p] for p in ids]} are not nltk's {nltk_parents}")
+        # The one-parent rule is the first of them, so the tree is the DAG's first parents.
+        parents = np.asarray([ids[0] if ids else -1 for ids in hypernyms], dtype=np.int32)
         version = reader.get_version()
     license = "\n".join(license_lines).strip() + "\n"
-    return WordNetData(names, parents, definitions, examples, lemmas, version, license, str(source))
+    return WordNetData(names, parents, definitions, examples, lemmas, version, license, str(source),
+                       [tuple(ids) for ids in hypernyms])
 
 
 def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
@@ -491,10 +534,39 @@ def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
     return read_wordnet(path).to_tree()
 
 
+def build_wordnet_dag(path: str | os.PathLike | None = None) -> Dag:
+    """The WordNet 3.0 DAG built with nltk: 117,659 classes, every hypernym (:data:`ALL_PARENTS_RULE`).
+
+    Takes 20-50 s; :func:`hiclass_parallel.datasets.load_wordnet_dag` loads the same DAG from
+    the package in about a second, without nltk.
+
+    Parameters
+    ----------
+    path : str or path-like, default=None
+        Where the WordNet files are; ``None`` searches the usual places (:func:`find_wordnet_data`).
+
+    Returns
+    -------
+    Dag
+        Labels are synset names (``"person.n.01"``); 2,239 synsets have several parents.
+
+    Examples
+    --------
+    >>> from hiclass_parallel.datasets.wordnet import build_wordnet_dag, WordNetNotFoundError
+    >>> try:  # 20-50 s  # doctest: +SKIP
+    ...     dag = build_wordnet_dag()
+    ... except (ImportError, WordNetNotFoundError):
+    ...     dag = None  # nltk or WordNet data missing
+    >>> dag is None or dag.parents_of("person.n.01") == ["organism.n.01", "causal_agent.n.01"]  # doctest: +SKIP
+    True
+    """
+    return read_wordnet(path).to_dag()
+
+
 # ---------------------------------------------------------------------------- the shipped file
 _NOTICE = """\
-hiclass_parallel ships {file}, derived from WordNet 3.0: the synset names, one hypernym per
-synset, the glosses and the lemma names of all synsets. WordNet is distributed under the
+hiclass_parallel ships {file}, derived from WordNet 3.0: the synset names, the hypernyms,
+the glosses and the lemma names of all synsets. WordNet is distributed under the
 licence below, which applies to that file.
 
 WordNet. Princeton University. 2010. <https://wordnet.princeton.edu/>
