@@ -13,10 +13,18 @@ a branch and bound over the tree, batched over rows and level-synchronous:
    rule of the exhaustive route is reproduced); every expansion may raise the bound.
 
 Only the members of expanded groups are scored, through a *score function*
-``score(rows, columns) -> scores`` (see :mod:`.sibling_paths`). A row whose search would
-score more than ``max_columns`` columns (flat scores, an untrained model) is finished by the
-exhaustive route on its full score vector, so the result is always exact and the work per
-row is bounded by about ``max_columns + n_outputs``.
+``score(rows, columns) -> scores`` (see :mod:`.sibling_paths`).
+
+When the score function is a linear layer on hidden rows (it offers ``linear_parts()``, as
+:class:`~.sibling_paths.LinearScores` and the classifier's sparse network do) and runs on the
+CPU, each row is searched in C instead (:mod:`._native_best_first`): a best-first search with
+a heap, one dot product per scored column, no per-step tensor overhead (on WordNet's nouns
+the batched search above spends most of its time in small tensor operations and in a matrix
+product against columns most rows do not need). Same rules, same results.
+
+On either route, a row whose search would score more than ``max_columns`` columns (flat
+scores, an untrained model) is finished by the exhaustive route on its full score vector, so
+the result is always exact and the work per row is bounded by about ``max_columns + n_outputs``.
 """
 
 from __future__ import annotations
@@ -222,7 +230,10 @@ def best_first_paths(
     score : callable
         ``score(rows, columns) -> scores``: torch tensors of int64 ``(T,)`` in, the scores of
         those (row, column) pairs out, ``(T,)`` floating point; columns index the full score
-        vector (``C`` classes, then the stop columns with ``stop=True``).
+        vector (``C`` classes, then the stop columns with ``stop=True``). One that also has
+        ``linear_parts() -> (h, weight, bias)`` (scores ``h @ weight.T + bias``, see
+        :class:`~hiclass_parallel.ops.sibling_paths.LinearScores`) is searched in C on the
+        CPU, for float32 or float64 tensors, where the optional library was built.
     n_rows : int
         Number of rows (samples).
     tree : Tree
@@ -257,8 +268,9 @@ def best_first_paths(
     goes unseen (the classifier's scores come from a hidden row, whose NaN reaches every
     column, the top-level ones included). Identical to the exhaustive routes up to floating-point rounding of the group
     log-normalisers (ties between candidates that compare equal are broken by lowest node
-    id in both). Level-synchronous rather than a priority queue, so every step is a few
-    batched tensor operations over all rows.
+    id in both). The torch search is level-synchronous rather than a priority queue, so
+    every step is a few batched tensor operations over all rows (what a GPU wants); the C
+    search of a linear layer is a priority queue per row.
 
     Examples
     --------
