@@ -1,8 +1,10 @@
-"""The optional C kernel of the lean engine; all other metadata is in pyproject.toml.
+"""The optional C kernels; all other metadata is in pyproject.toml.
 
-``hiclass_parallel/ops/_segment.c`` is a plain shared library that ``ops/_native.py`` loads with
-ctypes. ``optional=True``: where it cannot be compiled (no C compiler, another platform) the
-install goes on and the engine uses its NumPy route.
+``hiclass_parallel/ops/_segment.c`` (the lean engine's group log-sum-exp) and
+``hiclass_parallel/ops/_best_first.c`` (best-first decoding of a linear output layer) are plain
+shared libraries that ``ops/_native.py`` and ``ops/_native_best_first.py`` load with ctypes.
+``optional=True``: where one cannot be compiled (no C compiler, another platform) the install
+goes on and the NumPy (engine) or torch (decoding) route runs instead.
 """
 
 from setuptools import Extension, setup
@@ -17,6 +19,14 @@ setup(
             extra_compile_args=["-O3", "-ffast-math"],
             libraries=["m"],
             optional=True,
-        )
+        ),
+        Extension(
+            "hiclass_parallel.ops._best_first_c",
+            sources=["hiclass_parallel/ops/_best_first.c"],
+            # no -ffast-math: the search compares -inf and must round as the exhaustive route does
+            extra_compile_args=["-O3"],
+            libraries=["m"],
+            optional=True,
+        ),
     ]
 )

@@ -6,12 +6,15 @@ every class, with identical paths, at all nouns. This fits the classifier with i
 :mod:`benchmarks.bench_text`), then decodes the held-out rows both ways, batch by batch:
 
 - best-first: the hidden rows, then :func:`hiclass_parallel.ops.best_first.best_first_paths`
-  scoring only the children of expanded nodes (what ``predict`` does);
+  scoring only the children of expanded nodes (what ``predict`` does: on the CPU the C search
+  of :mod:`hiclass_parallel.ops._native_best_first` when it was built);
+- best-first through the batched torch search (a plain score function, the route of GPUs and
+  of machines without the C search), for comparison;
 - exhaustive: every score (``h @ W.T + b``, all classes and stops), then ``best_paths``.
 
-It reports both times (the encoder's time is counted in both), their ratio, the columns
-scored per row, the rows that fell back to the exhaustive route, and whether every path is
-identical.
+It reports the times (the encoder's time is counted in each, and also reported alone), the
+ratios, the columns scored per row, the rows that fell back to the exhaustive route, and
+whether every path is identical.
 
 Usage: ``python -m benchmarks.bench_decode [--root person.n.01] [--out docs/_static/bench_decode.json]``
 """
@@ -66,17 +69,30 @@ def main(argv: list[str] | None = None) -> int:
               "n_test": X.shape[0], "fit_s": fit_s, "batch_size": args.batch_size, "threads": args.threads,
               "load_average_start": os.getloadavg()[0]}
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
-    for repeat in range(2):  # the first pass warms caches and allocator; the second is reported
+    def best_first(plain: bool) -> tuple[float, list, list]:
         start = time.perf_counter()
         fast, works = [], []
         with torch.no_grad():
             for h in hidden_batches():
-                paths, _, work = best_first_paths(module.scorer(h), h.shape[0], tree, stop=True,
+                scorer = module.scorer(h)
+                if plain:  # no linear_parts(): the batched torch search
+                    scorer = (lambda s: lambda rows, cols: s(rows, cols))(scorer)
+                paths, _, work = best_first_paths(scorer, h.shape[0], tree, stop=True,
                                                   semantics="terminal", like=h, return_work=True)
                 fast.append(paths)
                 works.append(work)
         sync()
-        best_first_s = time.perf_counter() - start
+        return time.perf_counter() - start, fast, works
+
+    for repeat in range(2):  # the first pass warms caches and allocator; the second is reported
+        start = time.perf_counter()
+        with torch.no_grad():
+            for h in hidden_batches():
+                pass
+        sync()
+        encoder_s = time.perf_counter() - start
+        best_first_s, fast, works = best_first(plain=False)
+        torch_search_s, fast_torch, _ = best_first(plain=True)
         start = time.perf_counter()
         slow = []
         with torch.no_grad():
@@ -87,9 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         exhaustive_s = time.perf_counter() - start
     fast, slow, work = torch.cat(fast), torch.cat(slow), torch.cat(works)
     same = (fast == slow).all(1)
+    from hiclass_parallel.ops import _native_best_first
+
     report.update({
-        "best_first_s": best_first_s, "exhaustive_s": exhaustive_s, "speedup": exhaustive_s / best_first_s,
+        "c_search": _native_best_first.available() and not args.device.startswith("cuda"),
+        "encoder_s": encoder_s, "best_first_s": best_first_s, "torch_search_s": torch_search_s,
+        "exhaustive_s": exhaustive_s, "speedup": exhaustive_s / best_first_s,
+        "speedup_torch_search": exhaustive_s / torch_search_s,
         "identical_rows": int(same.sum()), "differing_rows": int((~same).sum()),
+        "torch_search_identical_rows": int((torch.cat(fast_torch) == slow).all(1).sum()),
         "columns_scored_mean": float(work.float().mean()), "columns_scored_p99": float(work.float().quantile(0.99)),
         "columns_scored_max": int(work.max()), "fallback_rows": int((work >= clf.n_scores_).sum()),
         "load_average_end": os.getloadavg()[0],

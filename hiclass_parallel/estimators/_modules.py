@@ -197,6 +197,10 @@ class _ColumnScores:
         scores = torch.addmm(self.head.bias(unique).squeeze(-1), self.h, self.head.weight(unique).t())
         return scores[samples, where]
 
+    def linear_parts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(h, weight, bias)``: best-first decoding on the CPU searches each row in C from these."""
+        return self.h, self.head.weight.weight, self.head.bias.weight[:, 0]
+
 
 class SparseMLP(nn.Module):
     """The classifier's default network for sparse input (text): sparse in, columns on demand.

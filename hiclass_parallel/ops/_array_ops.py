@@ -461,7 +461,15 @@ def map_chunks(ops: ArrayOps, fn: Any, n_rows: int, lay: Layout, itemsize: int) 
     slower, the pool does not.
     """
     ranges = _row_chunks(ops, n_rows, lay, itemsize)
-    if len(ranges) <= 1 or not ops.parallel or _n_threads() <= 1:
+    if not ops.parallel:
+        return [fn(a, b) for a, b in ranges]
+    return map_ranges(fn, ranges)
+
+
+def map_ranges(fn: Any, ranges: list[tuple[int, int]]) -> list:
+    """``[fn(a, b) for (a, b) in ranges]`` over the CPU thread pool (in order; serial for one
+    range or one thread). ``fn`` should release the GIL (NumPy loops, ctypes calls)."""
+    if len(ranges) <= 1 or _n_threads() <= 1:
         return [fn(a, b) for a, b in ranges]
     global _POOL
     with _POOL_LOCK:

@@ -13,10 +13,18 @@ a branch and bound over the tree, batched over rows and level-synchronous:
    rule of the exhaustive route is reproduced); every expansion may raise the bound.
 
 Only the members of expanded groups are scored, through a *score function*
-``score(rows, columns) -> scores`` (see :mod:`.sibling_paths`). A row whose search would
-score more than ``max_columns`` columns (flat scores, an untrained model) is finished by the
-exhaustive route on its full score vector, so the result is always exact and the work per
-row is bounded by about ``max_columns + n_outputs``.
+``score(rows, columns) -> scores`` (see :mod:`.sibling_paths`).
+
+When the score function is a linear layer on hidden rows (it offers ``linear_parts()``, as
+:class:`~.sibling_paths.LinearScores` and the classifier's sparse network do) and runs on the
+CPU, each row is searched in C instead (:mod:`._native_best_first`): a best-first search with
+a heap, one dot product per scored column, no per-step tensor overhead (on WordNet's nouns
+the batched search above spends most of its time in small tensor operations and in a matrix
+product against columns most rows do not need). Same rules, same results.
+
+On either route, a row whose search would score more than ``max_columns`` columns (flat
+scores, an untrained model) is finished by the exhaustive route on its full score vector, so
+the result is always exact and the work per row is bounded by about ``max_columns + n_outputs``.
 """
 
 from __future__ import annotations
@@ -64,91 +72,14 @@ def _top_candidates(row: Any, value: Any, node: Any, n_rows: int, k: int) -> tup
     return out_v, out_n
 
 
-def best_first_paths(
-    score: ScoreFn,
-    n_rows: int,
-    tree: Tree,
-    stop: bool = False,
-    semantics: str = "partial",
-    k: int | None = None,
-    *,
-    max_columns: int | None = None,
-    like: Any = None,
-    return_work: bool = False,
+def _search_torch(
+    score: ScoreFn, n_rows: int, tree: Tree, plan: Any, kk: int, terminal: bool, max_columns: int, device: Any
 ) -> tuple[Any, ...]:
-    """Exact best (or top-``k``) valid paths of the sibling partition, scored on demand.
-
-    Parameters
-    ----------
-    score : callable
-        ``score(rows, columns) -> scores``: torch tensors of int64 ``(T,)`` in, the scores of
-        those (row, column) pairs out, ``(T,)`` floating point; columns index the full score
-        vector (``C`` classes, then the stop columns with ``stop=True``).
-    n_rows : int
-        Number of rows (samples).
-    tree : Tree
-    stop : bool, default=False
-        Whether the score vector has stop columns.
-    semantics : {"partial", "terminal"}, default="partial"
-        Candidates: leaves (``"partial"``) or every node with its stop term (``"terminal"``,
-        needs ``stop=True``), as in :func:`~hiclass_parallel.ops.decode.best_paths`.
-    k : int, default=None
-        ``None``: the best path, shaped like :func:`best_paths`' result. An int: the ``k``
-        best, shaped like :func:`~hiclass_parallel.ops.decode.topk_paths`' result.
-    max_columns : int, default=None
-        Work bound per row: a row that would score more columns than this is finished by
-        the exhaustive route (all ``n_outputs`` columns). ``None``: a fifth of the columns,
-        at least 2,048.
-    like : torch.Tensor, default=None
-        A tensor on the device to work on (default: CPU).
-    return_work : bool, default=False
-        Also return the number of columns scored per row (int64 ``(n_rows,)``).
-
-    Returns
-    -------
-    paths : torch.Tensor of int64 of shape (n_rows, n_levels) or (n_rows, k, n_levels)
-    log_prob : torch.Tensor of shape (n_rows,) or (n_rows, k)
-    work : torch.Tensor of int64 of shape (n_rows,)
-        Only with ``return_work``.
-
-    Notes
-    -----
-    A row whose scored columns hold a NaN or ``+inf`` gets the exhaustive route's result
-    for it (the empty path, log-probability NaN); a NaN in a column the search never scores
-    goes unseen (the classifier's scores come from a hidden row, whose NaN reaches every
-    column, the top-level ones included). Identical to the exhaustive routes up to floating-point rounding of the group
-    log-normalisers (ties between candidates that compare equal are broken by lowest node
-    id in both). Level-synchronous rather than a priority queue, so every step is a few
-    batched tensor operations over all rows.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from hiclass_parallel import Tree
-    >>> from hiclass_parallel.ops import best_paths
-    >>> from hiclass_parallel.ops.best_first import best_first_paths
-    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
-    >>> scores = torch.tensor([[2.0, 0, 0, 3, 0, 0, 0, 1, 0]])
-    >>> paths, log_prob = best_first_paths(lambda r, c: scores[r, c], 1, tree)
-    >>> paths
-    tensor([[0, 3, 7]])
-    >>> bool((paths == best_paths(scores, tree, "sibling")[0]).all())
-    True
-    """
+    """The batched torch search: ``(top_v, top_n, work, exhaustive, dtype)``, every row's
+    ``kk`` best candidates (rows flagged ``exhaustive`` still need the exhaustive route)."""
     import torch
 
-    check_semantics(semantics, stop)
-    device = like.device if like is not None else torch.device("cpu")
-    plan = sibling_plan(tree, stop)
     C = plan.n_classes
-    n_cand = C if semantics == "terminal" else int(tree.is_leaf.sum())
-    kk = 1 if k is None else int(k)
-    if not 1 <= kk <= n_cand:
-        what = "nodes" if semantics == "terminal" else "leaves"
-        raise ValueError(f"k must be in [1, {n_cand}] (the tree has {n_cand} candidate {what}), got {k}")
-    if max_columns is None:
-        max_columns = max(2048, plan.n_outputs // 5)
-    terminal = semantics == "terminal"
     arr = plan.arrays(torch.empty(0, device=device))
     is_leaf = torch.from_numpy(tree.is_leaf.copy()).to(device)
     rows_all = torch.arange(n_rows, device=device)
@@ -241,6 +172,140 @@ def best_first_paths(
         keep &= ~exhaustive[row]
         row, group, base = row[keep], group[keep], base[keep]
         depth += 1
+
+    return top_v, top_n, work, exhaustive, dtype
+
+
+def _native_parts(score: ScoreFn, device: Any) -> tuple[Any, Any, Any] | None:
+    """``(h, weight, bias)`` as NumPy arrays when the C search can run ``score``, else ``None``.
+
+    It can for a linear layer (``score.linear_parts()``, see :class:`.sibling_paths.LinearScores`)
+    of float32 or float64 tensors on the CPU, once the optional library was built.
+    """
+    from . import _native_best_first
+
+    parts = getattr(score, "linear_parts", None)
+    if parts is None or device.type != "cpu" or not _native_best_first.available():
+        return None
+    h, weight, bias = (t.detach() for t in parts())
+    import torch
+
+    dtypes = {h.dtype, weight.dtype, bias.dtype}
+    if len(dtypes) != 1 or dtypes.pop() not in (torch.float32, torch.float64):
+        return None
+    if any(t.device.type != "cpu" for t in (h, weight, bias)):
+        return None
+    return h.numpy(), weight.numpy(), bias.numpy()
+
+
+def _search_native(
+    h: Any, weight: Any, bias: Any, plan: Any, kk: int, terminal: bool, max_columns: int
+) -> tuple[Any, ...]:
+    """The C search (:mod:`._native_best_first`), with :func:`_search_torch`'s results."""
+    import torch
+
+    from ._native_best_first import search
+
+    top_v, top_n, work, status = search(h, weight, bias, plan, kk, terminal, max_columns)
+    out = tuple(torch.from_numpy(a) for a in (top_v, top_n, work))
+    return (*out, torch.from_numpy(status != 0), out[0].dtype)
+
+
+def best_first_paths(
+    score: ScoreFn,
+    n_rows: int,
+    tree: Tree,
+    stop: bool = False,
+    semantics: str = "partial",
+    k: int | None = None,
+    *,
+    max_columns: int | None = None,
+    like: Any = None,
+    return_work: bool = False,
+) -> tuple[Any, ...]:
+    """Exact best (or top-``k``) valid paths of the sibling partition, scored on demand.
+
+    Parameters
+    ----------
+    score : callable
+        ``score(rows, columns) -> scores``: torch tensors of int64 ``(T,)`` in, the scores of
+        those (row, column) pairs out, ``(T,)`` floating point; columns index the full score
+        vector (``C`` classes, then the stop columns with ``stop=True``). One that also has
+        ``linear_parts() -> (h, weight, bias)`` (scores ``h @ weight.T + bias``, see
+        :class:`~hiclass_parallel.ops.sibling_paths.LinearScores`) is searched in C on the
+        CPU, for float32 or float64 tensors, where the optional library was built.
+    n_rows : int
+        Number of rows (samples).
+    tree : Tree
+    stop : bool, default=False
+        Whether the score vector has stop columns.
+    semantics : {"partial", "terminal"}, default="partial"
+        Candidates: leaves (``"partial"``) or every node with its stop term (``"terminal"``,
+        needs ``stop=True``), as in :func:`~hiclass_parallel.ops.decode.best_paths`.
+    k : int, default=None
+        ``None``: the best path, shaped like :func:`best_paths`' result. An int: the ``k``
+        best, shaped like :func:`~hiclass_parallel.ops.decode.topk_paths`' result.
+    max_columns : int, default=None
+        Work bound per row: a row that would score more columns than this is finished by
+        the exhaustive route (all ``n_outputs`` columns). ``None``: a fifth of the columns,
+        at least 2,048.
+    like : torch.Tensor, default=None
+        A tensor on the device to work on (default: CPU).
+    return_work : bool, default=False
+        Also return the number of columns scored per row (int64 ``(n_rows,)``).
+
+    Returns
+    -------
+    paths : torch.Tensor of int64 of shape (n_rows, n_levels) or (n_rows, k, n_levels)
+    log_prob : torch.Tensor of shape (n_rows,) or (n_rows, k)
+    work : torch.Tensor of int64 of shape (n_rows,)
+        Only with ``return_work``.
+
+    Notes
+    -----
+    A row whose scored columns hold a NaN or ``+inf`` gets the exhaustive route's result
+    for it (the empty path, log-probability NaN); a NaN in a column the search never scores
+    goes unseen (the classifier's scores come from a hidden row, whose NaN reaches every
+    column, the top-level ones included). Identical to the exhaustive routes up to floating-point rounding of the group
+    log-normalisers (ties between candidates that compare equal are broken by lowest node
+    id in both). The torch search is level-synchronous rather than a priority queue, so
+    every step is a few batched tensor operations over all rows (what a GPU wants); the C
+    search of a linear layer is a priority queue per row.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.ops import best_paths
+    >>> from hiclass_parallel.ops.best_first import best_first_paths
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> scores = torch.tensor([[2.0, 0, 0, 3, 0, 0, 0, 1, 0]])
+    >>> paths, log_prob = best_first_paths(lambda r, c: scores[r, c], 1, tree)
+    >>> paths
+    tensor([[0, 3, 7]])
+    >>> bool((paths == best_paths(scores, tree, "sibling")[0]).all())
+    True
+    """
+    import torch
+
+    check_semantics(semantics, stop)
+    device = like.device if like is not None else torch.device("cpu")
+    plan = sibling_plan(tree, stop)
+    C = plan.n_classes
+    n_cand = C if semantics == "terminal" else int(tree.is_leaf.sum())
+    kk = 1 if k is None else int(k)
+    if not 1 <= kk <= n_cand:
+        what = "nodes" if semantics == "terminal" else "leaves"
+        raise ValueError(f"k must be in [1, {n_cand}] (the tree has {n_cand} candidate {what}), got {k}")
+    if max_columns is None:
+        max_columns = max(2048, plan.n_outputs // 5)
+    terminal = semantics == "terminal"
+    arr = plan.arrays(torch.empty(0, device=device))
+    native = _native_parts(score, device)
+    if native is not None:
+        top_v, top_n, work, exhaustive, dtype = _search_native(*native, plan, kk, terminal, max_columns)
+    else:
+        top_v, top_n, work, exhaustive, dtype = _search_torch(score, n_rows, tree, plan, kk, terminal, max_columns, device)
 
     nodes, values = top_n, top_v
     if bool(exhaustive.any()):

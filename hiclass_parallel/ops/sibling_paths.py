@@ -35,7 +35,9 @@ from ..tree import PAD, Tree
 #: The integer arrays of a :class:`SiblingPlan`.
 _ARRAYS = ("group_ptr", "group_cols", "col_pos", "group_of", "child_group", "group_parent", "paths")
 
-__all__ = ["SiblingPlan", "sibling_plan", "path_rows", "expand_rows", "segment_logsumexp", "ScoreFn"]
+__all__ = [
+    "SiblingPlan", "sibling_plan", "path_rows", "expand_rows", "segment_logsumexp", "ScoreFn", "LinearScores",
+]
 
 #: ``score(samples, columns) -> scores``: scores of the given (sample, column) pairs, 1-D.
 ScoreFn = Callable[[Any, Any], Any]
@@ -216,3 +218,42 @@ def segment_logsumexp(values: Any, row: Any, n_rows: int) -> Any:
         0, row, torch.exp(values - top[row])
     )
     return torch.log(total) + top
+
+
+class LinearScores:
+    """The score function of a linear output layer on hidden rows: ``h @ weight.T + bias``, on demand.
+
+    ``score(samples, columns)`` computes only the asked-for pairs (one matrix product against
+    the distinct columns). :func:`~hiclass_parallel.ops.best_first.best_first_paths` also reads
+    the layer itself through :meth:`linear_parts`, and on the CPU searches each row in C,
+    scoring exactly the groups it expands. Any score function may offer ``linear_parts()``.
+
+    Parameters
+    ----------
+    h : torch.Tensor of shape (n_rows, width)
+    weight : torch.Tensor of shape (n_outputs, width)
+    bias : torch.Tensor of shape (n_outputs,)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.ops.sibling_paths import LinearScores
+    >>> h, weight, bias = torch.ones(2, 3), torch.arange(12.0).reshape(4, 3), torch.zeros(4)
+    >>> LinearScores(h, weight, bias)(torch.tensor([0, 1]), torch.tensor([1, 3]))
+    tensor([12., 30.])
+    """
+
+    def __init__(self, h: Any, weight: Any, bias: Any):
+        self.h, self.weight, self.bias = h, weight, bias
+
+    def linear_parts(self) -> tuple[Any, Any, Any]:
+        """``(h, weight, bias)``."""
+        return self.h, self.weight, self.bias
+
+    def __call__(self, samples: Any, columns: Any) -> Any:
+        import torch
+
+        # the rows of a batch share most columns (the upper groups): one product against the
+        # distinct ones reads each weight row once
+        unique, where = torch.unique(columns, return_inverse=True)
+        return torch.addmm(self.bias[unique], self.h, self.weight[unique].t())[samples, where]
