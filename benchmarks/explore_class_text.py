@@ -167,13 +167,19 @@ class _TextScores:
     def __call__(self, samples: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         net = self.net
         unique, where = torch.unique(columns, return_inverse=True)
-        T = self.table[unique] if self.table is not None else net.class_embed(unique)
-        base = torch.addmm(net.head.bias(unique).squeeze(-1), self.h, net.head.weight(unique).t())
-        text = self.h @ T.t()
+        scores = torch.addmm(net.head.bias(unique).squeeze(-1), self.h, net.head.weight(unique).t())
+        text = None
+        if net.class_encoder != "none":
+            T = self.table[unique] if self.table is not None else net.class_embed(unique)
+            text = self.h @ T.t()
         if net.lexical is not None:
-            text = text + net.lexical_scores(unique)
-        keep = self.own[samples] != net.col_node[columns]
-        return base[samples, where] + text[samples, where] * keep
+            lex = net.lexical_scores(unique)
+            text = lex if text is None else text + lex
+        if text is not None:
+            # A row never matches its own synset's text (see the class notes).
+            keep = self.own[:, None] != net.col_node[unique][None, :]
+            scores = scores + text * keep
+        return scores[samples, where]
 
 
 def make_data(root: str, seed: int = 0) -> dict[str, Any]:
@@ -263,6 +269,9 @@ def run_variant(d: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
         if "@" in variant:
             params["module__lexical_scale"] = float(variant.split("@")[1])
         X_train, X_test = d["X_train_own"], d["X_test_own"]
+        if "nomask" in variant:  # no own-node column: rows may match their own synset's text
+            X_train, X_test = (sp.hstack([M, sp.csr_matrix((M.shape[0], 1), dtype=np.float32)]).tocsr()
+                               for M in (d["X_train"], d["X_test"]))
     t = time.perf_counter()
     model = HierarchicalClassifier(tree, semantics="terminal", **params).fit(X_train, d["y_train"])
     fit = time.perf_counter() - t
