@@ -10,8 +10,9 @@ is scored by the same functions:
 - ``hc-text``: ``HierarchicalClassifier(tree, semantics="terminal")``, nothing else set;
 - ``hc-text-tuned``: the same with the settings in ``TUNED`` (if given);
 - ``hc-text-classtext``: the defaults plus ``module__class_features``: the lemma names of
-  every class, TF-IDF encoded like ``X``, except the classes whose synset is a held-out row
-  (they stand for the new items, which a real taxonomy would not hold yet);
+  every class (and of each internal node's stop column), TF-IDF encoded like ``X``, except
+  the classes whose synset is a held-out row (they stand for the new items, which a real
+  taxonomy would not hold yet);
 - ``linear-svc``, ``sgd``: flat scikit-learn linear models with their defaults;
 - ``xr-linear``: libpecos XR-Linear, a label-tree XMC model (own environment, ``PECOS_PYTHON``);
 - ``hiclass-lcppn``: HiClass's local classifier per parent node, within its budget.
@@ -62,6 +63,7 @@ def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
     from sklearn.model_selection import train_test_split
 
     from hiclass_parallel.datasets import load_wordnet_glosses
+    from hiclass_parallel.ops.groups import stop_columns
 
     data = load_wordnet_glosses(root, include_lemmas=True)
     ids = data.tree.to_ids(data.target)
@@ -78,9 +80,16 @@ def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
         names[node] = text.split(": ", 1)[0]
     for root_id in np.flatnonzero(np.asarray(data.tree.parents) < 0):
         names[root_id] = str(data.tree.labels[root_id]).split(".")[0].replace("_", " ")
+    # The stop column of an internal node ("the answer is this node") gets the node's names too:
+    # rows C + k for the k-th internal node, as the sibling partition orders its stop columns.
+    stop_col = stop_columns(data.tree, "sibling")
+    internal = np.flatnonzero(stop_col >= 0)
+    rows = names + [""] * internal.size
+    for node in internal:
+        rows[stop_col[node]] = names[node]
     return {"X_train": X_train, "X_test": vec.transform(t_test).tocsr(),
             "y_train": np.asarray(y_train), "y_test": np.asarray(y_test), "tree": data.tree,
-            "class_features": vec.transform(names).tocsr()}
+            "class_features": vec.transform(rows).tocsr()}
 
 
 def score_text(tree: Any, y_train: np.ndarray, y_test: np.ndarray, pred: np.ndarray) -> dict[str, float]:
