@@ -9,6 +9,10 @@ is scored by the same functions:
 
 - ``hc-text``: ``HierarchicalClassifier(tree, semantics="terminal")``, nothing else set;
 - ``hc-text-tuned``: the same with the settings in ``TUNED`` (if given);
+- ``hc-text-classtext``: the defaults plus ``module__class_features``: the lemma names of
+  every class (and of each internal node's stop column), TF-IDF encoded like ``X``, except
+  the classes whose synset is a held-out row (they stand for the new items, which a real
+  taxonomy would not hold yet);
 - ``linear-svc``, ``sgd``: flat scikit-learn linear models with their defaults;
 - ``xr-linear``: libpecos XR-Linear, a label-tree XMC model (own environment, ``PECOS_PYTHON``);
 - ``hiclass-lcppn``: HiClass's local classifier per parent node, within its budget.
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,7 +49,7 @@ from benchmarks.bench_peers import environment, run_worker, save_split, score
 
 SUBSETS = {"animal": "animal.n.01", "person": "person.n.01", "artifact": "artifact.n.01", "nouns": None,
            "dog": "dog.n.01"}  # dog: 188 synsets, for the plumbing test
-METHODS = ("hc-text", "hc-text-tuned", "linear-svc", "sgd", "xr-linear", "hiclass-lcppn")
+METHODS = ("hc-text", "hc-text-tuned", "hc-text-classtext", "linear-svc", "sgd", "xr-linear", "hiclass-lcppn")
 #: hc-text-tuned: the defaults, decoded for hierarchical F1 instead of the most probable answer.
 TUNED: dict[str, Any] = {"decoding": "hf1", "top_k": 10}
 #: A flat linear model stores n_targets x n_features float64 weights: beyond this it is not run.
@@ -58,13 +63,33 @@ def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
     from sklearn.model_selection import train_test_split
 
     from hiclass_parallel.datasets import load_wordnet_glosses
+    from hiclass_parallel.ops.groups import stop_columns
 
     data = load_wordnet_glosses(root, include_lemmas=True)
     ids = data.tree.to_ids(data.target)
-    t_train, t_test, y_train, y_test = train_test_split(data.data, ids, test_size=0.2, random_state=seed)
+    own = data.tree.to_ids(data.synsets)
+    # The split depends only on the number of rows and the seed: the same with or without `own`.
+    t_train, t_test, y_train, y_test, own_train, _ = train_test_split(data.data, ids, own, test_size=0.2,
+                                                                      random_state=seed)
     vec = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), dtype=np.float32)
-    return {"X_train": vec.fit_transform(t_train).tocsr(), "X_test": vec.transform(t_test).tocsr(),
-            "y_train": np.asarray(y_train), "y_test": np.asarray(y_test), "tree": data.tree}
+    X_train = vec.fit_transform(t_train).tocsr()
+    # Class text (hc-text-classtext): a class's lemma names ("person, individual, someone"),
+    # for the classes that are no held-out row's synset (a root has no row: its name is its label's).
+    names = [""] * data.tree.n_classes
+    for node, text in zip(own_train, t_train):
+        names[node] = text.split(": ", 1)[0]
+    for root_id in np.flatnonzero(np.asarray(data.tree.parents) < 0):
+        names[root_id] = str(data.tree.labels[root_id]).split(".")[0].replace("_", " ")
+    # The stop column of an internal node ("the answer is this node") gets the node's names too:
+    # rows C + k for the k-th internal node, as the sibling partition orders its stop columns.
+    stop_col = stop_columns(data.tree, "sibling")
+    internal = np.flatnonzero(stop_col >= 0)
+    rows = names + [""] * internal.size
+    for node in internal:
+        rows[stop_col[node]] = names[node]
+    return {"X_train": X_train, "X_test": vec.transform(t_test).tocsr(),
+            "y_train": np.asarray(y_train), "y_test": np.asarray(y_test), "tree": data.tree,
+            "class_features": vec.transform(rows).tocsr()}
 
 
 def score_text(tree: Any, y_train: np.ndarray, y_test: np.ndarray, pred: np.ndarray) -> dict[str, float]:
@@ -88,6 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         start = time.perf_counter()
         data = make_text(SUBSETS[name], args.seed)
         info = save_split(data, work / name)
+        scipy.sparse.save_npz(work / name / "class_features.npz", data["class_features"])
         info["encode_s"] = time.perf_counter() - start
         print(f"{name}: {info['n_nodes']} classes, {info['n_train']} train rows, {info['n_features']} features",
               flush=True)
@@ -105,6 +131,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"  {method}: skipped ({reason})", flush=True)
                 continue
             params = dict(TUNED) if method == "hc-text-tuned" else {}
+            if method == "hc-text-classtext":
+                params["class_features_path"] = str(work / name / "class_features.npz")
             if method.startswith("hc-"):
                 params.setdefault("random_state", args.seed)
                 params.setdefault("device", args.device)
@@ -167,7 +195,7 @@ def plot(report: dict[str, Any], path: Path) -> bool:
         return False
     subsets = list(report["subsets"])
     fig, axes = plt.subplots(1, len(subsets), figsize=(4 * len(subsets), 3.6), squeeze=False)
-    markers = dict(zip(METHODS, "os^Dvx"))
+    markers = dict(zip(METHODS, "osP^Dvx"))
     colors = dict(zip(METHODS, plt.get_cmap("tab10").colors))  # one colour per method in every panel
     for ax, name in zip(axes[0], subsets):
         for method, r in report["subsets"][name]["results"].items():

@@ -28,7 +28,7 @@ def test_unseen_targets_are_scored_apart(paper_tree):
 
 def test_end_to_end_on_a_small_subtree(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_text, "FLAT_LIMIT_BYTES", 1)  # forces the "cannot run" reason for sgd
-    args = bench_text.parse_args(["--subsets", "dog", "--methods", "hc-text,sgd,xr-linear", "--threads", "1",
+    args = bench_text.parse_args(["--subsets", "dog", "--methods", "hc-text,hc-text-classtext,sgd,xr-linear", "--threads", "1",
                                   "--work", str(tmp_path / "work"), "--out", str(tmp_path / "report.json")])
     monkeypatch.delenv("PECOS_PYTHON", raising=False)
     report = bench_text.run(args)
@@ -36,6 +36,7 @@ def test_end_to_end_on_a_small_subtree(tmp_path, monkeypatch):
     ours = results["hc-text"]
     assert ours["status"] == "ok", ours.get("error")
     assert ours["n_epochs_"] == 30  # 150 rows: one step per epoch, the default caps at 30
+    assert results["hc-text-classtext"]["status"] == "ok", results["hc-text-classtext"].get("error")
     # scored by the library's metric on the worker's own predictions and the saved split
     from hiclass_parallel import Tree
     from hiclass_parallel.metrics import hierarchical_f1_score

@@ -1,0 +1,116 @@
+"""SparseMLP's class_features: the lexical match of the input with each class's own text."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from hiclass_parallel import Tree
+from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
+from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
+from hiclass_parallel.ops.groups import n_outputs
+
+
+def _csr(X: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch calls sparse CSR tensors beta
+        warnings.simplefilter("ignore")
+        return X.to_sparse_csr()
+
+
+@pytest.mark.parametrize("stop_rows", [False, True])
+def test_scores_equal_the_dense_formula_and_path_local_equals_full(stop_rows, random_tree):
+    rng = np.random.default_rng(1)
+    tree = random_tree(rng, 30)
+    width = n_outputs(tree, "sibling", True)
+    rows = width if stop_rows else tree.n_classes
+    F = sp.random(rows, 20, density=0.15, format="csr", random_state=2, dtype=np.float64)
+    torch.manual_seed(0)
+    net = SparseMLP(20, width, hidden_units=8, class_features=F, class_feature_scale=3.0).double()
+    torch.nn.init.normal_(net.match_weight)
+    X = torch.as_tensor(rng.random((6, 20)) * (rng.random((6, 20)) < 0.4))
+    # The formula: h W^T + b, plus sum_j x_j (scale w_j) f_cj for the columns with a text row.
+    w = torch.zeros(20, dtype=torch.float64)
+    w[net.vocabulary] = 3.0 * net.match_weight.detach()
+    expected = net.input(X) @ net.head.weight.weight.t() + net.head.bias.weight.t()
+    expected[:, :rows] += (X * w) @ torch.as_tensor(F.toarray()).t()
+    with torch.no_grad():
+        torch.testing.assert_close(net(X), expected.detach())
+        torch.testing.assert_close(net(_csr(X)), expected.detach())
+    target = torch.as_tensor(rng.integers(0, 30, size=6))
+    HierarchicalCrossEntropy(tree, "sibling", True)(net(X), target).backward()
+    full = {name: p.grad.to_dense().clone() for name, p in net.named_parameters()}
+    net.zero_grad()
+    loss = PathLocalCrossEntropy(tree, True)(net.scorer(net.encode(_csr(X))), target)
+    torch.testing.assert_close(loss, HierarchicalCrossEntropy(tree, "sibling", True)(net(X), target))
+    loss.backward()
+    assert full["match_weight"].abs().sum() > 0
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(p.grad.to_dense(), full[name], msg=name)
+
+
+def test_bad_class_features_are_named():
+    F = sp.random(5, 10, density=0.3, format="csr", random_state=0)
+    with pytest.raises(TypeError, match="scipy sparse"):
+        SparseMLP(10, 7, class_features=F.toarray())
+    with pytest.raises(ValueError, match=r"\(5, 10\).*7 rows.*\(11\)"):
+        SparseMLP(11, 7, class_features=F)
+    with pytest.raises(ValueError, match=r"\(5, 10\).*at most 4 rows"):
+        SparseMLP(10, 4, class_features=F)
+    bad = F.copy()
+    bad.data[0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        SparseMLP(10, 7, class_features=bad)
+
+
+def test_names_in_the_input_place_classes_never_seen_in_training():
+    # 2 x 20 leaves under two roots. Leaf k's class text is a pair of words out of 10 (its
+    # name); a sample of leaf k holds both words plus a feature of its root. Half the leaves
+    # are never training targets, but every word occurs in the names of trained leaves, so
+    # its match weight is learnt: only the class text can point to an untrained leaf.
+    tree = Tree.from_parents([-1, -1] + [0] * 20 + [1] * 20)
+    leaves = np.arange(2, 42)
+    pairs = [(i, j) for i in range(10) for j in range(i + 1, 10)][:40]
+    names = sp.lil_matrix((tree.n_classes, 12), dtype=np.float32)
+    for leaf, (i, j) in zip(leaves, pairs):
+        names[leaf, [2 + i, 2 + j]] = 1.0
+    names = names.tocsr()
+    rng = np.random.default_rng(0)
+    y = rng.choice(leaves, size=600)
+    X = names[y].tolil()
+    X[np.arange(600), np.where(y < 22, 0, 1)] = 1.0
+    X = X.tocsr()
+    seen = np.isin(y, leaves[::2])
+    assert np.asarray(names[leaves[::2]][:, 2:].sum(0)).min() > 0  # every word is in a trained name
+    accuracy = {}
+    for text in (None, names):
+        model = HierarchicalClassifier(
+            tree, semantics="terminal", module__hidden_units=16, module__class_features=text,
+            max_epochs=30, batch_size=64, random_state=0,
+        ).fit(X[seen], y[seen])
+        accuracy[text is not None] = float((model.predict_node(X[~seen]) == y[~seen]).mean())
+    assert accuracy[False] < 0.1, accuracy  # never a training target: the plain model cannot name it
+    assert accuracy[True] > 0.9, accuracy
+
+
+def test_best_first_decoding_with_class_text_equals_exhaustive(random_tree):
+    # The C search handles plain linear layers only: with class text the score function says
+    # so (linear_parts is None) and the torch search, which scores through it, decodes.
+    from hiclass_parallel.ops import best_paths
+
+    tree = random_tree(3, 30)
+    rng = np.random.default_rng(3)
+    X = sp.random(200, 25, density=0.3, format="csr", random_state=3, dtype=np.float32)
+    text = sp.random(tree.n_classes, 25, density=0.2, format="csr", random_state=4, dtype=np.float32)
+    y = tree.labels[rng.integers(0, tree.n_classes, size=200)]
+    model = HierarchicalClassifier(tree, semantics="terminal", module__hidden_units=8, module__class_features=text,
+                                   max_epochs=3, random_state=0).fit(X, y)
+    assert model.path_local_
+    hidden = model.net_.module_.encode(torch.as_tensor(X[:2].toarray()))
+    assert model.net_.module_.scorer(hidden).linear_parts is None
+    paths, _ = best_paths(torch.as_tensor(model.decision_function(X)), tree, partition="sibling", stop=True,
+                          semantics="terminal")
+    np.testing.assert_array_equal(model._predict_ids(X), paths.numpy())
