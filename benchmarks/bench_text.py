@@ -63,7 +63,6 @@ def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
     from sklearn.model_selection import train_test_split
 
     from hiclass_parallel.datasets import load_wordnet_glosses
-    from hiclass_parallel.ops.groups import stop_columns
 
     data = load_wordnet_glosses(root, include_lemmas=True)
     ids = data.tree.to_ids(data.target)
@@ -80,16 +79,10 @@ def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
         names[node] = text.split(": ", 1)[0]
     for root_id in np.flatnonzero(np.asarray(data.tree.parents) < 0):
         names[root_id] = str(data.tree.labels[root_id]).split(".")[0].replace("_", " ")
-    # The stop column of an internal node ("the answer is this node") gets the node's names too:
-    # rows C + k for the k-th internal node, as the sibling partition orders its stop columns.
-    stop_col = stop_columns(data.tree, "sibling")
-    internal = np.flatnonzero(stop_col >= 0)
-    rows = names + [""] * internal.size
-    for node in internal:
-        rows[stop_col[node]] = names[node]
     return {"X_train": X_train, "X_test": vec.transform(t_test).tocsr(),
             "y_train": np.asarray(y_train), "y_test": np.asarray(y_test), "tree": data.tree,
-            "class_features": vec.transform(rows).tocsr()}
+            # one row per class: the classifier gives each stop column its node's row
+            "class_features": vec.transform(names).tocsr()}
 
 
 def score_text(tree: Any, y_train: np.ndarray, y_test: np.ndarray, pred: np.ndarray) -> dict[str, float]:

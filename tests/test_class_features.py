@@ -114,3 +114,25 @@ def test_best_first_decoding_with_class_text_equals_exhaustive(random_tree):
     paths, _ = best_paths(torch.as_tensor(model.decision_function(X)), tree, partition="sibling", stop=True,
                           semantics="terminal")
     np.testing.assert_array_equal(model._predict_ids(X), paths.numpy())
+
+
+def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):
+    from hiclass_parallel.dag import Dag
+    from hiclass_parallel.estimators import MultiLabelHierarchicalClassifier
+    from hiclass_parallel.ops.groups import stop_columns
+
+    tree = random_tree(5, 25)
+    X = sp.random(120, 20, density=0.3, format="csr", random_state=5, dtype=np.float32)
+    text = sp.random(tree.n_classes, 20, density=0.2, format="csr", random_state=6, dtype=np.float32)
+    y = tree.labels[np.random.default_rng(5).integers(0, tree.n_classes, size=120)]
+    stop_col = stop_columns(tree, "sibling")
+    internal = np.flatnonzero(stop_col >= 0)
+    full = sp.vstack([text, sp.csr_matrix((internal.size, 20), dtype=np.float32)]).tolil()
+    full[stop_col[internal]] = text[internal]
+    kw = dict(semantics="terminal", module__hidden_units=8, max_epochs=2, random_state=0)
+    short = HierarchicalClassifier(tree, module__class_features=text, **kw).fit(X, y)
+    spelled = HierarchicalClassifier(tree, module__class_features=full.tocsr(), **kw).fit(X, y)
+    np.testing.assert_array_equal(short.decision_function(X), spelled.decision_function(X))
+    # on a tree the multi-label classifier reads the same rows (its copies are the classes)
+    multi = MultiLabelHierarchicalClassifier(Dag.from_tree(tree), module__class_features=text, **kw).fit(X, y)
+    np.testing.assert_allclose(multi.decision_function(X), short.decision_function(X), rtol=1e-4, atol=1e-5)

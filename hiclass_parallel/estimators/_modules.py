@@ -282,6 +282,9 @@ class SparseMLP(nn.Module):
         Text of the classes themselves, in the same feature space as ``X`` (for example
         ``vectorizer.transform(class_names)``), one row per class in the tree's node-id order
         (``tree.labels``); a matrix of ``n_outputs`` rows also gives the stop columns a row.
+        Through :class:`HierarchicalClassifier` one row per class is enough: it gives each stop
+        column (sibling partition) the row of its node, and
+        :class:`MultiLabelHierarchicalClassifier` each copy of a DAG class the class's row.
         Each column's score then adds a lexical match ``sum_j x_j w_j f_cj`` with one learnt
         weight ``w_j`` per feature of the class texts (zero at the start): an input that names
         a class can point to it even when the class was never a training target. On WordNet

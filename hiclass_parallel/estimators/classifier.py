@@ -551,6 +551,27 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             "criterion__validate": False,
         }
 
+    def _node_rows(self) -> np.ndarray:
+        """For every node of ``tree_``, its class's position in ``classes_`` (the identity here)."""
+        return np.arange(self.tree_.n_classes)
+
+    def _class_feature_rows(self, features: sp.spmatrix) -> sp.csr_matrix:
+        """``module__class_features`` with one row per class (``classes_`` order) as one row per
+        score column: each node's class row, and under the sibling partition each stop column
+        the row of the node whose children it ends at (measured better on WordNet than text-less
+        stops: ``docs/benchmark-text.md``). Other shapes pass unchanged to the module's checks."""
+        from ..ops.groups import stop_columns
+
+        if features.shape[0] != len(self.classes_):
+            return features
+        node_rows = self._node_rows()
+        rows = [node_rows]
+        if self.stop_ and self.partition_ == "sibling":
+            stop_col = stop_columns(self.tree_, "sibling")
+            internal = np.flatnonzero(stop_col >= 0)
+            rows.append(node_rows[internal[np.argsort(stop_col[internal])]])
+        return sp.csr_matrix(features)[np.concatenate(rows)]
+
     def _build_net(self, seed: int | None, n_rows: int | None) -> TreeNet:
         module = self.module_class_
         n_stops = self.n_scores_ - self.tree_.n_classes
@@ -562,6 +583,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             )),
         }
         module_args = module_kwargs(module, self._skorch_kwargs("module__"), sizes)
+        if sp.issparse(module_args.get("class_features")):
+            module_args["class_features"] = self._class_feature_rows(module_args["class_features"])
 
         callbacks = [copy.deepcopy(cb) for cb in (self.callbacks or [])]
         train_split = self.train_split

@@ -185,6 +185,10 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         self.classes_ = self.hierarchy_.labels
         return seed
 
+    def _node_rows(self) -> np.ndarray:
+        # every copy of a DAG class reads the class's row (of class_features, of classes_)
+        return self.unrolled_.origin
+
     def _criterion_params(self) -> dict[str, Any]:
         from ..losses import DagCrossEntropy
 
