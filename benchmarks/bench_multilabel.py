@@ -8,6 +8,9 @@ every method. Methods, in one process, one after the other:
 
 - **hc-multilabel**: ``MultiLabelHierarchicalClassifier(dag, semantics="terminal")``, nothing
   else set (``SparseMLP``, path-local DAG loss, ``threshold=0.5``, ``top_k=5``);
+- **hc-multilabel-classtext**: the same plus ``module__class_features``: the lemma names of
+  every class, TF-IDF encoded like ``X``, except the classes whose synset is a held-out row
+  (as ``bench_text``'s ``hc-text-classtext``; each copy of a DAG class reads the class's row);
 - **ovr-linear-svc**: ``OneVsRestClassifier(LinearSVC())`` on the ``MultiLabelBinarizer``
   indicator of the training label sets (one binary LinearSVC per label seen in training);
   a sample whose decision values are all negative gets its highest-scoring label (without
@@ -46,12 +49,25 @@ def load(root: str | None, seed: int) -> dict[str, Any]:
 
     from hiclass_parallel.datasets import load_wordnet_glosses
 
-    texts, target, dag = load_wordnet_glosses(root, include_lemmas=True, hypernyms="all", return_X_y=True,
-                                             return_tree=True)
-    t_train, t_test, y_train, y_test = train_test_split(texts, list(target), test_size=0.2, random_state=seed)
+    data = load_wordnet_glosses(root, include_lemmas=True, hypernyms="all")
+    dag = data.dag
+    own = dag.to_ids(data.synsets)
+    t_train, t_test, y_train, y_test, own_train, _ = train_test_split(
+        data.data, list(data.target), own, test_size=0.2, random_state=seed)
     vec = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), dtype=np.float32)
-    return {"X_train": vec.fit_transform(t_train).tocsr(), "X_test": vec.transform(t_test).tocsr(),
-            "y_train": [list(t) for t in y_train], "y_test": [list(t) for t in y_test], "dag": dag}
+    X_train = vec.fit_transform(t_train).tocsr()
+    # Class text, as bench_text's: a class's lemma names, for the classes that are no held-out
+    # row's synset; a class without a row (a root) gets its label's lemma.
+    names = [""] * dag.n_nodes
+    for node, text in zip(own_train, t_train):
+        names[node] = text.split(": ", 1)[0]
+    has_row = np.zeros(dag.n_nodes, dtype=bool)
+    has_row[own] = True
+    for node in np.flatnonzero(~has_row):
+        names[node] = str(dag.labels[node]).split(".")[0].replace("_", " ")
+    return {"X_train": X_train, "X_test": vec.transform(t_test).tocsr(),
+            "y_train": [list(t) for t in y_train], "y_test": [list(t) for t in y_test], "dag": dag,
+            "class_features": vec.transform(names).tocsr()}
 
 
 def scores(dag: Any, y_true: list, y_pred: list) -> dict[str, float]:
@@ -74,10 +90,11 @@ def scores(dag: Any, y_true: list, y_pred: list) -> dict[str, float]:
     }
 
 
-def run_ours(data: dict[str, Any], seed: int) -> dict[str, Any]:
+def run_ours(data: dict[str, Any], seed: int, class_text: bool = False) -> dict[str, Any]:
     from hiclass_parallel.estimators import MultiLabelHierarchicalClassifier
 
-    clf = MultiLabelHierarchicalClassifier(data["dag"], semantics="terminal", random_state=seed)
+    extra = {"module__class_features": data["class_features"]} if class_text else {}
+    clf = MultiLabelHierarchicalClassifier(data["dag"], semantics="terminal", random_state=seed, **extra)
     start = time.perf_counter()
     clf.fit(data["X_train"], data["y_train"])
     fit_s = time.perf_counter() - start
@@ -139,13 +156,16 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"{name}: {info}", flush=True)
         results = {}
-        for method, fn in (("ovr-linear-svc", run_ovr), ("hc-multilabel", run_ours)):
+        methods = (("ovr-linear-svc", run_ovr), ("hc-multilabel", run_ours),
+                   ("hc-multilabel-classtext", lambda d, seed: run_ours(d, seed, class_text=True)))
+        for method, fn in methods:
             results[method] = fn(data, args.seed)
             print(f"  {method}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                             for k, v in results[method].items() if k != "without_fallback"),
                   flush=True)
         info["load_average_end"] = os.getloadavg()[0]
-        info["fit_ratio"] = results["hc-multilabel"]["fit_s"] / results["ovr-linear-svc"]["fit_s"]
+        for method in ("hc-multilabel", "hc-multilabel-classtext"):
+            info[f"fit_ratio_{method}"] = results[method]["fit_s"] / results["ovr-linear-svc"]["fit_s"]
         report["subsets"][name] = {**info, "results": results}
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

@@ -38,24 +38,29 @@ _FUNCTIONS = {np.dtype(np.float32): "group_lse_f32", np.dtype(np.float64): "grou
 MIN_MEAN_GROUP = 32
 
 
-@functools.lru_cache(maxsize=1)
-def _library() -> Any:
-    """The loaded library, or ``None`` where it was not built or is turned off."""
+@functools.lru_cache(maxsize=None)
+def load_library(module: str, names: tuple[str, ...], restype: Any, argtypes: tuple) -> Any:
+    """The optional C extension ``module`` with the signature of ``names`` set, or ``None``
+    where it was not built or ``HICLASS_PARALLEL_NATIVE=0`` turns the C kernels off."""
     if os.environ.get("HICLASS_PARALLEL_NATIVE", "1") == "0":
         return None
     try:
-        spec = importlib.util.find_spec(_MODULE)
+        spec = importlib.util.find_spec(module)
         if spec is None or not spec.origin:
             return None
         lib = ctypes.CDLL(spec.origin)
     except (ImportError, OSError):
         return None
-    p, i = ctypes.c_void_p, ctypes.c_int64
-    for name in _FUNCTIONS.values():
+    for name in names:
         fn = getattr(lib, name)
-        fn.restype = None
-        fn.argtypes = [p, p, p, i, i, p, p, i, p, p, p]
+        fn.restype = restype
+        fn.argtypes = list(argtypes)
     return lib
+
+
+def _library() -> Any:
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    return load_library(_MODULE, tuple(_FUNCTIONS.values()), None, (p, p, p, i, i, p, p, i, p, p, p))
 
 
 def available() -> bool:

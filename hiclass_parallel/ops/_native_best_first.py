@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
-import os
 from typing import Any
 
 import numpy as np
 
 from ._array_ops import _n_threads, map_ranges
+from ._native import load_library
 from .sibling_paths import SiblingPlan
 
 __all__ = ["available", "search", "ROW_UNDECIDABLE", "ROW_OVER_BUDGET"]
@@ -39,24 +38,11 @@ ROW_UNDECIDABLE, ROW_OVER_BUDGET = 1, 2
 _MIN_CHUNK_ROWS = 64
 
 
-@functools.lru_cache(maxsize=1)
 def _library() -> Any:
     """The loaded library, or ``None`` where it was not built or is turned off."""
-    if os.environ.get("HICLASS_PARALLEL_NATIVE", "1") == "0":
-        return None
-    try:
-        spec = importlib.util.find_spec(_MODULE)
-        if spec is None or not spec.origin:
-            return None
-        lib = ctypes.CDLL(spec.origin)
-    except (ImportError, OSError):
-        return None
     p, i = ctypes.c_void_p, ctypes.c_int64
-    for name in _FUNCTIONS.values():
-        fn = getattr(lib, name)
-        fn.restype = ctypes.c_int
-        fn.argtypes = [p, i, i, p, p, i, p, p, p, p, p, i, ctypes.c_int, i, i, i, p, p, p, p]
-    return lib
+    argtypes = (p, i, i, p, p, i, p, p, p, p, p, i, ctypes.c_int, i, i, i, p, p, p, p)
+    return load_library(_MODULE, tuple(_FUNCTIONS.values()), ctypes.c_int, argtypes)
 
 
 def available() -> bool:
