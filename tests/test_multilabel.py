@@ -279,3 +279,20 @@ def test_scorers_and_cross_validation_use_the_dag_metrics():
     Y = read_label_sets(y, dag.n_nodes, dag.to_ids)[0]
     search = GridSearchCV(MultiLabelHierarchicalClassifier(dag, semantics="terminal", **FAST), {"threshold": [0.3, 0.9]}, cv=2)
     assert search.fit(X, Y).best_params_ == {"threshold": 0.3}  # the two-label cluster needs both
+
+
+def test_class_text_of_a_dag_class_reaches_every_copy():
+    from hiclass_parallel.ops.groups import stop_columns
+
+    dag, X, y = toy(n_per=10)
+    Xs = sp.csr_matrix(X)
+    text = sp.csr_matrix(np.eye(dag.n_nodes, 4, dtype=np.float32) + 0.5)  # one row per DAG class
+    kw = dict(semantics="terminal", max_epochs=2, random_state=0, module__hidden_units=8)
+    short = MultiLabelHierarchicalClassifier(dag, module__class_features=text, **kw).fit(Xs, y)
+    tree, origin = short.tree_, short.unrolled_.origin
+    stop_col = stop_columns(tree, "sibling")
+    internal = np.flatnonzero(stop_col >= 0)
+    full = sp.vstack([text[origin], sp.csr_matrix((internal.size, 4), dtype=np.float32)]).tolil()
+    full[stop_col[internal]] = text[origin[internal]]
+    spelled = MultiLabelHierarchicalClassifier(dag, module__class_features=full.tocsr(), **kw).fit(Xs, y)
+    np.testing.assert_array_equal(short.decision_function(Xs), spelled.decision_function(Xs))
