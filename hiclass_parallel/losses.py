@@ -411,6 +411,9 @@ class DagCrossEntropy(nn.Module):
         filled = slot[None, :] < counts[:, None]
         copies[:-1][filled] = (offsets[:-1, None] + slot[None, :])[filled]
         self.register_buffer("copies", torch.from_numpy(copies), persistent=False)
+        # the per-copy path losses of path-local training (a score function), sibling partition only
+        self.path_local = (PathLocalCrossEntropy(self.tree, self.stop, "none", semantics=semantics)
+                           if partition == "sibling" else None)
 
     def forward(self, scores: torch.Tensor | ScoreFn, target: torch.Tensor) -> torch.Tensor:
         """Loss of the unrolled tree's scores against DAG node ids ``target (B,)`` (``-1``: unlabelled).
@@ -442,7 +445,7 @@ class DagCrossEntropy(nn.Module):
         """``log`` of the summed path probabilities of each row's copies ``cols (B, K)`` (``-1``
         pads), scoring only the groups on those paths: one :class:`PathLocalCrossEntropy` row
         per (sample, copy) pair, then a segment log-sum-exp per sample."""
-        if self.partition != "sibling":
+        if self.path_local is None:
             raise ValueError(
                 "path-local DAG training (a score function) needs partition='sibling': under the level "
                 "partition a group's normaliser spans a whole depth"
@@ -450,7 +453,5 @@ class DagCrossEntropy(nn.Module):
         owner, slot = torch.nonzero(cols >= 0, as_tuple=True)
         copy_ids = cols[owner, slot]
         owner = owner.to(cols.device)
-        per_copy = PathLocalCrossEntropy(self.tree, self.stop, "none", semantics=self.semantics)(
-            lambda rows, columns: score(owner[rows], columns), copy_ids
-        )  # -log P(path of each copy)
+        per_copy = self.path_local(lambda rows, columns: score(owner[rows], columns), copy_ids)  # -log P(each copy's path)
         return segment_logsumexp(-per_copy, owner, cols.shape[0])
