@@ -36,16 +36,16 @@ def is_label_set(value: Any) -> bool:
 
 
 def _indicator_from_matrix(y: Any, n_nodes: int, name: str) -> tuple[sp.csr_matrix, str]:
-    form = "sparse" if sp.issparse(y) else "indicator"
-    matrix = sp.csr_matrix(y) if form == "sparse" else None
-    if matrix is None:
+    if sp.issparse(y):
+        form, matrix = "sparse", sp.csr_matrix(y)
+    else:
         arr = np.asarray(y)
         if arr.dtype.kind not in "biuf":
             raise ValueError(
                 f"{name} is a 2-D array of {arr.dtype} values: a multi-label y is a list of label lists per "
                 "sample, or a 0/1 indicator matrix with one column per class (MultiLabelBinarizer's output)"
             )
-        matrix = sp.csr_matrix(arr)
+        form, matrix = "indicator", sp.csr_matrix(arr)
     if matrix.shape[1] != n_nodes:
         raise ValueError(
             f"{name} is an indicator matrix of shape {matrix.shape}, but the hierarchy has {n_nodes} classes: "

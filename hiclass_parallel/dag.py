@@ -110,6 +110,9 @@ class Dag:
             raise TreeError(f"parent ids {describe_some(ids[bad].tolist())} are not in [-1, {n})")
         self._offsets = _readonly(offsets)
         self._parent_ids = _readonly(ids)
+        child = np.repeat(np.arange(n), counts)
+        real = ids >= 0
+        self._edges = (_readonly(child[real]), _readonly(ids[real]))
         self._order = self._topological_order()
         self._depth = _readonly(self._longest_depth())
         self._index: dict | None = None
@@ -189,13 +192,12 @@ class Dag:
     def _topological_order(self) -> np.ndarray:
         """Kahn's algorithm over parent -> child edges; a cycle is named with its labels."""
         n = self.n_nodes
-        child = np.repeat(np.arange(n), np.diff(self._offsets))
-        real = self._parent_ids >= 0
-        pending = np.bincount(child[real], minlength=n)
+        child, parent = self._edges
+        pending = np.bincount(child, minlength=n)
         # children of each parent, as CSR, to release them when the parent is placed
-        by_parent = np.argsort(self._parent_ids[real], kind="stable")
-        kids = child[real][by_parent]
-        kid_offsets = np.searchsorted(self._parent_ids[real][by_parent], np.arange(n + 1))
+        by_parent = np.argsort(parent, kind="stable")
+        kids = child[by_parent]
+        kid_offsets = np.searchsorted(parent[by_parent], np.arange(n + 1))
         order = np.empty(n, dtype=np.int64)
         frontier = np.flatnonzero(pending == 0)
         done = 0
@@ -319,6 +321,17 @@ class Dag:
         """Number of classes of the unrolled tree (the sum of :meth:`n_paths`), built from nothing."""
         return sum(self.n_paths())
 
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(child, parent)``: the node ids of every parent link, the implicit root's left out,
+        in child order (read-only; computed once, with the DAG).
+
+        Examples
+        --------
+        >>> [e.tolist() for e in Dag.from_edges([("c", "a"), ("c", "b"), ("d", "c")]).edges()]
+        [[0, 0, 3], [1, 2, 0]]
+        """
+        return self._edges
+
     def ancestor_sets(self) -> list[frozenset[int]]:
         """For every node, the ids of its ancestors through every parent, itself included.
 
@@ -356,9 +369,8 @@ class Dag:
         import scipy.sparse as sp
 
         n = self.n_nodes
-        child = np.repeat(np.arange(n), np.diff(self._offsets))
-        real = self._parent_ids >= 0
-        parent_of = sp.csr_matrix((np.ones(int(real.sum()), dtype=bool), (child[real], self._parent_ids[real])), shape=(n, n))
+        child, parent = self._edges
+        parent_of = sp.csr_matrix((np.ones(child.size, dtype=bool), (child, parent)), shape=(n, n))
         closure = sp.identity(n, dtype=bool, format="csr")
         for level in range(1, int(self._depth.max()) + 1 if n else 1):
             rows = np.flatnonzero(self._depth == level)

@@ -159,12 +159,12 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         check_consistent_length(X, indicator)
         if indicator.nnz == 0:
             raise ValueError("y holds no label at all: every sample's label set is empty")
-        if not hasattr(self, "label_form_") or not hasattr(self, "net_"):
+        if not hasattr(self, "net_"):  # a new fit; continuing keeps the first fit's form
             self.label_form_ = form
-        coo = indicator.tocoo()
+        coo = indicator.tocoo()  # the reader's CSR is canonical: pairs come sorted by row, then node
         pairs = np.stack([coo.row, coo.col], axis=1).astype(np.int64)
         self.n_pairs_ = int(pairs.shape[0])
-        return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+        return pairs
 
     def _check_targets(self, ids: np.ndarray) -> None:
         # the first copy of each label stands for it: copies share depth and leafness
@@ -220,11 +220,9 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         k = min(int(self.top_k), proba.shape[1])
         candidate = proba
         if self.semantics == "partial":
-            dag = self.hierarchy_
-            child = np.repeat(np.arange(dag.n_nodes), np.diff(dag.parent_offsets))
-            real = dag.parent_ids >= 0
-            child_t = torch.as_tensor(child[real], device=proba.device)
-            parent_t = torch.as_tensor(dag.parent_ids[real], device=proba.device)
+            child, parent = self.hierarchy_.edges()
+            child_t = torch.tensor(child, device=proba.device)  # copies: the DAG's arrays are read-only
+            parent_t = torch.tensor(parent, device=proba.device)
             above = (proba >= self.threshold).to(proba.dtype)
             covered = torch.zeros_like(proba).index_add_(1, parent_t, above.index_select(1, child_t))
             candidate = torch.where(covered > 0, torch.full_like(proba, -1.0), proba)  # below any threshold
