@@ -26,10 +26,10 @@ from torch import nn
 
 from .ops._engine import SEMANTICS, autograd, backend_for, layout, layout_arrays, normalise_mask_value
 from .ops.groups import node_log_probs
-from .ops.sibling_paths import ScoreFn, expand_rows, path_rows, segment_logsumexp, sibling_plan
+from .ops.sibling_paths import ScoreFn, expand_rows, path_rows, score_matrix, segment_logsumexp, sibling_plan
 from .tree import PAD, PARTITIONS, Tree
 
-__all__ = ["HierarchicalCrossEntropy", "PathLocalCrossEntropy", "DagCrossEntropy", "REDUCTIONS"]
+__all__ = ["HierarchicalCrossEntropy", "PathLocalCrossEntropy", "DagCrossEntropy", "in_batch_level_loss", "REDUCTIONS"]
 
 #: Reductions of :class:`HierarchicalCrossEntropy`.
 REDUCTIONS = ("mean", "sum", "none")
@@ -296,6 +296,18 @@ class PathLocalCrossEntropy(nn.Module):
     semantics : {"partial", "terminal"}, default=None
         As in :class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`: ``None`` means
         ``"terminal"`` with ``stop=True``, else ``"partial"``.
+    level_contrast : float, default=0.0
+        Weight of an extra term while training (``criterion.train()``; evaluation mode gives
+        the exact sibling loss alone, so validation losses stay comparable): at every depth,
+        each sample's ancestor at that depth against the ancestors at that depth of the
+        other samples of the batch, one softmax per depth over those in-batch classes (the
+        paper's level partition, with the batch as the sample of its classes). The sibling
+        softmax only ever compares siblings; this term also pushes apart classes of different
+        branches that the input confuses. It costs one product of the batch against its
+        distinct ancestors. :class:`~hiclass_parallel.estimators.HierarchicalClassifier` sets
+        0.3 for path-local training: on WordNet glosses it added 0.019-0.023 hF1
+        (``docs/benchmark-text.md``). With ``"mean"`` the term is the mean over (sample,
+        depth) rows; with ``"sum"`` and ``"none"``, sums (per sample for ``"none"``).
 
     Examples
     --------
@@ -312,17 +324,24 @@ class PathLocalCrossEntropy(nn.Module):
     True
     """
 
-    def __init__(self, tree: Tree, stop: bool = False, reduction: str = "mean", *, semantics: str | None = None):
+    def __init__(
+        self, tree: Tree, stop: bool = False, reduction: str = "mean", *, semantics: str | None = None,
+        level_contrast: float = 0.0,
+    ):
         super().__init__()
         semantics = _check_args(tree, stop, reduction, semantics)
+        if isinstance(level_contrast, bool) or not np.isfinite(float(level_contrast)) or float(level_contrast) < 0:
+            raise ValueError(f"level_contrast must be a finite number >= 0, got {level_contrast!r}")
         self.tree = tree
         self.stop = bool(stop)
         self.reduction = reduction
         self.semantics = semantics
+        self.level_contrast = float(level_contrast)
         self.n_outputs = sibling_plan(tree, self.stop).n_outputs
 
     def extra_repr(self) -> str:
-        return f"n_outputs={self.n_outputs}, stop={self.stop}, semantics={self.semantics!r}, reduction={self.reduction!r}"
+        return (f"n_outputs={self.n_outputs}, stop={self.stop}, semantics={self.semantics!r}, "
+                f"reduction={self.reduction!r}, level_contrast={self.level_contrast}")
 
     def forward(self, score: ScoreFn, target: torch.Tensor) -> torch.Tensor:
         """Loss of the scores ``score(samples, columns)`` against node ids ``target (B,)``.
@@ -340,12 +359,44 @@ class PathLocalCrossEntropy(nn.Module):
         per_row = lse - picked
         B = target.shape[0]
         per_sample = torch.zeros(B, dtype=values.dtype, device=values.device).index_add(0, sample, per_row)
+        contrast = None
+        if self.training and self.level_contrast > 0:
+            contrast, n_contrast = in_batch_level_loss(score, target, plan.arrays(target)["paths"])
         if self.reduction == "none":
-            return per_sample
+            return per_sample if contrast is None else per_sample + self.level_contrast * contrast
         total = per_sample.sum()
         if self.reduction == "sum":
-            return total
-        return total / max(int(sample.shape[0]), 1)
+            return total if contrast is None else total + self.level_contrast * contrast.sum()
+        mean = total / max(int(sample.shape[0]), 1)
+        if contrast is None:
+            return mean
+        return mean + self.level_contrast * contrast.sum() / n_contrast.clamp(min=1)
+
+
+def in_batch_level_loss(score: ScoreFn, target: torch.Tensor, paths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample sums of the in-batch level softmax loss, and the number of its rows (a tensor).
+
+    For every labelled sample ``b`` and depth ``d`` of its path, the row's candidates are the
+    distinct ancestors at depth ``d`` of the batch's targets; its loss is their logsumexp
+    minus the score of ``b``'s own ancestor. All rows come from one score block: the batch
+    against its distinct ancestors (``paths`` is the tree's ``(C, L)`` path table).
+    """
+    B = target.shape[0]
+    labelled = torch.nonzero(target >= 0).squeeze(1)
+    anc = paths[target[labelled]]  # (B', L), PAD-padded
+    valid = anc >= 0
+    columns, where = torch.unique(anc[valid], return_inverse=True)
+    block = score_matrix(score, labelled, columns)  # (B', K)
+    col_depth = (paths[columns] >= 0).sum(1) - 1
+    pos = torch.zeros_like(anc).masked_scatter_(valid, where)
+    picked = block.gather(1, pos)  # (B', L): each row's own ancestor
+    # One masked logsumexp per depth: the loop is over the L levels only. A finite fill, not
+    # -inf: a depth no target reaches would give -inf - -inf = NaN gradients through `where`.
+    lowest = torch.finfo(block.dtype).min
+    lse = torch.stack([block.masked_fill(col_depth != d, lowest).logsumexp(1) for d in range(anc.shape[1])], dim=1)
+    per_row = torch.where(valid, lse - picked, torch.zeros((), dtype=block.dtype, device=block.device))
+    per_sample = torch.zeros(B, dtype=block.dtype, device=block.device).index_add(0, labelled, per_row.sum(1))
+    return per_sample, valid.sum()
 
 
 class DagCrossEntropy(nn.Module):

@@ -241,6 +241,14 @@ class _ColumnScores:
             scores = scores + head._match(self.h[:, head.width :], unique)
         return scores[samples, where]
 
+    def matrix(self, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """``(len(rows), len(columns))`` scores of those hidden rows against those columns."""
+        head, h = self.head, self.h[rows]
+        scores = torch.addmm(head.bias(columns).squeeze(-1), h[:, : head.width], head.weight(columns).t())
+        if head.has_text:
+            scores = scores + head._match(h[:, head.width :], columns)
+        return scores
+
     @property
     def linear_parts(self) -> Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
         """``() -> (h, weight, bias)``: best-first decoding on the CPU searches each row in C from

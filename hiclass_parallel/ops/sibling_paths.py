@@ -37,10 +37,35 @@ _ARRAYS = ("group_ptr", "group_cols", "col_pos", "group_of", "child_group", "gro
 
 __all__ = [
     "SiblingPlan", "sibling_plan", "path_rows", "expand_rows", "segment_logsumexp", "ScoreFn", "LinearScores",
+    "score_matrix",
 ]
 
 #: ``score(samples, columns) -> scores``: scores of the given (sample, column) pairs, 1-D.
+#: A score function may also offer ``matrix(rows, columns) -> (len(rows), len(columns))``, the
+#: block of those rows against those columns (:func:`score_matrix` falls back to pairs).
 ScoreFn = Callable[[Any, Any], Any]
+
+
+def score_matrix(score: ScoreFn, rows: Any, columns: Any) -> Any:
+    """Scores of every row in ``rows`` against every column in ``columns``: ``(R, K)``.
+
+    Uses the score function's own ``matrix`` when it has one (one dense product, no pair
+    indices), else asks it for the ``R * K`` pairs.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.ops.sibling_paths import score_matrix
+    >>> scores = torch.arange(12.0).reshape(3, 4)
+    >>> score_matrix(lambda r, c: scores[r, c], torch.tensor([0, 2]), torch.tensor([3, 1]))
+    tensor([[ 3.,  1.],
+            [11.,  9.]])
+    """
+    matrix = getattr(score, "matrix", None)
+    if matrix is not None:
+        return matrix(rows, columns)
+    R, K = rows.shape[0], columns.shape[0]
+    return score(rows.repeat_interleave(K), columns.repeat(R)).reshape(R, K)
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,3 +282,9 @@ class LinearScores:
         # distinct ones reads each weight row once
         unique, where = torch.unique(columns, return_inverse=True)
         return torch.addmm(self.bias[unique], self.h, self.weight[unique].t())[samples, where]
+
+    def matrix(self, rows: Any, columns: Any) -> Any:
+        """``(len(rows), len(columns))`` scores of those rows against those columns."""
+        import torch
+
+        return torch.addmm(self.bias[columns], self.h[rows], self.weight[columns].t())
