@@ -306,7 +306,7 @@ def test_get_params_clone_and_set_params_after_fit(small):
     clf = HierarchicalClassifier(tree, optimizer__weight_decay=1e-4, iterator_train__drop_last=False, **FAST)
     params = clf.get_params()
     assert params["module__hidden_units"] == 32 and params["optimizer__weight_decay"] == 1e-4
-    assert params["tree"] is tree and params["lr"] == 3e-3
+    assert params["tree"] is tree and params["lr"] is None  # resolved per module at fit
     copy = clone(clf)
     assert copy.get_params()["module__hidden_units"] == 32 and copy.tree == tree
     clf.fit(X, y)

@@ -132,13 +132,15 @@ def test_text_route_defaults(one_torch_thread, random_tree):
     y = rng.integers(0, 30, size=1200)
     X = sp.random(1200, 50, density=0.1, format="csr", random_state=0, dtype=np.float32)
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, batch_size=100).fit(X, y)
-    assert type(clf.net_.module_).__name__ == "SparseMLP" and clf.net_.module_.head.weight.embedding_dim == 512
+    assert type(clf.net_.module_).__name__ == "SparseMLP" and clf.net_.module_.head.weight.embedding_dim == 256
     assert clf.partition_ == "sibling" and clf.path_local_
     assert type(clf.net_.optimizer_).__name__ == "LazyAdam"
-    assert clf.net_.max_epochs == 18 == len(clf.net_.history)  # ceil(60 / sqrt(12 steps per epoch))
+    assert clf.net_.max_epochs == 11 == len(clf.net_.history)  # ceil(35 / sqrt(12 steps per epoch))
+    assert clf.net_.lr == 0.005 and clf.lr is None
     dense = HierarchicalClassifier(tree, semantics="terminal", random_state=0, max_epochs=None)
     dense.fit(X[:200].toarray(), y[:200])
     assert dense.net_.max_epochs == 10 and dense.partition_ == "level" and not dense.path_local_
+    assert dense.net_.lr == 0.003
 
 
 def test_extra_predict_methods_through_a_pipeline(one_torch_thread):

@@ -95,6 +95,8 @@ class NetParamsMixin:
         params = {name: getattr(self, name) for name in net_param_names(type(self))}
         if "max_epochs" in params:
             params["max_epochs"] = self._max_epochs(n_rows)
+        if "lr" in params:
+            params["lr"] = self._lr()
         params.update({k: v for k, v in self._skorch_kwargs().items() if not k.startswith("module__")})
         return params
 

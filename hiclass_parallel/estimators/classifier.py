@@ -50,6 +50,9 @@ from ._predict import PredictMixin
 
 __all__ = ["HierarchicalClassifier"]
 
+#: Default learning rates (``lr=None``): Adam on dense modules, LazyAdam on sparse input.
+DENSE_LR, SPARSE_LR = 3e-3, 5e-3
+
 #: ``criterion__level_contrast`` of path-local training (the in-batch level softmax term of
 #: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`).
 LEVEL_CONTRAST = 0.3
@@ -120,14 +123,16 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         otherwise. Adam and AdamW use torch's fused kernel on CPU and CUDA (about 10x faster
         per step on large output layers) unless ``optimizer__fused`` or
         ``optimizer__foreach`` is given.
-    lr : float, default=0.003
-        Learning rate.
+    lr : float, default=None
+        Learning rate. ``None``: 0.005 for modules with sparse input (:class:`SparseMLP`,
+        trained by :class:`LazyAdam`), 0.003 otherwise.
     max_epochs : int, default=None
         Passes over the data in :meth:`fit` (fewer with early stopping). ``None``: 10, or
-        for :class:`SparseMLP` (text) ``ceil(60 / sqrt(steps per epoch))`` within [3, 30]:
-        held-out accuracy on WordNet glosses peaked after about 60 x sqrt(steps per epoch)
-        steps in all (3,200 rows: 16 epochs; 8,200 rows: 11; 66,000 rows: 4; measured in
-        ``docs/benchmark-text.md``): bigger data sets need more steps, but fewer passes.
+        for :class:`SparseMLP` (text) ``ceil(35 / sqrt(steps per epoch))`` within [3, 30]:
+        held-out accuracy on WordNet glosses peaked after about 35 x sqrt(steps per epoch)
+        steps in all at lr 0.005 (3,200 rows: 10 epochs; 8,200 rows: 7; 66,000 rows: 3;
+        measured in ``docs/benchmark-text.md``): bigger data sets need more steps, but fewer
+        passes.
     batch_size : int, default=256
         Mini-batch size for training and prediction (``-1``: the whole data set).
     train_split : callable, default=None
@@ -200,7 +205,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     ``X`` may be a dense NumPy array, a torch tensor (CPU or CUDA; kept where it is), a
     pandas DataFrame, or a scipy sparse matrix, which is made dense one mini-batch at a
     time. The defaults (Adam, lr 0.003, batch 256, one hidden layer of 256 units,
-    10 epochs) favour speed on CPU for trees of up to 100,000 classes.
+    10 epochs; for sparse input :class:`SparseMLP` with lr 0.005) favour speed on CPU for
+    trees of up to 100,000 classes.
 
     Outputs are batch-invariant: in evaluation mode the module treats rows independently and
     decoding runs per row, so one sample's prediction does not depend on the rest of the
@@ -235,7 +241,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "top_k": [Interval(Integral, 1, None, closed="left")],
         "pad_label": "no_validation",
         "optimizer": [callable, None],
-        "lr": [Interval(Real, 0, None, closed="neither")],
+        "lr": [Interval(Real, 0, None, closed="neither"), None],
         "max_epochs": [Interval(Integral, 0, None, closed="left"), None],
         "batch_size": [Interval(Integral, 1, None, closed="left"), Options(Integral, {-1})],
         "train_split": [callable, None],
@@ -263,7 +269,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         top_k: int = 5,
         pad_label: Any = None,
         optimizer: Any = None,
-        lr: float = 3e-3,
+        lr: float | None = None,
         max_epochs: int | None = None,
         batch_size: int = 256,
         train_split: Any = None,
@@ -505,7 +511,13 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             return 10
         batch = self.batch_size if self.batch_size > 0 else n_rows
         steps = max(1, math.ceil(n_rows / batch))
-        return int(min(30, max(3, math.ceil(60 / math.sqrt(steps)))))
+        return int(min(30, max(3, math.ceil(35 / math.sqrt(steps)))))
+
+    def _lr(self) -> float:
+        """``lr``, or its default for this module."""
+        if self.lr is not None:
+            return self.lr
+        return SPARSE_LR if getattr(self.module_class_, "accepts_sparse", False) else DENSE_LR
 
     def _resolve_partition(self, module: type[torch.nn.Module]) -> str:
         if self.partition != "auto":
