@@ -11,6 +11,7 @@ import torch
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
+from hiclass_parallel.ops.sibling_paths import score_matrix
 from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
 
@@ -40,6 +41,18 @@ def test_scores_equal_the_dense_formula_and_path_local_equals_full(stop_rows, ra
     with torch.no_grad():
         torch.testing.assert_close(net(X), expected.detach())
         torch.testing.assert_close(net(_csr(X)), expected.detach())
+        # sparse batches carry only the vocabulary features they hold; rows and blocks agree
+        batch = net.encode(_csr(X))
+        assert batch.present.tolist() == sorted(set(net.vocabulary_position[torch.nonzero(X)[:, 1]].tolist()) - {-1})
+        cols = torch.as_tensor(rng.permutation(width)[:7])
+        torch.testing.assert_close(score_matrix(net.scorer(batch), torch.tensor([5, 0]), cols),
+                                   expected[[5, 0]][:, cols].detach())
+        # a batch with no vocabulary feature at all matches nothing
+        empty = torch.zeros_like(X)
+        empty[:, [j for j in range(20) if j not in set(net.vocabulary.tolist())][:2]] = 1.0
+        base = net.input(empty) @ net.head.weight.weight.t() + net.head.bias.weight.t()
+        assert net.encode(_csr(empty)).present.numel() == 0
+        torch.testing.assert_close(net(_csr(empty)), base)
     target = torch.as_tensor(rng.integers(0, 30, size=6))
     HierarchicalCrossEntropy(tree, "sibling", True)(net(X), target).backward()
     full = {name: p.grad.to_dense().clone() for name, p in net.named_parameters()}
