@@ -390,10 +390,17 @@ def in_batch_level_loss(score: ScoreFn, target: torch.Tensor, paths: torch.Tenso
     col_depth = (paths[columns] >= 0).sum(1) - 1
     pos = torch.zeros_like(anc).masked_scatter_(valid, where)
     picked = block.gather(1, pos)  # (B', L): each row's own ancestor
-    # One masked logsumexp per depth: the loop is over the L levels only. A finite fill, not
-    # -inf: a depth no target reaches would give -inf - -inf = NaN gradients through `where`.
-    lowest = torch.finfo(block.dtype).min
-    lse = torch.stack([block.masked_fill(col_depth != d, lowest).logsumexp(1) for d in range(anc.shape[1])], dim=1)
+    # Every depth's logsumexp at once: shift each column by its row's max at its depth
+    # (detached: the shift cancels in value and gradient), exponentiate once, and sum the
+    # columns of each depth with one index_add. A depth without columns sums to 0; it is
+    # read as 1 so that its log and gradient stay finite (`where` drops those rows).
+    L = anc.shape[1]
+    depth_index = col_depth.expand(block.shape[0], -1)
+    with torch.no_grad():
+        lowest = torch.finfo(block.dtype).min
+        shift = block.new_full((block.shape[0], L), lowest).scatter_reduce(1, depth_index, block, "amax")
+    sums = block.new_zeros(block.shape[0], L).index_add(1, col_depth, (block - shift.gather(1, depth_index)).exp())
+    lse = sums.masked_fill(sums == 0, 1.0).log() + shift
     per_row = torch.where(valid, lse - picked, torch.zeros((), dtype=block.dtype, device=block.device))
     per_sample = torch.zeros(B, dtype=block.dtype, device=block.device).index_add(0, labelled, per_row.sum(1))
     return per_sample, valid.sum()

@@ -99,3 +99,25 @@ def test_classifier_sets_and_lets_users_override_the_term(one_torch_thread, rand
     off = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0,
                                  criterion__level_contrast=0.0).fit(X, y)
     assert off.path_local_ and off.net_.criterion_.level_contrast == 0.0
+
+
+def test_sparse_mlp_scorer_reuses_its_scored_block_with_equal_loss_and_gradients(random_tree):
+    rng = np.random.default_rng(4)
+    tree = random_tree(rng, 30)
+    torch.manual_seed(0)
+    net = SparseMLP(12, n_outputs(tree, "sibling", True), hidden_units=8).double()
+    X = torch.as_tensor(rng.random((9, 12)) * (rng.random((9, 12)) < 0.4))
+    target = torch.as_tensor(rng.integers(-1, 30, size=9))
+    crit = PathLocalCrossEntropy(tree, True, level_contrast=0.7)
+    full = net(X)
+    want = crit(lambda r, c: full[r, c], target)
+    want.backward()
+    expected = {name: p.grad.to_dense().clone() for name, p in net.named_parameters()}
+    net.zero_grad()
+    scorer = net.scorer(net.encode(X))
+    got = crit(scorer, target)
+    assert scorer._scored is not None  # the level term read the path-local block
+    got.backward()
+    torch.testing.assert_close(got, want)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(p.grad.to_dense(), expected[name], msg=name)
