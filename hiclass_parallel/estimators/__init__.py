@@ -8,7 +8,7 @@ from typing import Any
 
 from .transformer import PathEncoder
 
-__all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "LazyAdam",
+__all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam",
            "save_classifier", "load_classifier",
            "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel"]
@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
         from .multilabel import MultiLabelHierarchicalClassifier
 
         return MultiLabelHierarchicalClassifier
-    if name in ("MLP", "SparseMLP", "SparseLinear", "ColumnScorer"):
+    if name in ("MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch"):
         from . import _modules
 
         return getattr(_modules, name)
