@@ -184,6 +184,7 @@ def plot(report: dict[str, Any], path: Path) -> bool:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return False
     subsets = list(report["subsets"])
@@ -196,6 +197,8 @@ def plot(report: dict[str, Any], path: Path) -> bool:
                 continue
             ax.scatter(r["fit_s"], r["hf1"], marker=markers.get(method, "o"), color=colors.get(method), s=60)
         ax.set_xscale("log")
+        # A panel spanning less than a decade gets labelled minor ticks that overlap: drop them.
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(name)
         ax.set_xlabel("fit seconds (log)")
         ax.grid(alpha=0.3)
