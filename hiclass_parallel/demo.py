@@ -78,7 +78,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     Parameters
     ----------
     root : str or None, default=None
-        Synset whose subtree is the task (``None``: all 82,115 nouns; about 2 minutes of
+        Synset whose subtree is the task (``None``: all 82,115 nouns; about 1.5 minutes of
         training on 2 cores).
     epochs : int, default=None
         Training epochs; ``None``: the classifier's default.
