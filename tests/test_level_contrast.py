@@ -85,22 +85,6 @@ def test_bad_level_contrast_is_named(paper_tree):
             PathLocalCrossEntropy(paper_tree, level_contrast=bad)
 
 
-def test_classifier_sets_and_lets_users_override_the_term(one_torch_thread, random_tree):
-    import scipy.sparse as sp
-
-    from hiclass_parallel.estimators import HierarchicalClassifier
-
-    rng = np.random.default_rng(0)
-    tree = random_tree(rng, 20)
-    y = rng.integers(0, 20, size=300)
-    X = sp.random(300, 40, density=0.1, format="csr", random_state=0, dtype=np.float32)
-    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0).fit(X, y)
-    assert clf.path_local_ and clf.net_.criterion_.level_contrast == 0.3
-    off = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0,
-                                 criterion__level_contrast=0.0).fit(X, y)
-    assert off.path_local_ and off.net_.criterion_.level_contrast == 0.0
-
-
 def test_sparse_mlp_scorer_reuses_its_scored_block_with_equal_loss_and_gradients(random_tree):
     rng = np.random.default_rng(4)
     tree = random_tree(rng, 30)

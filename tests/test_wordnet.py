@@ -326,3 +326,11 @@ def test_paper_table_benchmark_runs(tmp_path):
     for r in results:
         assert r["objects"]["paths"]["shape"] == [4, 20] and r["objects"]["paths"]["dtype"] == "int64"
         assert r["buffers_bytes"] <= 12e6  # the target for the library's fixed memory
+
+
+def test_former_module_path_reexports_every_builder_name():
+    import hiclass_parallel.datasets.wordnet as builder
+    import hiclass_parallel.wordnet as former
+
+    assert former.__all__ == builder.__all__ and "build_wordnet_dag" in former.__all__
+    assert all(getattr(former, name) is getattr(builder, name) for name in builder.__all__)
