@@ -51,6 +51,12 @@ def _check_args(tree: Tree, stop: bool, reduction: str, semantics: str | None) -
     return semantics
 
 
+def _check_level_contrast(weight: Any) -> float:
+    if isinstance(weight, bool) or not np.isfinite(float(weight)) or float(weight) < 0:
+        raise ValueError(f"level_contrast must be a finite number >= 0, got {weight!r}")
+    return float(weight)
+
+
 def _check_ids(target: torch.Tensor, n: int, what: str) -> None:
     """``target`` must be ``(B,)`` integer ids in ``[0, n)``, or ``-1`` for unlabelled samples."""
     if target.ndim != 1 or target.dtype.is_floating_point or target.dtype == torch.bool:
@@ -330,13 +336,12 @@ class PathLocalCrossEntropy(nn.Module):
     ):
         super().__init__()
         semantics = _check_args(tree, stop, reduction, semantics)
-        if isinstance(level_contrast, bool) or not np.isfinite(float(level_contrast)) or float(level_contrast) < 0:
-            raise ValueError(f"level_contrast must be a finite number >= 0, got {level_contrast!r}")
+        level_contrast = _check_level_contrast(level_contrast)
         self.tree = tree
         self.stop = bool(stop)
         self.reduction = reduction
         self.semantics = semantics
-        self.level_contrast = float(level_contrast)
+        self.level_contrast = level_contrast
         self.n_outputs = sibling_plan(tree, self.stop).n_outputs
 
     def extra_repr(self) -> str:
@@ -380,30 +385,80 @@ def in_batch_level_loss(score: ScoreFn, target: torch.Tensor, paths: torch.Tenso
     distinct ancestors at depth ``d`` of the batch's targets; its loss is their logsumexp
     minus the score of ``b``'s own ancestor. All rows come from one score block: the batch
     against its distinct ancestors (``paths`` is the tree's ``(C, L)`` path table).
+
+    Parameters
+    ----------
+    score : callable
+        ``score(samples, columns) -> scores``, optionally with ``matrix(rows, columns)``
+        (:func:`~hiclass_parallel.ops.sibling_paths.score_matrix`).
+    target : torch.Tensor of shape (B,)
+        Node ids; ``-1`` marks an unlabelled sample.
+    paths : torch.Tensor of shape (n_classes, n_levels)
+        The tree's ancestral paths (``Tree.paths``), ``-1``-padded.
+
+    Returns
+    -------
+    per_sample : torch.Tensor of shape (B,)
+    n_rows : torch.Tensor
+        The number of (sample, depth) rows.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.losses import in_batch_level_loss
+    >>> tree = Tree.from_parents([-1, -1, 0, 1])  # 0 > 2 and 1 > 3
+    >>> scores = torch.zeros(2, 4)
+    >>> paths = torch.as_tensor(tree.paths.copy())
+    >>> loss, rows = in_batch_level_loss(lambda r, c: scores[r, c], torch.tensor([2, 3]), paths)
+    >>> loss  # two depths, two equal candidates each: 2 log 2
+    tensor([1.3863, 1.3863])
+    >>> int(rows)
+    4
     """
-    B = target.shape[0]
-    labelled = torch.nonzero(target >= 0).squeeze(1)
-    anc = paths[target[labelled]]  # (B', L), PAD-padded
+    owner = torch.nonzero(target >= 0).squeeze(1)
+    return _level_loss_of_pairs(score, owner, target[owner], paths, target.shape[0])
+
+
+def _level_loss_of_pairs(
+    score: ScoreFn, owner: torch.Tensor, nodes: torch.Tensor, paths: torch.Tensor, n_samples: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The in-batch level loss where a sample may own several target nodes (a DAG label's copies).
+
+    ``(owner[i], nodes[i])`` pairs: sample ``owner[i]`` is right with ``nodes[i]``. At depth
+    ``d`` a sample's positives are the distinct depth-``d`` ancestors of its nodes, and its row
+    loss is ``logsumexp(all candidates) - logsumexp(its positives)``: with one node per sample,
+    the score of its own ancestor.
+    """
+    samples, row_of = torch.unique(owner, return_inverse=True)  # block rows: the samples with pairs
+    anc = paths[nodes]  # (P, L), PAD-padded
     valid = anc >= 0
     columns, where = torch.unique(anc[valid], return_inverse=True)
-    block = score_matrix(score, labelled, columns)  # (B', K)
+    block = score_matrix(score, samples, columns)  # (S, K)
+    S, K, L = block.shape[0], block.shape[1], anc.shape[1]
     col_depth = (paths[columns] >= 0).sum(1) - 1
-    pos = torch.zeros_like(anc).masked_scatter_(valid, where)
-    picked = block.gather(1, pos)  # (B', L): each row's own ancestor
     # Every depth's logsumexp at once: shift each column by its row's max at its depth
     # (detached: the shift cancels in value and gradient), exponentiate once, and sum the
     # columns of each depth with one index_add. A depth without columns sums to 0; it is
     # read as 1 so that its log and gradient stay finite (`where` drops those rows).
-    L = anc.shape[1]
-    depth_index = col_depth.expand(block.shape[0], -1)
+    depth_index = col_depth.expand(S, -1)
     with torch.no_grad():
         lowest = torch.finfo(block.dtype).min
-        shift = block.new_full((block.shape[0], L), lowest).scatter_reduce(1, depth_index, block, "amax")
-    sums = block.new_zeros(block.shape[0], L).index_add(1, col_depth, (block - shift.gather(1, depth_index)).exp())
-    lse = sums.masked_fill(sums == 0, 1.0).log() + shift
-    per_row = torch.where(valid, lse - picked, torch.zeros((), dtype=block.dtype, device=block.device))
-    per_sample = torch.zeros(B, dtype=block.dtype, device=block.device).index_add(0, labelled, per_row.sum(1))
-    return per_sample, valid.sum()
+        shift = block.new_full((S, L), lowest).scatter_reduce(1, depth_index, block, "amax")
+    sums = block.new_zeros(S, L).index_add(1, col_depth, (block - shift.gather(1, depth_index)).exp())
+    lse_all = sums.masked_fill(sums == 0, 1.0).log() + shift
+    # The positives: distinct (sample, column) pairs (two copies share their upper ancestors).
+    pair_row = row_of.unsqueeze(1).expand(-1, L)[valid]
+    positive = torch.unique(pair_row * K + where)
+    pos_row, pos_col = positive // K, positive % K
+    segment = pos_row * L + col_depth[pos_col]
+    lse_pos = segment_logsumexp(block[pos_row, pos_col], segment, S * L).view(S, L)
+    has = torch.zeros(S * L, dtype=torch.bool, device=block.device)
+    has[segment] = True
+    has = has.view(S, L)
+    per_row = torch.where(has, lse_all - lse_pos.masked_fill(~has, 0.0), torch.zeros((), dtype=block.dtype, device=block.device))
+    per_sample = torch.zeros(n_samples, dtype=block.dtype, device=block.device).index_add(0, samples, per_row.sum(1))
+    return per_sample, has.sum()
 
 
 class DagCrossEntropy(nn.Module):
@@ -431,6 +486,14 @@ class DagCrossEntropy(nn.Module):
         probabilities under the sibling partition).
     reduction : {"mean", "sum", "none"}, default="mean"
         Mean over labelled samples, sum, or per-sample losses ``(B,)``.
+    level_contrast : float, default=0.0
+        Weight of :class:`PathLocalCrossEntropy`'s in-batch level term while training, with
+        several positives: at depth ``d`` a sample's positives are the depth-``d`` ancestors of
+        all its label's copies, and its row loss is the logsumexp over the batch's depth-``d``
+        ancestors minus the logsumexp over its positives (on a tree, the single-label term).
+        :class:`~hiclass_parallel.estimators.MultiLabelHierarchicalClassifier` sets 0.3 for
+        path-local training (``docs/dag.md``). Added as ``weight x`` the mean over (sample,
+        depth) rows for ``"mean"``, sums otherwise.
 
     Examples
     --------
@@ -452,9 +515,11 @@ class DagCrossEntropy(nn.Module):
         stop: bool = False,
         semantics: str | None = None,
         reduction: str = "mean",
+        level_contrast: float = 0.0,
     ):
         super().__init__()
         semantics = _check_args(unrolled.tree, stop, reduction, semantics)
+        self.level_contrast = _check_level_contrast(level_contrast)
         if partition not in PARTITIONS:
             raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
         if semantics == "terminal" and not stop:
@@ -469,6 +534,7 @@ class DagCrossEntropy(nn.Module):
         filled = slot[None, :] < counts[:, None]
         copies[:-1][filled] = (offsets[:-1, None] + slot[None, :])[filled]
         self.register_buffer("copies", torch.from_numpy(copies), persistent=False)
+        self.register_buffer("_paths", torch.as_tensor(np.array(self.tree.paths), dtype=torch.int64), persistent=False)
         # the per-copy path losses of path-local training (a score function), sibling partition only
         self.path_local = (PathLocalCrossEntropy(self.tree, self.stop, "none", semantics=semantics)
                            if partition == "sibling" else None)
@@ -492,12 +558,22 @@ class DagCrossEntropy(nn.Module):
             values = torch.where(cols >= 0, values, torch.full_like(values, -torch.inf))
             log_p = torch.logsumexp(values, 1)
         per_sample = torch.where(labelled, -log_p, torch.zeros_like(log_p))
+        contrast = None
+        if self.training and self.level_contrast > 0:
+            score = scores if callable(scores) else (lambda rows, columns: scores[rows, columns])
+            owner, slot = torch.nonzero(cols >= 0, as_tuple=True)
+            contrast, n_contrast = _level_loss_of_pairs(
+                score, owner.to(cols.device), cols[owner, slot], self._paths, cols.shape[0]
+            )
         if self.reduction == "none":
-            return per_sample
+            return per_sample if contrast is None else per_sample + self.level_contrast * contrast
         total = per_sample.sum()
         if self.reduction == "sum":
-            return total
-        return total / labelled.sum().clamp_min(1)
+            return total if contrast is None else total + self.level_contrast * contrast.sum()
+        mean = total / labelled.sum().clamp_min(1)
+        if contrast is None:
+            return mean
+        return mean + self.level_contrast * contrast.sum() / n_contrast.clamp(min=1)
 
     def _path_local_log_probs(self, score: ScoreFn, cols: torch.Tensor) -> torch.Tensor:
         """``log`` of the summed path probabilities of each row's copies ``cols (B, K)`` (``-1``

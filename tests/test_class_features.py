@@ -149,5 +149,5 @@ def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):
     spelled = HierarchicalClassifier(tree, module__class_features=full.tocsr(), **exact).fit(X, y)
     np.testing.assert_array_equal(short.decision_function(X), spelled.decision_function(X))
     # on a tree the multi-label classifier reads the same rows (its copies are the classes)
-    multi = MultiLabelHierarchicalClassifier(Dag.from_tree(tree), module__class_features=text, **kw).fit(X, y)
+    multi = MultiLabelHierarchicalClassifier(Dag.from_tree(tree), module__class_features=text, **exact).fit(X, y)
     np.testing.assert_allclose(multi.decision_function(X), short.decision_function(X), rtol=1e-4, atol=1e-5)

@@ -9,8 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from test_dag_loss import random_dag
+
 from hiclass_parallel.estimators import SparseMLP
-from hiclass_parallel.losses import PathLocalCrossEntropy, in_batch_level_loss
+from hiclass_parallel.losses import DagCrossEntropy, PathLocalCrossEntropy, in_batch_level_loss
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import LinearScores, score_matrix
 
@@ -105,3 +107,43 @@ def test_sparse_mlp_scorer_reuses_its_scored_block_with_equal_loss_and_gradients
     torch.testing.assert_close(got, want)
     for name, p in net.named_parameters():
         torch.testing.assert_close(p.grad.to_dense(), expected[name], msg=name)
+
+
+def dag_reference(scores: torch.Tensor, target: torch.Tensor, unrolled) -> tuple[torch.Tensor, int]:
+    """Per-sample sums with several positives: at each depth, the logsumexp over the batch's
+    depth-d ancestors of every label copy, minus the logsumexp over the sample's own."""
+    paths = np.asarray(unrolled.tree.paths)
+    copies = {b: list(unrolled.copy_ids(unrolled.dag.labels[int(v)])) for b, v in enumerate(target.tolist()) if v >= 0}
+    per_sample = [scores.sum() * 0 for _ in range(target.shape[0])]
+    rows = 0
+    for b, own in copies.items():
+        for d in range(paths.shape[1]):
+            positives = sorted({int(paths[c, d]) for c in own} - {-1})
+            if not positives:
+                continue
+            candidates = sorted({int(paths[c, d]) for cs in copies.values() for c in cs} - {-1})
+            per_sample[b] = per_sample[b] + torch.logsumexp(scores[b, candidates], 0) - torch.logsumexp(scores[b, positives], 0)
+            rows += 1
+    return torch.stack(per_sample), rows
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 9), reduction=st.sampled_from(["mean", "sum", "none"]))
+def test_dag_loss_adds_the_term_with_every_copy_as_a_positive(seed, n, reduction):
+    rng = np.random.default_rng(seed)
+    unrolled = random_dag(rng, n).unroll()
+    scores = torch.as_tensor(rng.normal(size=(6, n_outputs(unrolled.tree, "sibling", True))) * 2).requires_grad_()
+    target = torch.as_tensor(rng.integers(-1, n, size=6))
+    exact = DagCrossEntropy(unrolled, "sibling", True, reduction=reduction)(scores, target)
+    crit = DagCrossEntropy(unrolled, "sibling", True, reduction=reduction, level_contrast=0.5)
+    per_sample, rows = dag_reference(scores, target, unrolled)
+    term = {"none": per_sample, "sum": per_sample.sum(), "mean": per_sample.sum() / max(rows, 1)}[reduction]
+    want = exact + 0.5 * term
+    for scored in (scores, lambda r, c: scores[r, c]):  # full scores and the path-local route
+        got = crit.train()(scored, target)
+        torch.testing.assert_close(got, want)
+        (g_got,) = torch.autograd.grad(got.sum(), scores)
+        (g_want,) = torch.autograd.grad(want.sum(), scores, retain_graph=True)
+        torch.testing.assert_close(g_got, g_want)
+        assert torch.isfinite(g_got).all()
+    torch.testing.assert_close(crit.eval()(scores, target), exact)

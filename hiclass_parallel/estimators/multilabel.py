@@ -35,7 +35,7 @@ from ..dag import Dag, UnrolledDag
 from ..tree import Tree
 from ._data import TreeDataset
 from ._guards import suggest_terminal, warn_undecidable
-from .classifier import HierarchicalClassifier
+from .classifier import LEVEL_CONTRAST, HierarchicalClassifier
 
 __all__ = ["MultiLabelHierarchicalClassifier"]
 
@@ -192,8 +192,11 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     def _criterion_params(self) -> dict[str, Any]:
         from ..losses import DagCrossEntropy
 
-        return {"criterion": DagCrossEntropy, "criterion__unrolled": self.unrolled_,
-                "criterion__partition": "sibling"}
+        params = {"criterion": DagCrossEntropy, "criterion__unrolled": self.unrolled_,
+                  "criterion__partition": "sibling"}
+        if self.path_local_:  # the in-batch level term, with a label's copies as its positives
+            params["criterion__level_contrast"] = LEVEL_CONTRAST
+        return params
 
     # ------------------------------------------------------------------ prediction
     def _node_labels(self) -> np.ndarray:
