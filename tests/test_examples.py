@@ -72,5 +72,5 @@ def test_wordnet_every_hypernym():
     result = load("wordnet_every_hypernym").main(root="scientist.n.01", epochs=20)
     # Recorded figures (seeded; the same with 1 or 2 torch threads): 126 held-out glosses,
     # 39 of the subset's 627 with several hypernyms. LinearSVC is deterministic.
-    assert result["hf1"] == pytest.approx(0.8215, abs=0.03)
+    assert result["hf1"] == pytest.approx(0.8418, abs=0.03)
     assert result["hf1_ovr"] == pytest.approx(0.8976, abs=1e-3)
