@@ -366,16 +366,22 @@ class PathLocalCrossEntropy(nn.Module):
         per_sample = torch.zeros(B, dtype=values.dtype, device=values.device).index_add(0, sample, per_row)
         contrast = None
         if self.training and self.level_contrast > 0:
-            contrast, n_contrast = in_batch_level_loss(score, target, plan.arrays(target)["paths"])
-        if self.reduction == "none":
-            return per_sample if contrast is None else per_sample + self.level_contrast * contrast
-        total = per_sample.sum()
-        if self.reduction == "sum":
-            return total if contrast is None else total + self.level_contrast * contrast.sum()
-        mean = total / max(int(sample.shape[0]), 1)
-        if contrast is None:
-            return mean
-        return mean + self.level_contrast * contrast.sum() / n_contrast.clamp(min=1)
+            contrast = in_batch_level_loss(score, target, plan.arrays(target)["paths"])
+        return _reduce(per_sample, max(int(sample.shape[0]), 1), self.reduction, self.level_contrast, contrast)
+
+
+def _reduce(per_sample: torch.Tensor, n_rows: Any, reduction: str, weight: float,
+            contrast: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """Per-sample losses reduced (``"mean"``: over ``n_rows``), plus ``weight`` times the in-batch
+    level term ``contrast = (per-sample sums, its row count)`` reduced the same way (its mean
+    over its own rows)."""
+    if reduction == "none":
+        return per_sample if contrast is None else per_sample + weight * contrast[0]
+    total = per_sample.sum()
+    if reduction == "sum":
+        return total if contrast is None else total + weight * contrast[0].sum()
+    mean = total / n_rows
+    return mean if contrast is None else mean + weight * contrast[0].sum() / contrast[1].clamp(min=1)
 
 
 def in_batch_level_loss(score: ScoreFn, target: torch.Tensor, paths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -562,18 +568,8 @@ class DagCrossEntropy(nn.Module):
         if self.training and self.level_contrast > 0:
             score = scores if callable(scores) else (lambda rows, columns: scores[rows, columns])
             owner, slot = torch.nonzero(cols >= 0, as_tuple=True)
-            contrast, n_contrast = _level_loss_of_pairs(
-                score, owner.to(cols.device), cols[owner, slot], self._paths, cols.shape[0]
-            )
-        if self.reduction == "none":
-            return per_sample if contrast is None else per_sample + self.level_contrast * contrast
-        total = per_sample.sum()
-        if self.reduction == "sum":
-            return total if contrast is None else total + self.level_contrast * contrast.sum()
-        mean = total / labelled.sum().clamp_min(1)
-        if contrast is None:
-            return mean
-        return mean + self.level_contrast * contrast.sum() / n_contrast.clamp(min=1)
+            contrast = _level_loss_of_pairs(score, owner.to(cols.device), cols[owner, slot], self._paths, cols.shape[0])
+        return _reduce(per_sample, labelled.sum().clamp_min(1), self.reduction, self.level_contrast, contrast)
 
     def _path_local_log_probs(self, score: ScoreFn, cols: torch.Tensor) -> torch.Tensor:
         """``log`` of the summed path probabilities of each row's copies ``cols (B, K)`` (``-1``
