@@ -8,11 +8,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_dag_loss import random_dag
 
 from hiclass_parallel.estimators import SparseMLP
-from hiclass_parallel.losses import DagCrossEntropy, PathLocalCrossEntropy, in_batch_level_loss
+from hiclass_parallel.losses import (
+    DagCrossEntropy,
+    PathLocalCrossEntropy,
+    in_batch_level_loss,
+)
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import LinearScores, score_matrix
 
@@ -57,7 +60,7 @@ def test_criterion_adds_the_term_while_training_only(reduction, random_tree):
     tree = random_tree(rng, 25)
     scores = torch.as_tensor(rng.normal(size=(7, n_outputs(tree, "sibling", True))), dtype=torch.float64)
     target = torch.as_tensor(rng.integers(-1, 25, size=7))
-    score = lambda r, c: scores[r, c]  # noqa: E731
+    score = lambda r, c: scores[r, c]
     exact = PathLocalCrossEntropy(tree, True, reduction)(score, target)
     crit = PathLocalCrossEntropy(tree, True, reduction, level_contrast=0.5)
     per_sample, rows = reference(scores, target, tree)
@@ -68,7 +71,8 @@ def test_criterion_adds_the_term_while_training_only(reduction, random_tree):
 
 def test_score_matrix_routes_agree():
     torch.manual_seed(0)
-    h, weight, bias = torch.randn(5, 3, dtype=torch.float64), torch.randn(9, 3, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
+    double = dict(dtype=torch.float64)
+    h, weight, bias = torch.randn(5, 3, **double), torch.randn(9, 3, **double), torch.randn(9, **double)
     rows, cols = torch.tensor([4, 0, 2]), torch.tensor([8, 1, 5, 3])
     want = (h @ weight.T + bias)[rows][:, cols]
     linear = LinearScores(h, weight, bias)

@@ -19,6 +19,7 @@ from torch import nn
 
 __all__ = ["MLP", "SparseLinear", "ColumnScorer", "TextBatch", "SparseMLP"]
 
+
 class MLP(nn.Module):
     """A multi-layer perceptron producing one score per output of the tree.
 
@@ -198,7 +199,7 @@ class ColumnScorer(nn.Module):
         pos = start[row] + torch.arange(row.shape[0], device=columns.device) - offsets[row]
         return row, self.text_idx[pos], self.text_val[pos]
 
-    def _match(self, batch: "TextBatch", columns: torch.Tensor | None) -> torch.Tensor:
+    def _match(self, batch: TextBatch, columns: torch.Tensor | None) -> torch.Tensor:
         """Lexical match ``(B, len(columns))`` of a batch's weighted vocabulary entries."""
         words = batch.words
         if columns is None:
@@ -214,7 +215,7 @@ class ColumnScorer(nn.Module):
                                        (columns.shape[0], words.shape[1]), check_invariants=False)
         return torch.sparse.mm(rows, words.t()).t()
 
-    def forward(self, h: torch.Tensor | "TextBatch") -> torch.Tensor:
+    def forward(self, h: torch.Tensor | TextBatch) -> torch.Tensor:
         rows = h.h if isinstance(h, TextBatch) else h
         scores = torch.addmm(self.bias.weight.squeeze(1), rows, self.weight.weight.t())
         if self.has_text:
@@ -259,7 +260,7 @@ class _ColumnScores:
                 return block.index_select(1, pos).index_select(0, rows)  # columns first: the small side
         return self._block(self.h[rows], columns)
 
-    def _block(self, h: torch.Tensor | "TextBatch", columns: torch.Tensor) -> torch.Tensor:
+    def _block(self, h: torch.Tensor | TextBatch, columns: torch.Tensor) -> torch.Tensor:
         head = self.head
         rows = h.h if isinstance(h, TextBatch) else h
         scores = torch.addmm(head.bias(columns).squeeze(-1), rows, head.weight(columns).t())
@@ -447,7 +448,7 @@ class SparseMLP(nn.Module):
         weight = self.class_feature_scale * self.match_weight
         if X.layout != torch.sparse_csr:
             return X[:, self.vocabulary].to(weight.dtype) * weight, None
-        cols, offsets, values = _csr_parts(X)
+        cols, _, values = _csr_parts(X)
         crow = X.crow_indices()
         row = torch.repeat_interleave(torch.arange(X.shape[0], device=cols.device), crow[1:] - crow[:-1])
         k = self.vocabulary_position[cols]
@@ -476,7 +477,7 @@ class SparseMLP(nn.Module):
             return TextBatch(h, *self._words(X))
         return h
 
-    def scorer(self, hidden: torch.Tensor | TextBatch) -> "_ColumnScores":
+    def scorer(self, hidden: torch.Tensor | TextBatch) -> _ColumnScores:
         """Score function ``(samples, columns) -> scores`` of hidden rows (see :class:`ColumnScorer`)."""
         return self.head.scorer(hidden)
 
