@@ -151,3 +151,21 @@ def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):
     # on a tree the multi-label classifier reads the same rows (its copies are the classes)
     multi = MultiLabelHierarchicalClassifier(Dag.from_tree(tree), module__class_features=text, **exact).fit(X, y)
     np.testing.assert_allclose(multi.decision_function(X), short.decision_function(X), rtol=1e-4, atol=1e-5)
+
+
+def test_the_class_text_example_of_the_docs_runs(one_torch_thread, capsys):
+    """docs/classifier.md's class-text example, as written there (on the shipped glosses)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "classifier.md").read_text()
+    section = text[text.index("### Class text"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "docs/classifier.md", "exec"), namespace)
+    clf = namespace["clf"]
+    assert clf.path_local_ and clf.net_.module_.head.has_text
+    assert clf.net_.module_.match_weight.abs().sum() > 0  # the lexical match was trained
+    hf1 = float(re.search(r"hF1 (\d\.\d+)", capsys.readouterr().out).group(1))
+    X_test = namespace["vectorizer"].transform(namespace["X_test"])
+    assert hf1 == round(clf.score(X_test, namespace["y_test"]), 3)
