@@ -540,7 +540,6 @@ class DagCrossEntropy(nn.Module):
         filled = slot[None, :] < counts[:, None]
         copies[:-1][filled] = (offsets[:-1, None] + slot[None, :])[filled]
         self.register_buffer("copies", torch.from_numpy(copies), persistent=False)
-        self.register_buffer("_paths", torch.as_tensor(np.array(self.tree.paths), dtype=torch.int64), persistent=False)
         # the per-copy path losses of path-local training (a score function), sibling partition only
         self.path_local = (PathLocalCrossEntropy(self.tree, self.stop, "none", semantics=semantics)
                            if partition == "sibling" else None)
@@ -556,8 +555,12 @@ class DagCrossEntropy(nn.Module):
         _check_ids(target, n_nodes, "DAG node ids")
         labelled = target >= 0
         cols = self.copies[torch.where(labelled, target, n_nodes).to(self.copies.device)]
+        contrast_on = self.training and self.level_contrast > 0
+        if callable(scores) or contrast_on:  # the (sample, copy) pairs, once for both uses
+            owner, slot = torch.nonzero(cols >= 0, as_tuple=True)
+            copy_ids = cols[owner, slot]
         if callable(scores):
-            log_p = self._path_local_log_probs(scores, cols)
+            log_p = self._path_local_log_probs(scores, owner, copy_ids, cols.shape[0])
         else:
             joint = node_log_probs(scores, self.tree, self.partition, self.stop, self.semantics)
             values = joint.gather(1, cols.clamp_min(0))
@@ -565,23 +568,23 @@ class DagCrossEntropy(nn.Module):
             log_p = torch.logsumexp(values, 1)
         per_sample = torch.where(labelled, -log_p, torch.zeros_like(log_p))
         contrast = None
-        if self.training and self.level_contrast > 0:
+        if contrast_on:
             score = scores if callable(scores) else (lambda rows, columns: scores[rows, columns])
-            owner, slot = torch.nonzero(cols >= 0, as_tuple=True)
-            contrast = _level_loss_of_pairs(score, owner.to(cols.device), cols[owner, slot], self._paths, cols.shape[0])
+            # the tree's path table, as the sibling plan keeps it on the device
+            paths = sibling_plan(self.tree, self.stop).arrays(cols)["paths"]
+            contrast = _level_loss_of_pairs(score, owner, copy_ids, paths, cols.shape[0])
         return _reduce(per_sample, labelled.sum().clamp_min(1), self.reduction, self.level_contrast, contrast)
 
-    def _path_local_log_probs(self, score: ScoreFn, cols: torch.Tensor) -> torch.Tensor:
-        """``log`` of the summed path probabilities of each row's copies ``cols (B, K)`` (``-1``
-        pads), scoring only the groups on those paths: one :class:`PathLocalCrossEntropy` row
-        per (sample, copy) pair, then a segment log-sum-exp per sample."""
+    def _path_local_log_probs(
+        self, score: ScoreFn, owner: torch.Tensor, copy_ids: torch.Tensor, n_samples: int
+    ) -> torch.Tensor:
+        """``log`` of the summed path probabilities of each sample's copies, given as
+        ``(owner, copy_ids)`` pairs, scoring only the groups on those paths: one
+        :class:`PathLocalCrossEntropy` row per pair, then a segment log-sum-exp per sample."""
         if self.path_local is None:
             raise ValueError(
                 "path-local DAG training (a score function) needs partition='sibling': under the level "
                 "partition a group's normaliser spans a whole depth"
             )
-        owner, slot = torch.nonzero(cols >= 0, as_tuple=True)
-        copy_ids = cols[owner, slot]
-        owner = owner.to(cols.device)
         per_copy = self.path_local(lambda rows, columns: score(owner[rows], columns), copy_ids)  # -log P(each copy's path)
-        return segment_logsumexp(-per_copy, owner, cols.shape[0])
+        return segment_logsumexp(-per_copy, owner, n_samples)
