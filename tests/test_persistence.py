@@ -40,7 +40,7 @@ def test_round_trip_predicts_identically(tmp_path, data):
                                  module__activation=torch.nn.Tanh, optimizer__weight_decay=1e-4).fit(X, y)
     save_classifier(clf, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["params"]["module__activation"] == {"__class__": "torch.nn.modules.activation.Tanh"}
+    assert config["params"]["module__activation"] == {"__class__": "torch.nn.modules.activation:Tanh"}
     loaded = load_classifier(tmp_path)
     assert loaded.get_params()["module__activation"] is torch.nn.Tanh
     np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
@@ -119,3 +119,165 @@ def test_learned_tree_with_string_labels(tmp_path):
     assert loaded.tree is None and loaded.pad_label_ == ""
     np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
     assert loaded.score(X, y) == clf.score(X, y)
+
+
+# ---------------------------------------------------------------------------- tampered folders
+def _tamper(folder, edit, redigest=True):
+    """Edit config.json with ``edit(config)``; with ``redigest``, recompute its own digest as an
+    attacker who knows the format would, so that the checks behind the digest are reached."""
+    from hiclass_parallel.estimators._persistence import _config_digest
+
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    if redigest and "digests" in config:
+        config["digests"]["config.json"] = _config_digest(config)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.fixture()
+def saved(tmp_path, data):
+    X, y, tree = data
+    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0, module__hidden_units=8).fit(X, y)
+    save_classifier(clf, tmp_path / "model")
+    return tmp_path / "model"
+
+
+PAYLOADS = [
+    # The reported hole: an attribute chain through modules the package imports.
+    ("module_class_", "hiclass_parallel._backend.np.f2py.subprocess.Popen"),
+    ("module_class_", "hiclass_parallel._backend:np"),
+    ("module_class_", "hiclass_parallel.ops._native.ctypes.CDLL"),
+    ("module_class_", "hiclass_parallel.ops._native:ctypes"),
+    ("module", "hiclass_parallel.ops._native.ctypes:CDLL"),
+    ("module", "os:system"),
+    ("module", "os.system"),
+    ("module", "builtins:eval"),
+    ("module", "subprocess:Popen"),
+    ("module", "functools:partial"),
+    ("module", "torch.nn.modules.module:torch"),  # a module re-exported by an allowed module
+    ("optimizer", "torch.nn.modules.linear:Linear"),  # allowed module, wrong kind of class
+    ("module_class_", "torch.optim.adam:Adam"),
+    ("module__activation", "hiclass_parallel.estimators._persistence:Path"),  # pathlib's, re-exported
+    ("module", "hiclass_parallel.__main__:main"),  # importing it would run the command line
+    ("module", "hiclass_parallel.tree:Tree.load"),  # nested attribute
+    ("module", "hiclass_parallel.tree:"),
+    ("module", ":Tree"),
+    ("module", "hiclass_parallel..tree:Tree"),
+]
+
+
+@pytest.mark.parametrize("field, path", PAYLOADS)
+def test_tampered_class_paths_run_nothing(saved, tmp_path, monkeypatch, field, path):
+    import importlib
+    import subprocess
+
+    calls = []
+    monkeypatch.setattr(subprocess.Popen, "__init__", lambda *a, **k: calls.append(a))
+    monkeypatch.chdir(tmp_path)
+    imported = []
+    real_import = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name) or real_import(name, *a))
+
+    def edit(config):
+        section = "fitted" if field.endswith("_") else "params"
+        config[section][field] = {"__class__": path}
+        config["params"]["module__args"] = ["touch", "PWNED"]
+
+    _tamper(saved, edit)
+    with pytest.raises(ValueError, match=rf"parameter '{field}'"):
+        load_classifier(saved)
+    assert calls == [] and not (tmp_path / "PWNED").exists()
+    # Nothing outside the allow-list was even imported.
+    assert all(name.startswith(("hiclass_parallel", "torch.nn", "torch.optim")) for name in imported), imported
+    assert "hiclass_parallel.__main__" not in imported
+
+
+def test_tampered_estimator_class_is_refused(saved):
+    for path in ("os:system", "hiclass_parallel.estimators._modules:MLP", "sklearn.linear_model:LogisticRegression"):
+        _tamper(saved, lambda c, p=path: c.update({"class": p}))
+        with pytest.raises(ValueError, match="the estimator class"):
+            load_classifier(saved)
+
+
+def test_edited_config_without_new_digest_is_refused(saved):
+    _tamper(saved, lambda c: c["fitted"].update(partition_="sibling"), redigest=False)
+    with pytest.raises(ValueError, match="config.json was modified after it was saved"):
+        load_classifier(saved)
+
+
+def test_files_of_another_model_are_refused(saved, tmp_path):
+    X, y, tree = make_hierarchical_classification(n_samples=80, n_features=6, branching=2, depth=3, random_state=2)
+    other = save_classifier(HierarchicalClassifier(tree, max_epochs=1, module__hidden_units=8).fit(X, y),
+                            tmp_path / "other")
+    for name in ("tree.npz", "weights.safetensors"):
+        original = (saved / name).read_bytes()
+        (saved / name).write_bytes((other / name).read_bytes())
+        with pytest.raises(ValueError, match=rf"{name} is not the file saved with .*config.json"):
+            load_classifier(saved)
+        (saved / name).write_bytes(original)
+    load_classifier(saved)  # intact again
+
+
+def test_inconsistent_fitted_settings_are_named(saved, data):
+    _, _, tree = data
+    cases = [
+        ({"partition_": "sibling"}, None),  # same width without stops: only the digest (tested above) tells
+        ({"partition_": "nonsense"}, "partition_='nonsense' is not one of"),
+        ({"n_levels_": tree.n_levels + 1}, "n_levels_=.* but the tree has"),
+        ({"n_scores_": tree.n_classes + 3}, "n_scores_=.* needs"),
+        ({"stop_": "yes"}, "stop_='yes' is not a bool"),
+        ({"pad_label_": str(tree.labels[0])}, "pad_label .* is a label of the tree"),
+    ]
+    for change, message in cases:
+        config = json.loads((saved / "config.json").read_text())
+        _tamper(saved, lambda c, ch=change: c["fitted"].update(ch))
+        if message is None:  # a consistent edit of the settings: loads, as the digest was recomputed
+            load_classifier(saved)
+        else:
+            with pytest.raises(ValueError, match=message):
+                load_classifier(saved)
+        (saved / "config.json").write_text(json.dumps(config))
+
+
+def test_incomplete_config_is_named(saved):
+    for field in ("format_version", "fitted", "params", "digests"):
+        config = json.loads((saved / "config.json").read_text())
+        _tamper(saved, lambda c, f=field: c.pop(f))
+        with pytest.raises(ValueError, match=rf"lacks the field '{field}'"):
+            load_classifier(saved)
+        (saved / "config.json").write_text(json.dumps(config))
+    (saved / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_classifier(saved)
+
+
+def test_unavailable_device_is_named(saved):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal of an unavailable device cannot be shown here")
+    with pytest.raises(ValueError, match=r"device='cuda' but torch"):
+        load_classifier(saved, device="cuda")
+    with pytest.raises(ValueError, match="not a torch device"):
+        load_classifier(saved, device="gpu0")
+
+
+def test_format_1_files_still_load_with_a_warning(saved, data):
+    X, _, _ = data
+    expected = load_classifier(saved).predict(X)
+
+    def downgrade(config):
+        config["format_version"] = 1
+        config.pop("digests")
+        config["class"] = config["class"].replace(":", ".")
+        for section in ("params", "fitted"):
+            for value in config[section].values():
+                if isinstance(value, dict) and "__class__" in value:
+                    value["__class__"] = value["__class__"].replace(":", ".")
+
+    _tamper(saved, downgrade)
+    with pytest.warns(RuntimeWarning, match="without digests"):
+        loaded = load_classifier(saved)
+    np.testing.assert_array_equal(loaded.predict(X), expected)
+    # The allow-list holds for old files too.
+    _tamper(saved, lambda c: c["fitted"].update(module_class_={"__class__": "hiclass_parallel.ops._native.ctypes.CDLL"}))
+    with pytest.raises(ValueError, match="module_class_"), pytest.warns(RuntimeWarning):
+        load_classifier(saved)

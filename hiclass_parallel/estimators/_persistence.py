@@ -7,14 +7,20 @@ format here is data only, and loading it executes nothing from the files:
   and a JSON header; loading parses them, it never unpickles);
 - ``tree.npz``: the class tree, through :meth:`~hiclass_parallel.Tree.save`
   (``np.load(..., allow_pickle=False)``);
-- ``config.json``: the estimator's parameters and fitted scalars.
+- ``config.json``: the estimator's parameters and fitted scalars, and a SHA-256 digest of the
+  other two files and of its own content, so that pieces of different models (or an edited
+  file) are a named error at load time, never a silent mix.
 
 Parameters that JSON cannot hold as plain values are refused at save time with an error that
 names them (a callback object, a custom ``train_split``, a ``RandomState``...). Classes (the
 ``module``, the ``optimizer``, ``module__activation``...) are stored as their import path and
-resolved at load time only from an allow-list (this package, ``torch.nn``, ``torch.optim``),
-from names the caller passes in ``allowed=``, or anything with ``trusted=True``: importing a
-module runs its code, which is the one thing this format exists to avoid.
+resolved at load time only from an allow-list (classes defined in this package, ``torch.nn``
+or ``torch.optim``), from names the caller passes in ``allowed=``, or anything with
+``trusted=True``: importing a module runs its code, which is the one thing this format exists to
+avoid. A class is found by importing its module by its exact name and taking one attribute,
+which must be a class defined in that module and of the kind the parameter needs (an
+``nn.Module`` subclass for a network or an activation, an ``Optimizer`` subclass for the
+optimizer): no attribute chains, no functions, nothing re-exported.
 
 What is not saved: the optimizer's state (Adam's moments) and skorch's training history.
 A loaded model predicts exactly as the saved one; ``partial_fit`` or a warm start continues
@@ -23,9 +29,11 @@ from the saved weights with a fresh optimizer. Pickle keeps working as before.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,17 +42,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..tree import Tree
+from .._labels import check_pad_not_a_label
+from ..tree import PARTITIONS, Tree
+from ._checks import check_device
 
-__all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_PREFIXES"]
+__all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 
 #: Version of the on-disk layout; :func:`load_classifier` refuses files from a newer one.
-FORMAT_VERSION = 1
+#: 2: classes saved as ``"module:Name"``, digests tying the three files together.
+FORMAT_VERSION = 2
 
-#: Import-path prefixes of the classes that load without ``trusted=True``.
-ALLOWED_PREFIXES = ("hiclass_parallel.", "torch.nn.", "torch.optim.")
+#: Packages whose classes (defined in them or their submodules) load without ``trusted=True``.
+ALLOWED_MODULES = ("hiclass_parallel", "torch.nn", "torch.optim")
 
 WEIGHTS, TREE, CONFIG = "weights.safetensors", "tree.npz", "config.json"
+
+#: The ``format`` field of ``config.json``.
+FORMAT = "hiclass_parallel.HierarchicalClassifier"
 
 #: Fitted attributes stored as JSON scalars (besides the tree and the weights).
 _FITTED = ("n_features_in_", "n_levels_", "n_scores_", "stop_", "partition_", "path_local_")
@@ -72,12 +86,13 @@ def _encode(value: Any, name: str) -> Any:
         return {"__device__": str(value)}
     if isinstance(value, type):
         qualname = value.__qualname__
-        if "<locals>" in qualname:
+        if "." in qualname:  # defined in a function (<locals>) or nested in a class
             raise TypeError(
-                f"cannot save parameter {name!r} without pickle: {value!r} is defined inside a function, so it "
-                "has no import path; define it at module level, or save the model with pickle"
+                f"cannot save parameter {name!r} without pickle: {value!r} is defined inside a function or "
+                "another class, so it has no import path of one name; define it at module level, or save the "
+                "model with pickle"
             )
-        return {"__class__": f"{value.__module__}.{qualname}"}
+        return {"__class__": f"{value.__module__}:{qualname}"}
     if isinstance(value, (list, tuple)):
         items = [_encode(v, f"{name}[{i}]") for i, v in enumerate(value)]
         return items if isinstance(value, list) else {"__tuple__": items}
@@ -90,30 +105,89 @@ def _encode(value: Any, name: str) -> Any:
     )
 
 
-def _resolve_class(path: str, name: str, trusted: bool, allowed: frozenset[str]) -> type:
-    if not (trusted or path in allowed or path.startswith(ALLOWED_PREFIXES)):
+def _module_allowed(module: str) -> bool:
+    """Whether ``module`` is in the allow-list (a package of :data:`ALLOWED_MODULES` or below it).
+
+    ``__main__`` modules are never allowed: importing ``hiclass_parallel.__main__`` runs the
+    command line.
+    """
+    return "__main__" not in module.split(".") and any(
+        module == root or module.startswith(root + ".") for root in ALLOWED_MODULES
+    )
+
+
+def _split_class_path(path: Any, name: str) -> tuple[str, str]:
+    """``(module, class name)`` of a saved class path: ``"module:Name"`` (format 2) or
+    ``"module.Name"`` (format 1). A nested or malformed name is a named error."""
+    if not isinstance(path, str):
+        raise ValueError(f"parameter {name!r}: a class must be saved as a string, got {path!r}")
+    module, sep, qualname = path.partition(":") if ":" in path else path.rpartition(".")
+    ok = r"[A-Za-z_][A-Za-z0-9_]*"
+    if not (sep and re.fullmatch(rf"{ok}(\.{ok})*", module) and re.fullmatch(ok, qualname)):
         raise ValueError(
-            f"parameter {name!r} names the class {path!r}, which is outside the allow-list "
-            f"({', '.join(p + '*' for p in ALLOWED_PREFIXES)}): importing it would run its module's code. "
-            f"Pass allowed=[{path!r}] (or trusted=True) to load_classifier if you trust this file"
+            f"parameter {name!r}: {path!r} is not a class path of the form 'package.module:ClassName' "
+            "(one class defined at module level)"
         )
-    module, _, qualname = path.rpartition(".")
-    # A nested class (Outer.Inner) has a dotted qualname: find the importable module prefix.
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            break
-        if isinstance(obj, type):
-            return obj
-        break
-    raise ValueError(f"parameter {name!r}: cannot import the class {path!r} (module {module!r}, name {qualname!r})")
+    return module, qualname
+
+
+def _resolve_class(path: Any, name: str, trusted: bool, allowed: frozenset[str], kind: type | None) -> type:
+    """The class ``path`` names, imported only if the allow-list (or the caller) permits it.
+
+    The module is imported by its exact name and one attribute is taken from it; the result
+    must be a class defined in that very module (not an object re-exported there, such as a
+    module's ``ctypes`` or ``subprocess``), and a subclass of ``kind`` when the field needs one
+    (``nn.Module`` for a network, ``Optimizer`` for an optimizer). Every check that can be
+    made on the string is made before anything is imported.
+    """
+    module, qualname = _split_class_path(path, name)
+    consented = trusted or f"{module}.{qualname}" in allowed or f"{module}:{qualname}" in allowed
+    if not (consented or _module_allowed(module)):
+        raise ValueError(
+            f"parameter {name!r} names the class {module}.{qualname!r}, which is outside the allow-list "
+            f"(classes defined in {', '.join(ALLOWED_MODULES)} and their submodules): importing it would run "
+            f"its module's code. Pass allowed=[{f'{module}.{qualname}'!r}] (or trusted=True) to "
+            "load_classifier if you trust this file"
+        )
+    try:
+        obj = getattr(importlib.import_module(module), qualname)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"parameter {name!r}: cannot import the class {qualname!r} from {module!r} ({exc})") from None
+    if not isinstance(obj, type) or obj.__module__ != module or obj.__qualname__ != qualname:
+        # An attribute that is a module, a function or a class imported from elsewhere: the
+        # allow-list speaks of where a class is defined, never of what a module can reach.
+        raise ValueError(
+            f"parameter {name!r}: {module}.{qualname} is not a class defined in {module!r} "
+            f"(it is {obj!r}); refusing to load it"
+        )
+    if kind is not None and not issubclass(obj, kind) and not (consented and name not in _KINDS):
+        raise ValueError(
+            f"parameter {name!r}: {module}.{qualname} is not a {kind.__module__}.{kind.__qualname__} "
+            "subclass, which this parameter needs; refusing to load it"
+        )
+    return obj
+
+
+def _kind(name: str) -> type:
+    """The base class a class stored in parameter ``name`` must derive from."""
+    if name in _KINDS:
+        return _KINDS[name]()
+    return torch.nn.Module  # module__activation and any other class-valued module argument
+
+
+#: Parameters that hold a class of a fixed kind (resolved lazily: the estimator imports this module).
+_KINDS = {
+    "the estimator class": lambda: _estimator_base(),
+    "module": lambda: torch.nn.Module,
+    "module_class_": lambda: torch.nn.Module,
+    "optimizer": lambda: torch.optim.Optimizer,
+}
+
+
+def _estimator_base() -> type:
+    from .classifier import HierarchicalClassifier
+
+    return HierarchicalClassifier
 
 
 def _decode(value: Any, name: str, trusted: bool, allowed: frozenset[str]) -> Any:
@@ -122,7 +196,7 @@ def _decode(value: Any, name: str, trusted: bool, allowed: frozenset[str]) -> An
     if not isinstance(value, dict):
         return value
     if "__class__" in value:
-        return _resolve_class(value["__class__"], name, trusted, allowed)
+        return _resolve_class(value["__class__"], name, trusted, allowed, _kind(name.split("[")[0]))
     if "__device__" in value:
         return torch.device(value["__device__"])
     if "__tuple__" in value:
@@ -194,15 +268,14 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     if hasattr(clf, "feature_names_in_"):
         fitted["feature_names_in_"] = [str(v) for v in clf.feature_names_in_]
     config = {
-        "format": "hiclass_parallel.HierarchicalClassifier",
+        "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "package_version": _package_version(),
-        "class": f"{type(clf).__module__}.{type(clf).__qualname__}",
+        "class": f"{type(clf).__module__}:{type(clf).__qualname__}",
         "tree_given": tree is not None,
         "params": encoded,
         "fitted": fitted,
     }
-    text = json.dumps(config, indent=1, sort_keys=True, allow_nan=True)
 
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -213,8 +286,27 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     state = {k: v.detach().to("cpu").contiguous() for k, v in clf.net_.module_.state_dict().items()}
     # Shared tensors (tied weights) must be stored once: safetensors refuses aliases.
     st.save_file(_untie(state), str(folder / WEIGHTS), metadata={"format_version": str(FORMAT_VERSION)})
+    config["digests"] = {name: _file_digest(folder / name) for name in (TREE, WEIGHTS)}
+    config["digests"][CONFIG] = _config_digest(config)
+    text = json.dumps(config, indent=1, sort_keys=True, allow_nan=True)
     (folder / CONFIG).write_text(text + "\n", encoding="utf-8")
     return folder
+
+
+def _file_digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _config_digest(config: dict[str, Any]) -> str:
+    """SHA-256 of the configuration's content without its own digest (canonical JSON)."""
+    content = {k: v for k, v in config.items() if k != "digests"}
+    digests = {k: v for k, v in config.get("digests", {}).items() if k != CONFIG}
+    text = json.dumps([content, digests], sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -265,30 +357,34 @@ def load_classifier(
     ------
     ValueError
         When the file names a class outside the allow-list (the message says which
-        parameter and how to allow it), or comes from a newer format.
+        parameter and how to allow it) or an object that is not a class of the kind its
+        parameter needs; when the three files do not belong together or were modified after
+        saving (their digests differ), or disagree (tree size, partition, stops, pad label,
+        weight shapes); when the file comes from a newer format; when ``device`` is not
+        available here.
     """
     folder = Path(path)
-    config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-    if config.get("format") != "hiclass_parallel.HierarchicalClassifier":
-        raise ValueError(f"{folder / CONFIG} is not a saved HierarchicalClassifier (format={config.get('format')!r})")
-    if int(config["format_version"]) > FORMAT_VERSION:
-        raise ValueError(
-            f"{folder} was saved in format {config['format_version']}, newer than this version of hiclass_parallel "
-            f"reads ({FORMAT_VERSION}); upgrade hiclass_parallel"
-        )
+    config = _read_config(folder)
+    _check_digests(folder, config)
     allowed = frozenset(allowed)
-    cls = _resolve_class(config["class"], "the estimator class", trusted, allowed)
-    params = {k: _decode(v, k, trusted, allowed) for k, v in config["params"].items()}
-    fitted = {k: _decode(v, k, trusted, allowed) for k, v in config["fitted"].items()}
+    # Every class is resolved (and checked) before anything is constructed or called.
+    cls = _resolve_class(config["class"], "the estimator class", trusted, allowed, _kind("the estimator class"))
+    params = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "params", dict).items()}
+    fitted = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "fitted", dict).items()}
+    missing = [name for name in _FITTED + ("pad_label_", "module_class_") if name not in fitted]
+    if missing:
+        raise ValueError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
     tree = Tree.load(folder / TREE)
+    _check_fitted(folder, tree, fitted)
     if device is None:
         device = params.get("device", "cpu")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             warnings.warn(f"the model was saved for device={str(device)!r}, which is unavailable; loading on the CPU",
                           RuntimeWarning, stacklevel=2)
             device = "cpu"
+    check_device(device)
     params["device"] = device
-    clf = cls(tree=tree if config["tree_given"] else None, **params)
+    clf = cls(tree=tree if config.get("tree_given") else None, **params)
 
     clf.tree_ = tree
     clf.classes_ = tree.labels
@@ -301,7 +397,91 @@ def load_classifier(
     with torch.random.fork_rng(devices=[]):  # building the net draws initial weights: leave the caller's RNG
         net = clf._build_net(None, n_rows=None)  # not trained here: max_epochs is only stored
         net.initialize()
-    net.module_.load_state_dict(state, strict=True)
+    try:
+        net.module_.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise ValueError(f"{folder / WEIGHTS} does not fit the network its config.json describes: {exc}") from None
     net.module_.to(net.device)
     clf.net_ = net
     return clf
+
+
+def _field(config: dict[str, Any], name: str, kind: type) -> Any:
+    if name not in config:
+        raise ValueError(f"config.json lacks the field {name!r}: it was not written by save_classifier")
+    if not isinstance(config[name], kind):
+        raise ValueError(f"config.json: the field {name!r} should be a {kind.__name__}, got {config[name]!r}")
+    return config[name]
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    """The parsed ``config.json``, checked to be a saved classifier of a format this version reads."""
+    try:
+        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{folder / CONFIG} is not valid JSON ({exc})") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        what = config.get("format") if isinstance(config, dict) else type(config).__name__
+        raise ValueError(f"{folder / CONFIG} is not a saved HierarchicalClassifier (format={what!r})")
+    version = _field(config, "format_version", int)
+    if isinstance(version, bool) or version < 1:
+        raise ValueError(f"{folder / CONFIG}: format_version={version!r} is not a format version")
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{folder} was saved in format {version}, newer than this version of hiclass_parallel "
+            f"reads ({FORMAT_VERSION}); upgrade hiclass_parallel"
+        )
+    return config
+
+
+def _check_digests(folder: Path, config: dict[str, Any]) -> None:
+    """The three files belong together and are as :func:`save_classifier` wrote them."""
+    if config["format_version"] < 2:
+        warnings.warn(
+            f"{folder} was saved in format {config['format_version']}, without digests: whether its three files "
+            "belong together cannot be checked. Save it again to add them",
+            RuntimeWarning, stacklevel=3,
+        )
+        return
+    digests = _field(config, "digests", dict)
+    if digests.get(CONFIG) != _config_digest(config):
+        raise ValueError(
+            f"{folder / CONFIG} was modified after it was saved (its content does not match its digest); "
+            "refusing to load it"
+        )
+    for name in (TREE, WEIGHTS):
+        if digests.get(name) != _file_digest(folder / name):
+            raise ValueError(
+                f"{folder / name} is not the file saved with {folder / CONFIG} (its SHA-256 differs): "
+                "the folder mixes files of different models, or one was modified"
+            )
+
+
+def _check_fitted(folder: Path, tree: Tree, fitted: dict[str, Any]) -> None:
+    """The fitted settings agree with each other and with the tree (also for format-1 files)."""
+    from ..ops.groups import n_outputs
+
+    problems = []
+    if fitted["partition_"] not in PARTITIONS:
+        problems.append(f"partition_={fitted['partition_']!r} is not one of {sorted(PARTITIONS)}")
+    for name in ("stop_", "path_local_"):
+        if not isinstance(fitted[name], bool):
+            problems.append(f"{name}={fitted[name]!r} is not a bool")
+    for name in ("n_levels_", "n_scores_", "n_features_in_"):
+        if isinstance(fitted[name], bool) or not isinstance(fitted[name], int) or fitted[name] < 1:
+            problems.append(f"{name}={fitted[name]!r} is not a positive int")
+    if not problems:
+        if fitted["n_levels_"] != tree.n_levels:
+            problems.append(f"n_levels_={fitted['n_levels_']} but the tree has {tree.n_levels} levels")
+        expected = int(n_outputs(tree, partition=fitted["partition_"], stop=fitted["stop_"]))
+        if fitted["n_scores_"] != expected:
+            problems.append(
+                f"n_scores_={fitted['n_scores_']} but the tree ({tree.n_classes} classes, "
+                f"partition={fitted['partition_']!r}, stop={fitted['stop_']}) needs {expected}"
+            )
+    if problems:
+        raise ValueError(f"{folder} does not hold one consistent model: " + "; ".join(problems))
+    try:
+        check_pad_not_a_label(tree, fitted["pad_label_"])
+    except ValueError as exc:
+        raise ValueError(f"{folder / CONFIG}: {exc}") from None
