@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .exceptions import TreeError, UnknownLabelError, describe_some
-from .tree import PAD, Tree
+from .tree import PAD, Tree, check_edge_child
 
 __all__ = ["Dag", "UnrolledDag", "unroll_dag"]
 
@@ -124,9 +124,9 @@ class Dag:
         """Build a DAG from ``(child, parent)`` label pairs; a child may have several parents.
 
         A parent of ``None`` marks a top-level class (and can be given besides other
-        parents); a label that is never a child is a top-level class. Node ids follow the
-        order in which labels first appear, as in :meth:`Tree.from_edges`. Repeated edges
-        count once.
+        parents); a label that is never a child is a top-level class. A child of ``None`` is
+        refused (``None`` pads ``y``). Node ids follow the order in which labels first appear,
+        as in :meth:`Tree.from_edges`. Repeated edges count once.
 
         Examples
         --------
@@ -149,6 +149,7 @@ class Dag:
                 child, parent = edge
             except (TypeError, ValueError):
                 raise TreeError(f"an edge must be a (child, parent) pair, got {edge!r}") from None
+            check_edge_child(edge, child)
             c = node(child)
             parent_lists[c].append(PAD if parent is None else node(parent))
         if not order:
@@ -401,7 +402,7 @@ class Dag:
         Raises
         ------
         TreeError
-            When no node is kept, or an id is out of range (the error names it).
+            When no node is kept, an id is out of range or not an integer (the error names it).
 
         Examples
         --------
@@ -416,8 +417,16 @@ class Dag:
             if keep.shape != (n,):
                 raise TreeError(f"a node mask must have shape ({n},), got {keep.shape}")
             keep = np.flatnonzero(keep)
+        elif not keep.size:
+            keep = keep.reshape(-1).astype(np.int64)  # [] reads as float64: empty, not a bad dtype
         else:
-            keep = keep.astype(np.int64, casting="same_kind").reshape(-1)
+            try:
+                keep = keep.astype(np.int64, casting="same_kind").reshape(-1)
+            except TypeError:
+                raise TreeError(
+                    f"node ids must be integers (or a bool mask), got dtype {keep.dtype}: "
+                    f"{describe_some(keep.reshape(-1).tolist())}"
+                ) from None
             bad = keep[(keep < 0) | (keep >= n)]
             if bad.size:
                 raise TreeError(f"node ids {describe_some(bad.tolist())} are not in [0, {n})")

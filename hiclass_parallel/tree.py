@@ -50,6 +50,8 @@ def _as_label_array(labels: Sequence[Hashable]) -> np.ndarray:
     for i, v in enumerate(values):
         if isinstance(v, float) and v != v:
             raise TreeError(f"label {i} is NaN: NaN is never equal to itself, so it cannot name a class")
+        if v is None:
+            raise TreeError(f"label {i} is None: {_NONE_IS_PAD}")
         try:
             hash(v)
         except TypeError:
@@ -59,6 +61,20 @@ def _as_label_array(labels: Sequence[Hashable]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return _readonly(out)
+
+
+#: Why ``None`` cannot name a class: targets use it for "no label at this level".
+_NONE_IS_PAD = "None cannot be a class label, it is the padding of y (a missing level); name the class, e.g. 'none'"
+
+
+def check_edge_child(edge: Any, child: Any) -> None:
+    """A :class:`TreeError` naming an edge whose child is ``None`` (the padding of ``y``).
+
+    A ``None`` parent marks a top-level class and is fine; a ``None`` child would be a class
+    that ``y`` could never name apart from a missing level.
+    """
+    if child is None:
+        raise TreeError(f"edge {tuple(edge)!r}: {_NONE_IS_PAD}")
 
 
 def _check_label(value: Any) -> None:
@@ -233,7 +249,8 @@ class Tree:
         """Build a tree from ``(child, parent)`` label pairs.
 
         A parent of ``None`` marks a top-level class; a parent that is never a child is a
-        top-level class too. Node ids follow the order in which labels first appear.
+        top-level class too. A child of ``None`` is refused (``None`` pads ``y``). Node ids
+        follow the order in which labels first appear.
 
         Examples
         --------
@@ -248,6 +265,7 @@ class Tree:
                 child, parent = edge
             except (TypeError, ValueError):
                 raise TreeError(f"an edge must be a (child, parent) pair, got {edge!r}") from None
+            check_edge_child(edge, child)
             _check_label(child)
             _check_label(parent)
             order.setdefault(child, len(order))

@@ -228,6 +228,12 @@ def test_errors_name_the_input():
         Dag.from_edges([])
     with pytest.raises(TreeError, match="unhashable"):
         Dag.from_edges([(["a"], None)])
+    # None pads y (D13, issue 24): it cannot name a class; as a parent it still marks the top level
+    with pytest.raises(TreeError, match=r"edge \(None, 'a'\): None cannot be a class label"):
+        Dag.from_edges([("b", "a"), (None, "a")])
+    with pytest.raises(TreeError, match=r"label 1 is None"):
+        Dag(["a", None], [[], [0]])
+    assert Dag.from_edges([("b", "a"), ("b", None)]).parents_of("b") == ["a"]
     with pytest.raises(TreeError, match="DiGraph"):
         Dag.from_networkx([("a", "b")])
     with pytest.raises(TreeError, match="collide"):

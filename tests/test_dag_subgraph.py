@@ -73,3 +73,15 @@ def test_subgraph_of_everything_is_the_same_dag_and_errors_name_the_input():
         dag.subgraph(np.zeros(dag.n_nodes, dtype=bool))
     with pytest.raises(TreeError, match=r"mask must have shape \(6,\), got \(3,\)"):
         dag.subgraph(np.ones(3, dtype=bool))
+
+
+def test_subgraph_of_no_ids_or_of_non_integer_ids_is_a_tree_error():
+    """D19 (issue 24): ``subgraph([])`` read ``[]`` as float64 and NumPy's casting raised a
+    TypeError; the docstring promises a TreeError."""
+    dag = Dag.from_edges([("b", "a")])
+    for empty in ([], (), np.array([], dtype=np.float64), np.array([], dtype=np.int64)):
+        with pytest.raises(TreeError, match="the subgraph is empty"):
+            dag.subgraph(empty)
+    with pytest.raises(TreeError, match=r"node ids must be integers .*dtype float64: 0\.5"):
+        dag.subgraph([0.5])
+    assert dag.subgraph([1]).labels.tolist() == ["a"]

@@ -93,6 +93,11 @@ def test_from_paths_with_pad():
         (lambda: Tree.from_dict({"a": 3}), "children of 'a'"),
         (lambda: Tree.from_parents([[-1]]), "1-D"),
         (lambda: Tree.from_parents([-1.0, 0.0]), "integer"),
+        # None pads y, so a class named None could never be predicted apart from a missing level (D13)
+        (lambda: Tree.from_edges([("dog", "animal"), (None, "animal")]), r"edge \(None, 'animal'\): None cannot be a class label"),
+        (lambda: Tree.from_edges([(None, None)]), r"edge \(None, None\): None cannot be a class label"),
+        (lambda: Tree.from_parents([-1, 0], labels=["a", None]), r"label 1 is None"),
+        (lambda: Tree.from_dict({"a": {None: None}}), r"edge \(None, 'a'\): None cannot be a class label"),
     ],
 )
 def test_bad_trees_name_the_problem(make, message):
