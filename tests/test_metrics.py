@@ -641,3 +641,37 @@ def test_registration_fails_loudly_when_sklearn_internals_change(monkeypatch):
     monkeypatch.setattr(_scorers, "_SCORING_MODULES_IF_LOADED", ())
     with pytest.raises(RuntimeError, match="StrOptions"):
         register_scorers()
+
+
+# ----------------------------------------------------------------------------- sample weights
+@pytest.mark.parametrize(
+    ("weight", "message"),
+    [
+        ([1.0, -1.0, 1.0, 1.0], r"sample_weight\[1\] is -1\.0: weights must be finite and non-negative"),
+        ([1.0, 1.0, np.nan, 1.0], r"sample_weight\[2\] is nan: weights must be finite and non-negative"),
+        ([np.inf, 1.0, 1.0, 1.0], r"sample_weight\[0\] is inf: weights must be finite and non-negative"),
+        ([1.0, 2.0], r"sample_weight must have shape \(4,\), got \(2,\)"),
+        ([[1.0, 1.0, 1.0, 1.0]], r"sample_weight must have shape \(4,\), got \(1, 4\)"),
+        (["a", "b", "c", "d"], r"sample_weight must be numbers, got <U1"),
+    ],
+)
+def test_one_weight_check_for_the_tree_and_the_dag_metrics(tree, weight, message):
+    """X09 (issue 24): the DAG metrics took weights [1, -1] and returned an F1 of 1.43; the
+    tree and DAG metrics now share one check, with one message naming the weight."""
+    from hiclass_parallel.dag import Dag
+    from hiclass_parallel.metrics import hierarchical_f1_score_dag, hierarchical_precision_score_dag
+
+    dag = Dag.from_tree(tree)
+    for metric, hierarchy in [(hierarchical_f1_score, tree), (hierarchical_f1_score_dag, dag),
+                              (hierarchical_precision_score_dag, dag), (exact_path_accuracy_score, tree)]:
+        with pytest.raises(ValueError, match=message):
+            metric(Y_TRUE, Y_PRED, hierarchy, sample_weight=weight)
+    # the reproducer: two samples on a DAG with weights [1, -1]
+    diamond = Dag.from_edges([("b", "a"), ("c", "a"), ("d", "b"), ("d", "c")])
+    with pytest.raises(ValueError, match=r"sample_weight\[1\] is -1\.0"):
+        hierarchical_f1_score_dag(["d", "b"], ["d", "c"], diamond, sample_weight=[1, -1])
+    # valid weights still give the hand-computed values (node sets {a,b,c,d} vs {a,b,c,d}, {a,b} vs {a,c})
+    assert hierarchical_f1_score_dag(["d", "b"], ["d", "c"], diamond, sample_weight=[1, 2]) == pytest.approx(
+        (4 + 2 * 1) / (4 + 2 * 2))
+    assert hierarchical_f1_score_dag(Y_TRUE, Y_PRED, dag, sample_weight=[1.0, 0.0, 2.0, 1.0]) == pytest.approx(
+        hierarchical_f1_score(Y_TRUE, Y_PRED, tree, sample_weight=[1.0, 0.0, 2.0, 1.0]))

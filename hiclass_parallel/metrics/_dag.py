@@ -29,6 +29,7 @@ from .._label_sets import is_label_set, read_label_sets
 from ..dag import Dag, UnrolledDag
 from ..tree import Tree
 from ._hierarchical import Average, ZeroDivision, _check_average, _check_zero_division, _prf_from_counts
+from ._weights import check_sample_weight
 
 __all__ = [
     "hierarchical_f1_score_dag",
@@ -117,11 +118,7 @@ def _prf_dag(y_true, y_pred, dag, *, beta, average, input_type, sample_weight, z
     if not (isinstance(beta, (int, float, np.number)) and beta >= 0):
         raise ValueError(f"beta must be a non-negative number, got {beta!r}")
     n_true, n_pred, n_common = dag_node_set_counts(y_true, y_pred, dag, input_type=input_type)
-    weight = None
-    if sample_weight is not None:
-        weight = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
-        if weight.shape != n_true.shape:
-            raise ValueError(f"sample_weight has {weight.size} entries for {n_true.size} samples")
+    weight = check_sample_weight(sample_weight, n_true.shape[0])
     return _prf_from_counts(n_true, n_pred, n_common, weight, beta=beta, average=average,
                             zero_division=zero_division, warn_for=warn_for)
 

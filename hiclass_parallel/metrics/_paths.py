@@ -24,6 +24,7 @@ import numpy as np
 from .._backend import to_numpy
 from .._labels import LabelIndex, host_labels_or_paths, id_pad_mask, metric_pad_mask
 from ..exceptions import describe_some
+from ._weights import check_sample_weight
 
 __all__ = ["check_paths", "InputType"]
 
@@ -172,17 +173,6 @@ def _widen(a: np.ndarray, width: int, fill: Any) -> np.ndarray:
     return wide
 
 
-def _check_sample_weight(sample_weight: Any, n: int) -> np.ndarray | None:
-    if sample_weight is None:
-        return None
-    w = np.asarray(to_numpy(sample_weight), dtype=np.float64)
-    if w.ndim != 1 or w.shape[0] != n:
-        raise ValueError(f"sample_weight must have shape ({n},), got {w.shape}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError("sample_weight must be finite and non-negative")
-    return w
-
-
 def check_paths(
     y_true: Any,
     y_pred: Any,
@@ -237,7 +227,7 @@ def check_paths(
         )
     if true_arr.shape[0] == 0:
         raise ValueError("y_true and y_pred are empty: a metric needs at least one sample")
-    weight = _check_sample_weight(sample_weight, true_arr.shape[0])
+    weight = check_sample_weight(sample_weight, true_arr.shape[0])
     if tree is not None:
         if not (hasattr(tree, "paths") and hasattr(tree, "to_ids")):
             raise TypeError(f"tree must be a hiclass_parallel.Tree, got {type(tree).__name__}")
