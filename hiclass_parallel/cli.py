@@ -9,9 +9,12 @@ Subcommands:
 The benchmarks are not part of the installed package: from a source checkout run
 ``python -m benchmarks.bench_paper_table`` and ``python -m benchmarks.bench_engine``.
 
-Errors (a missing file, an unknown ``--root``, ``--device cuda`` without a GPU, a bad option)
-print one line, ``hiclass-parallel: error: ...``, on stderr and exit with status 2; ``--debug``
-shows the traceback instead. ``--version`` prints the version.
+Errors (a missing file, an unknown ``--root``, ``--device cuda`` without a GPU, a bad option,
+``--epochs 0``, an ``--out`` that is a file) print one line, ``hiclass-parallel: error: ...``, on
+stderr and exit with status 2, sub-command usage errors included. ``--debug`` lets the
+exception propagate instead, so the traceback shows and a debugger (``python -m pdb``) stops
+at it; the exit status is then Python's for an uncaught exception, 1. ``--version`` prints
+the version.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "describe_tree", "root_label"]
 
 PROG = "hiclass-parallel"
 
@@ -30,10 +33,26 @@ EXIT_ERROR = 2
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors on one line (the usage itself is one ``--help`` away)."""
+    """argparse, with usage errors on one line (the usage itself is one ``--help`` away).
+
+    Sub-command parsers are of this class too (argparse copies the parent's class); their
+    ``prog`` is ``"hiclass-parallel demo"``, so the line starts with :data:`PROG` rather than
+    ``prog`` to read like every other error, and names the sub-command's help.
+    """
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_ERROR, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    """``--epochs``: 0 epochs would report an untrained model as if it were the demo's."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (nothing is trained with {value}), got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,12 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", parents=[common], help="train and evaluate a classifier on WordNet glosses (hypernym placement)")
     demo.add_argument("--root", default=None,
                       help="synset whose subtree is the task, e.g. animal.n.01 (default: all 82,115 nouns)")
-    demo.add_argument("--epochs", type=int, default=None, help="training epochs (default: the classifier's)")
+    demo.add_argument("--epochs", type=_positive_int, default=None,
+                      help="training epochs, at least 1 (default: the classifier's)")
     demo.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
     demo.add_argument("--partition", choices=["auto", "level", "sibling"], default="auto",
                       help="softmax groups (default: %(default)s: sibling, trained path-locally, for text)")
     demo.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of synsets (default: %(default)s)")
-    demo.add_argument("--out", type=Path, default=Path("demo-output"), help="folder for the plot and report; any path, e.g. /tmp/demo (default: %(default)s, git-ignored)")
+    demo.add_argument("--out", type=Path, default=Path("demo-output"),
+                      help="folder for the plot and report (level_accuracy.png, report.txt, report.json), checked "
+                           "before training; any path, e.g. /tmp/demo (default: %(default)s, git-ignored)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -117,10 +139,76 @@ def describe_tree(tree) -> str:
     return "\n".join(lines)
 
 
+def _label_hint(tree, wordnet: bool) -> str:
+    """What the labels of ``tree`` look like, for an error about ``--root``."""
+    if wordnet:
+        return "labels are WordNet synset names such as dog.n.01"
+    labels = tree.labels
+    if labels.dtype.kind in "iu":
+        return f"this tree's labels are integers, {labels.min()} to {labels.max()}"
+    shown = ", ".join(repr(label) for label in labels[:3].tolist())
+    return f"this tree's labels are like {shown}"
+
+
+def root_label(tree, root: str, *, wordnet: bool = False):
+    """The label of ``tree`` that the command-line text ``root`` names.
+
+    A command line gives text, but labels may be integers (a tree saved from
+    ``Tree.from_parents`` without labels, or with integer labels): the text is taken as it
+    is first, then as an integer, so ``--root 0`` finds label 0 and a string label ``"0"``
+    alike.
+
+    Parameters
+    ----------
+    tree : Tree
+        The tree whose class ``root`` should be.
+    root : str
+        The text given to ``--root``.
+    wordnet : bool, default=False
+        Whether ``tree`` is WordNet's, for the hint of the error.
+
+    Returns
+    -------
+    str or int
+        The label, of the tree's label type.
+
+    Raises
+    ------
+    UnknownLabelError
+        Neither reading is a class of the tree; the message names ``root`` and says what
+        the tree's labels look like.
+
+    Examples
+    --------
+    >>> from hiclass_parallel import Tree
+    >>> root_label(Tree.from_parents([-1, 0, 0]), "0")
+    0
+    >>> root_label(Tree.from_edges([("dog", "animal")]), "dog")
+    'dog'
+    """
+    from .exceptions import UnknownLabelError
+
+    candidates: list = [root]
+    try:
+        candidates.append(int(root))
+    except ValueError:
+        pass
+    first_error = None
+    for candidate in candidates:
+        try:
+            tree.to_ids([candidate])
+        except UnknownLabelError as err:
+            first_error = first_error or err
+            continue
+        return candidate
+    raise UnknownLabelError(f"{first_error} (check --root; {_label_hint(tree, wordnet)})") from first_error
+
+
 def _cmd_tree(args: argparse.Namespace) -> int:
     from .tree import Tree
 
-    if args.path is None:
+    wordnet = args.path is None
+    if wordnet:
         from .datasets import load_wordnet_tree
 
         tree = load_wordnet_tree()
@@ -128,8 +216,9 @@ def _cmd_tree(args: argparse.Namespace) -> int:
     else:
         tree = Tree.load(args.path)
     if args.root is not None:
-        tree = tree.subtree(args.root)
-        print(f"subtree under {args.root!r}")
+        label = root_label(tree, args.root, wordnet=wordnet)
+        tree = tree.subtree(label)
+        print(f"subtree under {label!r}")
     print(describe_tree(tree))
     return 0
 
@@ -177,9 +266,6 @@ def _one_line(err: BaseException) -> str:
     """A failure in one line: what failed, and the offending input where the error names it."""
     if isinstance(err, OSError) and err.filename is not None:
         return f"{err.strerror or type(err).__name__}: {err.filename}"
-    text = " ".join(str(err).split()) or type(err).__name__
-    from .exceptions import UnknownLabelError
-
-    if isinstance(err, UnknownLabelError):
-        text += " (check --root; labels are WordNet synset names such as dog.n.01)"
-    return text
+    # The hint on what labels look like is added where the tree is known (root_label, the
+    # demo), not here: a generic hint would claim WordNet names for any tree.
+    return " ".join(str(err).split()) or type(err).__name__

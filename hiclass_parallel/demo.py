@@ -9,13 +9,25 @@ sets; the held-out report is compared with a flat most-frequent baseline.
 
 from __future__ import annotations
 
+import json
+import math
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["run_demo", "build_demo_pipeline"]
+__all__ = ["run_demo", "build_demo_pipeline", "prepare_out_dir", "estimate_training_seconds"]
+
+#: The recorded main job, the base of the time estimate printed before training: all noun
+#: synsets with a parent (82,115 classes), 80% of them trained on, the classifier's default of
+#: 3 epochs for that many rows, 2 idle cores (CPU). Training took 79.5-92 s in the README's
+#: runs and 116 s on a fresh clone in issue 24, so the range is the measured spread, not a bound.
+RECORDED_TRAIN_ROWS = 65_691
+RECORDED_CLASSES = 82_115
+RECORDED_EPOCHS = 3
+RECORDED_SECONDS = (79.5, 116.0)
 
 
 def build_demo_pipeline(tree: Any, *, epochs: int | None = None, device: str = "cpu", partition: str = "auto",
@@ -70,10 +82,135 @@ def _readable(path: np.ndarray, pad: Any) -> str:
     return " > ".join(str(label) for label in path if label != pad)
 
 
+def prepare_out_dir(out: str | Path) -> Path:
+    """Create the output folder ``out`` if needed and check that files can be written in it.
+
+    Called before any data is loaded or anything trained, so a folder that cannot take the
+    plot and report costs nothing instead of a whole training run.
+
+    Parameters
+    ----------
+    out : str or Path
+        The folder (created with its parents if missing).
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    NotADirectoryError
+        ``out``, or one of its parents, is a file.
+    OSError
+        The folder cannot be created or written to (e.g. :class:`PermissionError`); the error
+        names the folder.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     prepare_out_dir(pathlib.Path(tmp) / "a" / "b").is_dir()
+    True
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"the output folder {str(out)!r} is a file: give a folder (or a path to create) "
+                                 "for the plot and report")
+    out.mkdir(parents=True, exist_ok=True)  # a parent that is a file: NotADirectoryError naming the path
+    try:  # the permission bits do not tell everything (read-only mounts, ACLs): try it
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise PermissionError(err.errno, f"cannot write to the output folder ({err.strerror})", str(out)) from err
+    return out
+
+
+def _planned_epochs(n_rows: int, epochs: int | None, batch_size: int = 256) -> int:
+    """The epochs the demo's classifier will run: ``epochs``, or the classifier's documented
+    default for text (``ceil(35 / sqrt(steps per epoch))`` within [3, 30], see
+    ``HierarchicalClassifier``'s ``max_epochs``). Printed before training; ``test_cli`` checks
+    it against the epochs the fitted classifier ran."""
+    if epochs is not None:
+        return epochs
+    steps = max(1, math.ceil(n_rows / batch_size))
+    return int(min(30, max(3, math.ceil(35 / math.sqrt(steps)))))
+
+
+def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDED_CLASSES) -> tuple[float, float]:
+    """A rough range of the demo's training time on 2 idle CPU cores.
+
+    The recorded main job (:data:`RECORDED_SECONDS` for :data:`RECORDED_TRAIN_ROWS` rows,
+    :data:`RECORDED_EPOCHS` epochs and :data:`RECORDED_CLASSES` classes) scaled by rows x
+    epochs x sqrt(classes). A row costs less in a smaller tree (a smaller vocabulary, fewer
+    output rows to update): the square root fits the recorded text benchmark
+    (``docs/_static/bench_text.json``: 93 us per row and epoch under animal.n.01, 4,017
+    classes; 163-200 us under artifact.n.01 and person.n.01, ~10,400; 451 us on all nouns).
+    Rough all the same: a small subtree is dominated by fixed costs, and other processes on
+    the same cores make it several times slower.
+
+    Parameters
+    ----------
+    n_rows : int
+        Training rows.
+    epochs : int
+        Epochs.
+    n_classes : int, default=RECORDED_CLASSES
+        Classes of the tree.
+
+    Returns
+    -------
+    (low, high) : tuple of float
+        Seconds.
+
+    Examples
+    --------
+    >>> estimate_training_seconds(65_691, 3, 82_115)
+    (79.5, 116.0)
+    >>> [round(t, 1) for t in estimate_training_seconds(3_212, 10, 4_017)]  # animal.n.01: 3.0 s recorded
+    [2.9, 4.2]
+    """
+    scale = (n_rows * epochs) / (RECORDED_TRAIN_ROWS * RECORDED_EPOCHS) * math.sqrt(n_classes / RECORDED_CLASSES)
+    low, high = RECORDED_SECONDS
+    return low * scale, high * scale
+
+
+def _span(low: float, high: float) -> str:
+    """A time range in the unit a reader expects (seconds up to 90 s, then minutes)."""
+    if high < 10:
+        return "under 10 s"
+    if high < 90:
+        return f"about {low:.0f}-{high:.0f} s"
+    return f"about {low / 60:.1f}-{high / 60:.1f} min"
+
+
+def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str) -> str:
+    """What is about to be trained, and for how long, printed before training starts."""
+    planned = _planned_epochs(n_rows, epochs)
+    which = "" if epochs is not None else " (the classifier's default for this many rows)"
+    line = f"training on {n_rows:,} rows, {n_classes:,} classes, {planned} epoch{'s' * (planned != 1)}{which}, device {device}"
+    if not str(device).startswith("cpu"):
+        return line + f"; no time estimate for device {device!r} (the recorded times are on a CPU)"
+    low, high = estimate_training_seconds(n_rows, planned, n_classes)
+    return (
+        f"{line}\nrough estimate: {_span(low, high)} of training on 2 idle cores (all nouns took "
+        f"{RECORDED_SECONDS[0]:g}-{RECORDED_SECONDS[1]:g} s, scaled here by rows x epochs x sqrt(classes)); "
+        "several times longer, or more, when other processes share the cores"
+    )
+
+
+def _json_number(value: Any) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None  # JSON has no NaN
+
+
 def run_demo(root: str | None = None, epochs: int | None = None, device: str = "cpu", partition: str = "auto",
              test_size: float = 0.2, out: str | Path | None = "demo-output", seed: int = 0,
              verbose: bool = True, n_examples: int = 8) -> dict:
     """Train on WordNet glosses under ``root``, print the report, and return the figures.
+
+    Before anything is loaded, ``out`` is created and checked (a folder that cannot take the
+    report fails at once, not after training); before training, what is about to be trained
+    (rows, classes, epochs) is printed with a rough estimate of the time it takes.
 
     Parameters
     ----------
@@ -81,7 +218,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
         Synset whose subtree is the task (``None``: all 82,115 nouns; about 1.5 minutes of
         training on 2 cores).
     epochs : int, default=None
-        Training epochs; ``None``: the classifier's default.
+        Training epochs, at least 1; ``None``: the classifier's default.
     device : str, default="cpu"
         torch device.
     partition : {"auto", "level", "sibling"}, default="auto"
@@ -89,7 +226,9 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     test_size : float, default=0.2
         Held-out fraction of synsets.
     out : str or Path or None, default="demo-output"
-        Folder for the per-level accuracy plot (``None``: no plot).
+        Folder for the per-level accuracy plot (``level_accuracy.png``, with matplotlib), the
+        report as text (``report.txt``) and its figures as JSON (``report.json``); ``None``:
+        nothing written.
     seed : int, default=0
         Seed of the split and the classifier.
     verbose : bool, default=True
@@ -101,7 +240,17 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     -------
     dict
         ``hierarchical_f1``, ``baseline_hierarchical_f1``, ``exact_path_accuracy``,
-        ``fit_seconds``, ``n_train``, ``n_test``, ``plot`` (path or None), ``report``.
+        ``fit_seconds``, ``epochs`` (run), ``n_train``, ``n_test``, ``plot``,
+        ``report_text`` and ``report_json`` (paths or None), ``report``.
+
+    Raises
+    ------
+    ValueError
+        ``epochs`` below 1.
+    UnknownLabelError
+        ``root`` is not a WordNet synset.
+    OSError
+        ``out`` is a file or cannot be created or written to (see :func:`prepare_out_dir`).
 
     Examples
     --------
@@ -109,6 +258,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
 
     >>> result = run_demo("dog.n.01", epochs=1, out=None, verbose=False, n_examples=0)  # doctest: +ELLIPSIS
     WordNet glosses under dog.n.01: 188 synsets, tree of 189 classes in 6 levels; 150 train, 38 held out
+    training on 150 rows, 189 classes, 1 epoch, device cpu
     ...
     >>> result["n_test"], 0.0 <= result["hierarchical_f1"] <= 1.0
     (38, True)
@@ -117,23 +267,47 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     from sklearn.model_selection import train_test_split
 
     from .datasets import load_wordnet_glosses
-    from .metrics import exact_path_accuracy_score, hierarchical_classification_report, hierarchical_f1_score
+    from .exceptions import UnknownLabelError
+    from .metrics import (
+        exact_path_accuracy_score,
+        hierarchical_classification_report,
+        hierarchical_f1_score,
+        hierarchical_precision_score,
+        hierarchical_recall_score,
+        level_accuracy_score,
+        mean_tree_distance,
+    )
 
-    data = load_wordnet_glosses(root, pos=None if root is not None else "n", include_lemmas=True)
+    # Zero epochs "trains" nothing and reports a random network as the demo's model.
+    if epochs is not None and epochs < 1:
+        raise ValueError(f"epochs={epochs!r}: the demo trains at least 1 epoch (None: the classifier's default)")
+    out_dir = None if out is None else prepare_out_dir(out)
+    said: list[str] = []  # everything printed but the progress bar: the text report
+
+    def say(text: str = "") -> None:
+        print(text, flush=True)  # flush: under a pipe the plan must show before training starts
+        said.append(text)
+
+    try:
+        data = load_wordnet_glosses(root, pos=None if root is not None else "n", include_lemmas=True)
+    except UnknownLabelError as err:
+        raise UnknownLabelError(f"{err} (root: labels are WordNet synset names such as dog.n.01)") from err
     tree = data.tree
     X_train, X_test, y_train, y_test, _, syn_test = train_test_split(
         data.data, data.target, data.synsets, test_size=test_size, random_state=seed
     )
-    print(f"WordNet glosses under {root or 'all nouns'}: {len(data.data):,} synsets, tree of "
-          f"{tree.n_classes:,} classes in {tree.n_levels} levels; {len(X_train):,} train, {len(X_test):,} held out")
+    say(f"WordNet glosses under {root or 'all nouns'}: {len(data.data):,} synsets, tree of "
+        f"{tree.n_classes:,} classes in {tree.n_levels} levels; {len(X_train):,} train, {len(X_test):,} held out")
+    say(_plan(len(X_train), tree.n_classes, epochs, device))
 
     pipe = build_demo_pipeline(tree, epochs=epochs, device=device, partition=partition, seed=seed, verbose=verbose)
     start = time.perf_counter()
     pipe.fit(X_train, y_train)
     fit_seconds = time.perf_counter() - start
     clf = pipe.named_steps["clf"]
+    epochs_run = len(clf.net_.history)
     pred = pipe.predict(X_test)
-    print(f"\ntrained in {fit_seconds:.1f} s")
+    say(f"\ntrained {epochs_run} epoch{'s' * (epochs_run != 1)} in {fit_seconds:.1f} s")
 
     baseline = DummyClassifier(strategy="most_frequent").fit(X_train, y_train).predict(X_test)
     h_f1 = hierarchical_f1_score(y_test, pred, tree=tree)
@@ -141,28 +315,53 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     exact = exact_path_accuracy_score(y_test, pred, tree=tree)
     # Deep levels of the subtree may hold no held-out label: report 0 there, without a warning.
     report = hierarchical_classification_report(y_test, pred, tree, zero_division=0.0)
-    print("\nHeld-out report\n" + report)
-    print(f"hierarchical F1 {h_f1:.3f} vs flat most-frequent baseline {base_f1:.3f} "
-          f"(always {str(baseline[0])!r}); exact path accuracy {exact:.3f}")
+    say("\nHeld-out report\n" + report)
+    say(f"hierarchical F1 {h_f1:.3f} vs flat most-frequent baseline {base_f1:.3f} "
+        f"(always {str(baseline[0])!r}); exact path accuracy {exact:.3f}")
 
-    print("\nExamples (gloss -> predicted path | true parent):")
+    if n_examples:
+        say("\nExamples (gloss -> predicted path | true parent):")
     for i in range(min(n_examples, len(X_test))):
         gloss = X_test[i] if len(X_test[i]) < 90 else X_test[i][:87] + "..."
-        print(f"  {syn_test[i]}: {gloss}\n    -> {_readable(pred[i], clf.pad_label_)}  |  {y_test[i]}")
+        say(f"  {syn_test[i]}: {gloss}\n    -> {_readable(pred[i], clf.pad_label_)}  |  {y_test[i]}")
 
-    plot_path = None
-    if out is not None:
-        plot_path = _plot(y_test, pred, tree, Path(out))
-        if plot_path is not None:
-            print(f"\nper-level accuracy plot: {plot_path}")
+    plot_path = text_path = json_path = None
+    if out_dir is not None:
+        plot_path = _plot(y_test, pred, tree, out_dir)
+        level_acc, level_support = level_accuracy_score(y_test, pred, tree, zero_division=np.nan)
+        figures = {
+            "root": root, "epochs": epochs_run, "partition": clf.partition_, "device": device, "seed": seed,
+            "test_size": test_size, "n_synsets": len(data.data), "n_classes": tree.n_classes,
+            "n_levels": tree.n_levels, "n_train": len(X_train), "n_test": len(X_test),
+            "fit_seconds": round(fit_seconds, 2),
+            "hierarchical_f1": h_f1,
+            "hierarchical_precision": hierarchical_precision_score(y_test, pred, tree=tree, zero_division=0.0),
+            "hierarchical_recall": hierarchical_recall_score(y_test, pred, tree=tree, zero_division=0.0),
+            "exact_path_accuracy": exact,
+            "mean_tree_distance": mean_tree_distance(y_test, pred, tree=tree),
+            "baseline": {"strategy": "most_frequent", "label": str(baseline[0]), "hierarchical_f1": base_f1},
+            # null where no held-out path reaches the level (its accuracy is undefined)
+            "level_accuracy": [_json_number(v) for v in level_acc],
+            "level_support": [_json_number(v) for v in level_support],
+        }
+        figures = {k: float(v) if isinstance(v, np.floating) else v for k, v in figures.items()}
+        json_path = out_dir / "report.json"
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+        text_path = out_dir / "report.txt"
+        text_path.write_text("\n".join(said) + "\n")
+        written = ", ".join(str(p) for p in (plot_path, text_path, json_path) if p is not None)
+        print(f"\nwritten: {written}")
     return {
         "hierarchical_f1": h_f1,
         "baseline_hierarchical_f1": base_f1,
         "exact_path_accuracy": exact,
         "fit_seconds": fit_seconds,
+        "epochs": epochs_run,
         "n_train": len(X_train),
         "n_test": len(X_test),
         "plot": plot_path,
+        "report_text": text_path,
+        "report_json": json_path,
         "report": report,
     }
 
@@ -178,7 +377,6 @@ def _plot(y_true: Any, y_pred: Any, tree: Any, out: Path) -> Path | None:
         return None
     from .metrics.plot import plot_level_accuracy
 
-    out.mkdir(parents=True, exist_ok=True)
     ax = plot_level_accuracy(y_true, y_pred, tree=tree)
     path = out / "level_accuracy.png"
     ax.figure.savefig(path, dpi=110, bbox_inches="tight")

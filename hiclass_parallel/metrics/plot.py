@@ -60,7 +60,7 @@ def plot_level_accuracy(
     pad_label, input_type, sample_weight
         As in :func:`level_accuracy_score`.
     annotate : bool, default=True
-        Write ``n=<support>`` above each bar.
+        Write ``n=<support>`` on each bar, rotated: inside the top of a tall bar, above a short one.
 
     Returns
     -------
@@ -79,21 +79,33 @@ def plot_level_accuracy(
     acc, support = level_accuracy_score(
         y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
     )
-    ax = _axes(ax)
     levels = np.arange(acc.shape[0])
+    if ax is None:  # a bar slot of at least ~0.35 inch, so deep trees (WordNet: 20 levels) stay legible
+        _, ax = _pyplot().subplots(figsize=(max(6.4, 1.5 + 0.35 * levels.size), 4.8))
     names = [str(i) for i in levels] if level_names is None else [str(n) for n in level_names]
-    bars = ax.bar(levels, np.nan_to_num(acc, nan=0.0), color="C0")
+    heights = np.nan_to_num(acc, nan=0.0)
+    bars = ax.bar(levels, heights, color="C0")
     ax.set_xticks(levels, names)
     ax.set_ylim(0, 1.1)
     ax.set_xlabel("level (depth)")
     ax.set_ylabel("accuracy")
-    ax.set_title("Accuracy per level")
+    ax.set_title("Accuracy per level" + (" (n = held-out samples reaching the level)" if annotate else ""))
     if annotate:
-        for bar, n in zip(bars, support):
-            label = f"n={int(n)}" if float(n).is_integer() else f"n={float(n):.3g}"
-            ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize="small", xytext=(0, 2), textcoords="offset points")
+        # Vertical labels: horizontal ones ("n=16423") are wider than a bar and ran into their
+        # neighbours on deep trees. Written inside the top of a bar tall enough to hold one (white
+        # on the bar), else just above it, with a gap from the bar's edge either way.
+        for bar, height, n in zip(bars, heights, support):
+            label = f"n={int(n):,}" if float(n).is_integer() else f"n={float(n):.3g}"
+            inside = height >= _INSIDE_MIN_HEIGHT
+            ax.annotate(label, (bar.get_x() + bar.get_width() / 2, height), rotation=90, ha="center",
+                        va="top" if inside else "bottom", color="white" if inside else "black",
+                        fontsize="small", xytext=(0, -4 if inside else 4), textcoords="offset points")
     return ax
+
+
+#: Bars at least this tall (in accuracy, of the 0-1.1 axis) hold their ``n=`` label inside:
+#: "n=16,423" in a small font, rotated, spans about a fifth of a 4.8-inch figure's axis.
+_INSIDE_MIN_HEIGHT = 0.3
 
 
 def plot_tree_distance(
