@@ -270,6 +270,28 @@ def test_torch_input(small):
     assert by_torch.n_features_in_ == X.shape[1]
 
 
+def test_torch_sparse_input_is_read_as_a_scipy_csr_matrix(small):
+    """S14 (issue 24): a torch sparse COO tensor as X gave torch's NotImplementedError. Sparse
+    torch layouts are read as the scipy CSR matrix of the same values: same model, same answers."""
+    X, y, tree = small
+    X = np.where(X > 0.5, X, 0.0).astype(np.float32)
+    by_scipy = HierarchicalClassifier(tree, **FAST).fit(sp.csr_matrix(X), y)
+    expected = by_scipy.predict_proba(sp.csr_matrix(X))
+    coo = torch.as_tensor(X).to_sparse()  # COO, uncoalesced handled too
+    for Xt in (coo, torch.as_tensor(X).to_sparse_csr(), torch.as_tensor(X, dtype=torch.float64).to_sparse_coo()):
+        clf = HierarchicalClassifier(tree, **FAST).fit(Xt, y)
+        assert clf.path_local_ == by_scipy.path_local_ and clf.n_features_in_ == X.shape[1]
+        np.testing.assert_allclose(clf.predict_proba(Xt), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(clf.predict(Xt), by_scipy.predict(sp.csr_matrix(X)))
+    bad = torch.sparse_coo_tensor(torch.tensor([[1], [2]]), torch.tensor([float("nan")]), X.shape,
+                                  check_invariants=True)
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        by_scipy.predict(bad)
+    hybrid = torch.sparse_coo_tensor(torch.tensor([[0], [1]]), torch.ones(1, 3), (2, 6, 3), check_invariants=True)
+    with pytest.raises(ValueError, match=r"torch sparse X must be 2-D .*shape \(2, 6, 3\)"):
+        by_scipy.predict(hybrid)
+
+
 def test_grid_search_over_lr_and_hidden_units_with_default_score(small):
     X, y, tree = small
     search = GridSearchCV(
