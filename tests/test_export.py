@@ -116,3 +116,76 @@ def test_threshold_decoding_and_terminal_without_stops_are_refused():
     clf.set_params(decoding="best")
     with pytest.raises(ValueError, match="needs a model trained with stop"):
         serving_module(clf, semantics="terminal")
+
+
+# ---------------------------------------------------------------------------- non-finite rows (issue 24 E06)
+@pytest.mark.parametrize("partition", ["level", "sibling"])
+@pytest.mark.parametrize("semantics", ["partial", "terminal"])
+def test_decoder_blanks_undecidable_rows_as_best_paths_does(partition, semantics, random_tree):
+    """Scores holding NaN or +inf have no probabilities: the empty path (all -1) with
+    log-probability NaN, as :func:`best_paths`; -inf scores are ordinary (probability 0)."""
+    rng = np.random.default_rng(7)
+    for n in (2, 15, 40):
+        tree = random_tree(rng, n)
+        stop = semantics == "terminal" or bool(rng.integers(2))
+        width = n_outputs(tree, partition, stop)
+        scores = rng.normal(scale=3, size=(12, width))
+        for row, value in zip(range(1, 12, 2), [np.nan, np.inf, -np.inf, np.nan, np.inf, -np.inf]):
+            scores[row, rng.integers(width)] = value
+        scores[11] = -np.inf  # every group -inf
+        scores = torch.from_numpy(scores.astype(np.float32))
+        paths, log_prob = TreeDecoder(tree, partition, stop, semantics)(scores)
+        ref_paths, ref_log_prob = best_paths(scores, tree, partition, stop, semantics)
+        bad = (torch.isnan(scores) | (scores == float("inf"))).any(1)
+        assert bool(bad[1]) and bool(bad[3])
+        assert (paths[bad] == -1).all() and torch.isnan(log_prob[bad]).all()
+        torch.testing.assert_close(paths, ref_paths)
+        torch.testing.assert_close(log_prob, ref_log_prob, equal_nan=True)
+
+
+@pytest.mark.parametrize(("partition", "semantics"), [("sibling", "partial"), ("level", "terminal")])
+def test_exported_routes_agree_on_non_finite_rows(partition, semantics, tmp_path, one_torch_thread):
+    """A row of X holding NaN or +-inf: predict refuses it, but a serving runtime cannot raise
+    per row, so every exported route gives it the empty path (all -1) and log-probability NaN;
+    the finite rows of the same batch are predict's."""
+    X, y, tree = make_hierarchical_classification(n_samples=150, n_features=6, branching=2, depth=3, random_state=0)
+    clf = HierarchicalClassifier(tree, partition=partition, semantics=semantics, max_epochs=2,
+                                 random_state=0).fit(X, y)
+    X = X[:8].astype(np.float32)
+    bad = np.array([False, True, False, True, True, False, False, True])
+    X[1, 0], X[3, 5], X[4, 2], X[7] = np.nan, np.inf, -np.inf, np.nan
+    expected = clf.predict(X[~bad])
+    dense = torch.from_numpy(X)
+    with torch.no_grad():
+        outputs = {"serving_module": serving_module(clf)(dense), "torch.export": export_program(clf).module()(dense)}
+    if HAVE_ONNX:
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(export_onnx(clf, tmp_path / "model.onnx"),
+                                               providers=["CPUExecutionProvider"])
+        outputs["onnx"] = tuple(torch.from_numpy(a) for a in session.run(None, {"X": X}))
+    for route, (paths, log_prob) in outputs.items():
+        paths, log_prob = np.asarray(paths), np.asarray(log_prob)
+        assert (paths[bad] == -1).all(), route
+        assert np.isnan(log_prob[bad]).all(), route
+        assert np.isfinite(log_prob[~bad]).all(), route
+        np.testing.assert_array_equal(as_labels(clf, paths[~bad]), expected, err_msg=route)
+    first = outputs["serving_module"]
+    for route, (paths, log_prob) in outputs.items():
+        np.testing.assert_array_equal(np.asarray(paths), first[0].numpy(), err_msg=route)
+        np.testing.assert_allclose(np.asarray(log_prob), first[1].numpy(), rtol=1e-5, err_msg=route)
+
+
+def test_a_multi_label_classifier_is_refused_by_name():
+    """M19 (issue 24): its network scores the DAG's unrolled tree, so exported ids are copies,
+    not indices into ``classes_``; it is refused, naming the class and what to do instead."""
+    from hiclass_parallel.dag import Dag
+    from hiclass_parallel.estimators import MultiLabelHierarchicalClassifier
+
+    dag = Dag.from_edges([("d", "b"), ("d", "c"), ("b", "a"), ("c", "a")])
+    X = np.random.default_rng(0).standard_normal((20, 3)).astype(np.float32)
+    clf = MultiLabelHierarchicalClassifier(dag, max_epochs=1, random_state=0).fit(X, [["d"], ["b"]] * 10)
+    for export in (serving_module, export_program, lambda c: export_onnx(c, "unused.onnx")):
+        with pytest.raises(TypeError, match=r"MultiLabelHierarchicalClassifier is not exported: .*unrolled tree"
+                                            r".*predict"):
+            export(clf)

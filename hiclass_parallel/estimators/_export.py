@@ -18,6 +18,16 @@ candidate: the leaves under ``semantics="partial"``, every node plus its stop te
 Input: a dense float batch ``(batch, n_features)``. A model trained on sparse text features
 (:class:`SparseMLP`, the default for scipy sparse ``X``) takes the same features dense: its
 input layer is then an ordinary matrix product with the same weights.
+
+Rows that cannot be decided: ``predict`` refuses a NaN or an infinity in ``X``, but a serving
+runtime answers every row and cannot raise for one, so a row of ``X`` holding one, or a row
+whose scores hold a NaN or ``+inf`` (undecidable, as in :func:`~hiclass_parallel.ops.best_paths`),
+gets the empty path (all -1) with log-probability NaN; eager torch, ``torch.export`` and
+ONNX give the same answer. A row whose candidates all have log-probability ``-inf`` gets the
+lowest-id candidate, as :func:`~hiclass_parallel.ops.best_paths` gives it.
+
+A :class:`~hiclass_parallel.estimators.MultiLabelHierarchicalClassifier` is refused: its ids
+are copies in the DAG's unrolled tree and its answers are label sets, not one path.
 """
 
 from __future__ import annotations
@@ -82,8 +92,10 @@ class TreeDecoder(nn.Module):
         self.register_buffer("segments", torch.from_numpy(seg))
         self.register_buffer("position", torch.from_numpy(position))
         self.register_buffer("paths", torch.from_numpy(tree.paths.astype(np.int64)))
-        self.register_buffer("candidate", torch.from_numpy(
-            np.ones(C, dtype=bool) if semantics == "terminal" else tree.is_leaf.astype(bool)))
+        candidate = np.ones(C, dtype=bool) if semantics == "terminal" else tree.is_leaf.astype(bool)
+        self.register_buffer("candidate", torch.from_numpy(candidate))
+        # the answer of a row in which every candidate has probability 0, as best_paths gives it
+        self.register_buffer("first_candidate", torch.tensor(int(np.flatnonzero(candidate)[0]), dtype=torch.int64))
         for d in range(L):
             nodes = order[depth[order] == d]
             self.register_buffer(f"level{d}_nodes", torch.from_numpy(nodes))
@@ -100,9 +112,13 @@ class TreeDecoder(nn.Module):
         idx = self.segments.unsqueeze(0).expand(scores.shape[0], self.n_scores)
         start = torch.full((scores.shape[0], self.n_groups), float("-inf"), dtype=scores.dtype, device=scores.device)
         top = start.scatter_reduce(1, idx, scores, reduce="amax", include_self=True)
-        shifted = scores - torch.gather(top, 1, idx)
-        total = torch.zeros_like(top).scatter_add(1, idx, torch.exp(shifted))
-        log_p = shifted - torch.gather(torch.log(total), 1, idx)
+        # IEEE semantics of the ops: shift by a finite maximum only, and a group of -inf only
+        # reads its log-normaliser as 0 (its members get -inf, not -inf - -inf = NaN)
+        shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        total = torch.zeros_like(top).scatter_add(1, idx, torch.exp(scores - torch.gather(shift, 1, idx)))
+        lse = torch.log(total) + shift
+        lse = torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
+        log_p = scores - torch.gather(lse, 1, idx)
         classes = log_p[:, : self.n_classes]
         acc = torch.index_select(classes, 1, self.level0_nodes)
         for d in range(1, self.n_levels):  # the L levels, unrolled at export
@@ -115,12 +131,30 @@ class TreeDecoder(nn.Module):
         return node
 
     def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Best paths ``(batch, n_levels)`` of node ids padded with -1, and their log-probabilities."""
+        """Best paths ``(batch, n_levels)`` of node ids padded with -1, and their log-probabilities.
+
+        A row whose scores hold a NaN or ``+inf`` has no probabilities: it gets the empty path
+        (all -1) and log-probability NaN, as :func:`~hiclass_parallel.ops.best_paths` gives it.
+        """
         node = self.node_log_probs(scores)
         value = torch.where(self.candidate, node, torch.full_like(node, float("-inf")))
+        # runtimes disagree on where a NaN ranks in argmax (torch: first; onnxruntime: never):
+        # only undecidable rows hold one, and they are blanked below, so rank it last everywhere
+        value = torch.where(torch.isnan(value), torch.full_like(value, float("-inf")), value)
         best = torch.argmax(value, dim=1)  # first maximum: the lowest node id wins ties
         log_prob = torch.gather(value, 1, best.unsqueeze(1)).squeeze(1)
-        return torch.index_select(self.paths, 0, best), log_prob
+        # every candidate at -inf ties with the non-candidates: the lowest candidate id, never a
+        # non-candidate (an internal node under partial semantics)
+        best = torch.where(log_prob == float("-inf"), self.first_candidate, best)
+        undecidable = (torch.isnan(scores) | (scores == float("inf"))).any(1)
+        return _blank(torch.index_select(self.paths, 0, best), log_prob, undecidable)
+
+
+def _blank(paths: torch.Tensor, log_prob: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The empty path (all -1) and log-probability NaN where ``rows`` (bool ``(batch,)``) holds:
+    what a serving runtime, which cannot raise for one row, answers for a row it cannot decide."""
+    paths = torch.where(rows.unsqueeze(1), torch.full_like(paths, -1), paths)
+    return paths, torch.where(rows, torch.full_like(log_prob, float("nan")), log_prob)
 
 
 class ServingModule(nn.Module):
@@ -139,8 +173,16 @@ class ServingModule(nn.Module):
         self.decoder = decoder
 
     def forward(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(paths, log_prob)``: node-id paths ``(batch, n_levels)`` and their log-probabilities."""
-        return self.decoder(self.module(X.to(torch.float32)))
+        """``(paths, log_prob)``: node-id paths ``(batch, n_levels)`` and their log-probabilities.
+
+        A row of ``X`` holding a NaN or an infinity (which ``predict`` refuses), or whose scores
+        hold a NaN or ``+inf``, gets the empty path (all -1) and log-probability NaN.
+        """
+        X = X.to(torch.float32)
+        paths, log_prob = self.decoder(self.module(X))
+        # checked on X too: a module may map a non-finite feature to finite scores (a ReLU of
+        # -inf is 0), which would decode to a confident path the classifier would refuse
+        return _blank(paths, log_prob, ~torch.isfinite(X).all(1))
 
 
 def serving_module(clf: Any, semantics: str | None = None) -> ServingModule:
@@ -159,6 +201,18 @@ def serving_module(clf: Any, semantics: str | None = None) -> ServingModule:
         ``module(X)`` returns ``(paths, log_prob)``: paths of node ids (indices into
         ``clf.classes_``; ``-1`` pads), equal to ``clf.predict`` through
         ``clf.classes_``. ``X`` is a dense float tensor (sparse features made dense).
+        A row that ``predict`` would refuse or cannot decide (a NaN or an infinity in the
+        row of ``X``, a NaN or ``+inf`` in its scores) gets the empty path (all -1) and
+        log-probability NaN: a serving runtime answers every row and cannot raise for one.
+
+    Raises
+    ------
+    TypeError
+        For a :class:`~hiclass_parallel.estimators.MultiLabelHierarchicalClassifier`: its
+        network scores the DAG's unrolled tree, whose node ids are copies, not indices into
+        ``classes_``, and its answers are label sets, not one path.
+    ValueError
+        For ``decoding="threshold"``, or terminal semantics without stop scores.
 
     Examples
     --------
@@ -174,6 +228,15 @@ def serving_module(clf: Any, semantics: str | None = None) -> ServingModule:
     """
     from sklearn.utils.validation import check_is_fitted
 
+    from .multilabel import MultiLabelHierarchicalClassifier
+
+    if isinstance(clf, MultiLabelHierarchicalClassifier):
+        raise TypeError(
+            f"{type(clf).__name__} is not exported: its network scores the hierarchy's unrolled tree "
+            "(clf.tree_), whose node ids are copies of the classes, not indices into clf.classes_, and its "
+            "answers are label sets, not one path; serve it with clf.predict or clf.predict_proba "
+            "(pickle the fitted classifier)"
+        )
     check_is_fitted(clf)
     if clf.decoding != "best":
         raise ValueError(f"only decoding='best' is exported; this classifier has decoding={clf.decoding!r}")
@@ -210,6 +273,8 @@ def export_program(clf: Any, example: Any = None, semantics: str | None = None) 
     torch.export.ExportedProgram
         ``program.module()(X)`` gives ``(paths, log_prob)`` for any batch size of
         float32 ``X`` (the exported graph checks the dtype); ``torch.export.save`` stores it.
+        A row of ``X`` holding a NaN or an infinity gets the empty path (all -1) and
+        log-probability NaN, as in :func:`serving_module`.
 
     Examples
     --------
@@ -255,7 +320,9 @@ def export_onnx(
     str
         The path written. The graph has one input ``X`` (float32, ``(batch, n_features)``)
         and two outputs, ``paths`` (int64, ``(batch, n_levels)``, node ids padded with -1)
-        and ``log_prob`` (float32, ``(batch,)``).
+        and ``log_prob`` (float32, ``(batch,)``). A row of ``X`` holding a NaN or an
+        infinity gets the empty path (all -1) and log-probability NaN, as in
+        :func:`serving_module`.
     """
     try:
         import onnx  # noqa: F401
