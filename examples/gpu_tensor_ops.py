@@ -23,11 +23,14 @@ def run_on(name: str, xp_scores, xp_labels, tree) -> None:
     partitioned = partition_scores(xp_scores, tree)
     decoded, _ = best_paths(xp_scores, tree)
     print(f"{name:>12}: paths {type(paths).__module__}.{type(paths).__name__} {tuple(paths.shape)}, "
-          f"partitioned {tuple(partitioned.shape)}, best paths {tuple(decoded.shape)}")
+          f"partitioned {tuple(partitioned.shape)}, best paths {tuple(decoded.shape)}", flush=True)
 
 
 def main(batch: int = 8) -> dict:
+    # flush=True: each stage shows at once, also when the output goes to a pipe or a log
+    print("loading the WordNet tree (117,659 classes) ...", flush=True)
     tree = load_wordnet_tree()
+    print(f"running the tensor methods on a batch of {batch} on each array library ...", flush=True)
     rng = np.random.default_rng(0)
     scores = rng.normal(size=(batch, tree.n_classes)).astype(np.float32)
     labels = tree.to_ids(["dog.n.01", "rock_hind.n.01"] * (batch // 2))
@@ -38,16 +41,16 @@ def main(batch: int = 8) -> dict:
         s, y = torch.from_numpy(scores).cuda(), torch.from_numpy(labels).cuda()
         run_on("torch-cuda", s, y, tree)
         loss = HierarchicalCrossEntropy(tree).to("cuda")(s, y)
-        print(f"  loss on cuda: {loss.item():.3f}")
+        print(f"  loss on cuda: {loss.item():.3f}", flush=True)
         ran.append("torch-cuda")
     else:
-        print("  torch-cuda: skipped (torch sees no CUDA device)")
+        print("  torch-cuda: skipped (torch sees no CUDA device)", flush=True)
     try:
         import cupy
 
         cupy.zeros(1)
     except Exception as exc:  # not installed, or no device
-        print(f"  cupy: skipped ({type(exc).__name__}: {exc})")
+        print(f"  cupy: skipped ({type(exc).__name__}: {exc})", flush=True)
     else:
         run_on("cupy", cupy.asarray(scores), cupy.asarray(labels), tree)
         ran.append("cupy")

@@ -19,6 +19,8 @@ from hiclass_parallel.metrics import hierarchical_f1_score
 
 
 def main(n_samples: int = 4000, epochs: int = 30, seed: int = 0) -> dict:
+    # flush=True: each stage shows at once, also when the output goes to a pipe or a log
+    print(f"loading data: {n_samples} synthetic samples, 40% labelled at an internal node ...", flush=True)
     X, y, tree = make_hierarchical_classification(
         n_samples=n_samples, n_features=20, branching=3, depth=3, terminal_fraction=0.4, random_state=seed
     )
@@ -27,11 +29,14 @@ def main(n_samples: int = 4000, epochs: int = 30, seed: int = 0) -> dict:
     results = {}
     for semantics in ("partial", "terminal"):
         clf = HierarchicalClassifier(tree, semantics=semantics, max_epochs=epochs, random_state=seed)
+        print(f"training with semantics={semantics!r}, {epochs} epochs ...", flush=True)
         clf.fit(X_train, y_train)
+        print(f"evaluating on {len(X_test)} held-out samples ...", flush=True)
         predicted_internal = ~tree.is_leaf[clf.predict_node(X_test)]
         h_f1 = hierarchical_f1_score(y_test, clf.predict(X_test), tree=tree)
         hit = float(np.mean(predicted_internal[truth_is_internal]))
-        print(f"{semantics:>8}: hF1 {h_f1:.3f}; predicts an internal node for {hit:.0%} of samples whose truth is internal")
+        print(f"{semantics:>8}: hF1 {h_f1:.3f}; predicts an internal node for {hit:.0%} of samples whose truth is internal",
+              flush=True)
         results[semantics] = {"hf1": h_f1, "internal_where_internal": hit}
     return results
 
