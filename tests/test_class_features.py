@@ -11,6 +11,7 @@ import torch
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
+from hiclass_parallel.estimators._data import csr_tensor
 from hiclass_parallel.ops.sibling_paths import score_matrix
 from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
@@ -146,8 +147,17 @@ def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):
     # without the in-batch level term, the single-label loss is the multi-label one on a tree
     exact = dict(kw, criterion__level_contrast=0.0)
     short = HierarchicalClassifier(tree, module__class_features=text, **exact).fit(X, y)
-    spelled = HierarchicalClassifier(tree, module__class_features=full.tocsr(), **exact).fit(X, y)
-    np.testing.assert_array_equal(short.decision_function(X), spelled.decision_function(X))
+    # the module itself, given the rows spelled out per score column, scores identically
+    spelled = SparseMLP(n_features=20, n_outputs=short.n_scores_, hidden_units=8, class_features=full.tocsr())
+    spelled.load_state_dict(short.net_.module_.state_dict())
+    with torch.no_grad():
+        scores = spelled(csr_tensor(X)).numpy()
+    np.testing.assert_allclose(short.decision_function(X), scores, rtol=1e-6)
+    # the classifier takes one row per class, never rows per score column (they would land on stops)
+    with pytest.raises(ValueError, match=rf"has {full.shape[0]} rows, but the classifier has {tree.n_classes} classes"):
+        HierarchicalClassifier(tree, module__class_features=full.tocsr(), **exact).fit(X, y)
+    with pytest.raises(ValueError, match=rf"has {tree.n_classes - 2} rows, but the classifier has {tree.n_classes}"):
+        HierarchicalClassifier(tree, module__class_features=text[:-2], **exact).fit(X, y)
     # on a tree the multi-label classifier reads the same rows (its copies are the classes)
     multi = MultiLabelHierarchicalClassifier(Dag.from_tree(tree), module__class_features=text, **exact).fit(X, y)
     np.testing.assert_allclose(multi.decision_function(X), short.decision_function(X), rtol=1e-4, atol=1e-5)

@@ -21,7 +21,7 @@ from hiclass_parallel.metrics import (
     hierarchical_precision_score_dag,
     hierarchical_recall_score_dag,
 )
-from hiclass_parallel.ops.groups import n_outputs
+from hiclass_parallel.ops.groups import n_outputs, node_log_probs
 
 from test_dag_loss import random_dag
 
@@ -294,5 +294,119 @@ def test_class_text_of_a_dag_class_reaches_every_copy():
     internal = np.flatnonzero(stop_col >= 0)
     full = sp.vstack([text[origin], sp.csr_matrix((internal.size, 4), dtype=np.float32)]).tolil()
     full[stop_col[internal]] = text[origin[internal]]
-    spelled = MultiLabelHierarchicalClassifier(dag, module__class_features=full.tocsr(), **kw).fit(Xs, y)
-    np.testing.assert_array_equal(short.decision_function(Xs), spelled.decision_function(Xs))
+    # the module given the rows spelled out per score column (every copy its class's row) scores identically
+    from hiclass_parallel.estimators import SparseMLP
+    from hiclass_parallel.estimators._data import csr_tensor
+
+    spelled = SparseMLP(n_features=4, n_outputs=short.n_scores_, hidden_units=8, class_features=full.tocsr())
+    spelled.load_state_dict(short.net_.module_.state_dict())
+    with torch.no_grad():
+        np.testing.assert_allclose(short.decision_function(Xs), spelled(csr_tensor(Xs)).numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match=rf"has {full.shape[0]} rows, but the classifier has {dag.n_nodes} classes"):
+        MultiLabelHierarchicalClassifier(dag, module__class_features=full.tocsr(), **kw).fit(Xs, y)
+
+
+# ---------------------------------------------------------------------------- partial semantics on DAGs (issue 24)
+M02_EDGES = [("b", "a"), ("c", "a"), ("d", "b"), ("d", "c"), ("e", "d"), ("f", "c"), ("g", None)]
+
+
+def brute_partial_proba(clf, scores: np.ndarray) -> np.ndarray:
+    """P(class) under partial semantics from scratch: the mass of the unrolled tree's end nodes
+    (P(end at e) = P(pass e) - its children's) whose path meets a copy of the class or of any
+    of its DAG descendants. Python sets over the DAG's ancestors; no code shared with the fix."""
+    tree, origin = clf.tree_, clf.unrolled_.origin
+    through = np.exp(node_log_probs(torch.as_tensor(scores, dtype=torch.float64), tree,
+                                    **clf._decode_kwargs()).numpy())
+    end = through.copy()
+    for c, p in enumerate(tree.parents.tolist()):
+        if p >= 0:
+            end[:, p] -= through[:, c]
+    ancestors = clf.hierarchy_.ancestor_sets()  # itself included
+    out = np.zeros((scores.shape[0], clf.hierarchy_.n_nodes))
+    for e in range(tree.n_classes):
+        reached = set().union(*(ancestors[origin[u]] for u in tree.paths[e] if u >= 0))
+        out[:, sorted(reached)] += end[:, [e]]
+    return out
+
+
+def random_label_sets(rng, dag, n):
+    return [list(dag.labels[rng.choice(dag.n_nodes, size=int(rng.integers(1, 3)), replace=False)]) for _ in range(n)]
+
+
+def assert_monotone(proba: np.ndarray, dag: Dag) -> None:
+    child, parent = dag.edges()
+    gap = proba[:, child] - proba[:, parent]  # P(child) - P(parent) for every edge and row
+    assert gap.max() <= 1e-6, f"P(child) > P(parent) by {gap.max():.3g} on an edge"
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_partial_proba_is_the_probability_of_lying_under_the_class(stop):
+    """M02: on this DAG all 90 rows had P(b) < P(d) though every d is a b. P(class) is now the
+    probability that the path meets a copy of the class or of one of its descendants."""
+    dag = Dag.from_edges(M02_EDGES)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((90, 4)).astype(np.float32)
+    y = [["e"], ["f"], ["d"], ["g"], ["b"]] * 18
+    clf = MultiLabelHierarchicalClassifier(dag, stop=stop, max_epochs=3, random_state=0).fit(X, y)
+    proba = clf.predict_proba(X)
+    assert_monotone(proba, dag)
+    b, d, e, c, a = dag.to_ids(["b", "d", "e", "c", "a"])
+    assert (proba[:, b] >= proba[:, d] - 1e-6).all() and (proba[:, c] >= proba[:, d] - 1e-6).all()
+    assert (proba[:, d] >= proba[:, e] - 1e-6).all() and (proba[:, a] >= proba[:, b] - 1e-6).all()
+    np.testing.assert_allclose(proba, brute_partial_proba(clf, clf.decision_function(X)), rtol=1e-4, atol=1e-6)
+    # the top-level classes cover every path once: a (with b..f) and g split the mass
+    np.testing.assert_allclose(proba[:, a] + proba[:, dag.to_ids(["g"])[0]], 1.0, rtol=1e-5)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 9), stop=st.booleans())
+def test_partial_proba_is_monotone_on_random_dags(seed, n, stop):
+    """P(parent) >= P(child) on every edge and row, for random DAGs and random scores, and the
+    value is the brute-force one."""
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, n)
+    X = rng.standard_normal((12, 3)).astype(np.float32)
+    clf = MultiLabelHierarchicalClassifier(dag, stop=stop, max_epochs=1, random_state=0)
+    clf.fit(X, random_label_sets(rng, dag, 12))
+    scores = rng.normal(scale=3.0, size=(20, n_outputs(clf.tree_, "sibling", clf.stop_))).astype(np.float32)
+    proba = clf._node_proba(torch.as_tensor(scores)).numpy()
+    assert_monotone(proba, dag)
+    np.testing.assert_allclose(proba, brute_partial_proba(clf, scores), rtol=1e-4, atol=1e-6)
+    assert_monotone(clf.predict_proba(X), dag)
+
+
+def test_partial_predict_drops_every_ancestor_of_a_kept_label():
+    """M03: P(a)=0.9, P(b)=P(c)=0.25, P(d)=0.35 at threshold 0.3 gave ('a', 'd'): a is an
+    ancestor of d through b and c, though none of a's children reaches the threshold."""
+    dag = Dag.from_edges(M02_EDGES)
+    clf = MultiLabelHierarchicalClassifier(dag, threshold=0.3, top_k=5)
+    clf.hierarchy_ = dag
+    p = dict.fromkeys(dag.labels.tolist(), 0.0)
+    p.update(a=0.9, b=0.25, c=0.25, d=0.35)
+    chosen = clf._select(torch.tensor([[p[v] for v in dag.labels.tolist()]]))
+    assert dag.labels[chosen[0][chosen[0] >= 0].numpy()].tolist() == ["d"]
+    p.update(g=0.5, e=0.31)  # e is under d: only e (and the unrelated g) remain
+    chosen = clf._select(torch.tensor([[p[v] for v in dag.labels.tolist()]]))
+    assert sorted(dag.labels[chosen[0][chosen[0] >= 0].numpy()].tolist()) == ["e", "g"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(3, 9), threshold=st.sampled_from([0.05, 0.2, 0.4]))
+def test_partial_predictions_never_hold_an_ancestor_of_another_member(seed, n, threshold):
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, n)
+    X = rng.standard_normal((40, 3)).astype(np.float32)
+    clf = MultiLabelHierarchicalClassifier(dag, threshold=threshold, top_k=4, max_epochs=2, random_state=0)
+    clf.fit(X, random_label_sets(rng, dag, 40))
+    ancestors = dag.ancestor_sets()
+    index = {v: i for i, v in enumerate(dag.labels.tolist())}
+    sets = clf.predict(X).tolist()
+    assert all(sets)
+    for labels in sets:
+        ids = [index[v] for v in labels]
+        assert not any(u != v and u in ancestors[v] for u in ids for v in ids), labels
+    # the same rule on raw probabilities, not monotone ones: descendants, not children, decide
+    proba = torch.as_tensor(rng.dirichlet(np.ones(n) * 0.3, size=30))
+    for row in clf._select(proba).numpy():
+        ids = [int(v) for v in row if v >= 0]
+        assert ids and not any(u != v and u in ancestors[v] for u in ids for v in ids), ids

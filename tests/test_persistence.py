@@ -218,25 +218,38 @@ def test_files_of_another_model_are_refused(saved, tmp_path):
     load_classifier(saved)  # intact again
 
 
+def _edit_config_(change):
+    def edit(config):
+        config["fitted"]["config_"]["__dict__"].update(change)
+    return edit
+
+
 def test_inconsistent_fitted_settings_are_named(saved, data):
     _, _, tree = data
     cases = [
-        ({"partition_": "sibling"}, None),  # same width without stops: only the digest (tested above) tells
-        ({"partition_": "nonsense"}, "partition_='nonsense' is not one of"),
-        ({"n_levels_": tree.n_levels + 1}, "n_levels_=.* but the tree has"),
-        ({"n_scores_": tree.n_classes + 3}, "n_scores_=.* needs"),
-        ({"stop_": "yes"}, "stop_='yes' is not a bool"),
-        ({"pad_label_": str(tree.labels[0])}, "pad_label .* is a label of the tree"),
+        ({"partition": "sibling"}, None),  # same width without stops: only the digest (tested above) tells
+        ({"partition": "nonsense"}, "partition='nonsense' is not one of"),
+        ({"training": "path_local"}, "training='path_local' needs the sibling partition"),
+        ({"n_levels": tree.n_levels + 1}, "n_levels=.* but the tree has"),
+        ({"n_scores": tree.n_classes + 3}, "n_scores=.* needs"),
+        ({"n_features": 99}, "n_features=99 but n_features_in_=6"),
+        ({"stop": "yes"}, "stop='yes' is not a bool"),
+        ({"capabilities": {"__dict__": {"accepts_sparse": True, "scores_columns": True, "class_features": True,
+                                        "default_lr": 0.005, "default_optimizer": None}}},
+         "can do other things now than when the model was saved"),
     ]
     for change, message in cases:
         config = json.loads((saved / "config.json").read_text())
-        _tamper(saved, lambda c, ch=change: c["fitted"].update(ch))
+        _tamper(saved, _edit_config_(change))
         if message is None:  # a consistent edit of the settings: loads, as the digest was recomputed
             load_classifier(saved)
         else:
             with pytest.raises(ValueError, match=message):
                 load_classifier(saved)
         (saved / "config.json").write_text(json.dumps(config))
+    _tamper(saved, lambda c: c["fitted"].update(pad_label_=str(tree.labels[0])))
+    with pytest.raises(ValueError, match="pad_label .* is a label of the tree"):
+        load_classifier(saved)
 
 
 def test_incomplete_config_is_named(saved):
@@ -264,9 +277,14 @@ def test_format_1_files_still_load_with_a_warning(saved, data):
     X, _, _ = data
     expected = load_classifier(saved).predict(X)
 
-    def downgrade(config):
+    def downgrade(config):  # format 1: the configuration as scalars, classes as dotted paths
         config["format_version"] = 1
         config.pop("digests")
+        fit = config["fitted"].pop("config_")["__dict__"]
+        config["params"].pop("training")
+        config["fitted"].update(n_levels_=fit["n_levels"], n_scores_=fit["n_scores"], stop_=fit["stop"],
+                                partition_=fit["partition"], path_local_=fit["training"] == "path_local",
+                                module_class_=fit["module_class"])
         config["class"] = config["class"].replace(":", ".")
         for section in ("params", "fitted"):
             for value in config[section].values():

@@ -357,19 +357,17 @@ def test_empty_path_is_the_pad_label(data, one_torch_thread):
     assert clf.predict_labels(X[:3]).tolist() == ["", "", ""]  # not classes_[-1]
 
 
-def test_nan_weights_give_empty_paths_with_a_warning(data, one_torch_thread):
+def test_nan_weights_are_a_named_error_not_empty_paths(data, one_torch_thread):
+    from hiclass_parallel.estimators._guards import DivergedError
+
     torch = pytest.importorskip("torch")
     X, y, tree = data
     clf = _clf(tree).fit(X, y)
     with torch.no_grad():
         next(clf.net_.module_.parameters()).fill_(float("nan"))
-    with pytest.warns(RuntimeWarning, match="3 of 3 sample.*NaN or \\+inf scores"):
-        labels = clf.predict_labels(X[:3])
-    assert labels.tolist() == ["", "", ""]
-    with pytest.warns(RuntimeWarning):
-        assert (clf.predict(X[:2]) == "").all()
-    top = clf.predict_top_k(X[:2], k=2)  # no crash
-    assert (top == "").all()
+    for call in (lambda: clf.predict_labels(X[:3]), lambda: clf.predict(X[:3]), lambda: clf.predict_top_k(X[:3], k=2)):
+        with pytest.raises(DivergedError, match=r"3 of 3 sample\(s\) of finite input got NaN or infinite scores"):
+            call()
 
 
 def test_predict_top_k_refuses_non_integer_k(data, one_torch_thread):

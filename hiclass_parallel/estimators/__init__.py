@@ -11,7 +11,8 @@ from .transformer import PathEncoder
 __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam",
            "save_classifier", "load_classifier",
            "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
-           "DataParallel"]
+           "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
+           "DivergedError"]
 
 
 def __getattr__(name: str) -> Any:
@@ -39,6 +40,18 @@ def __getattr__(name: str) -> Any:
         from . import _export
 
         return getattr(_export, name)
+    if name == "FitConfig":
+        from ._config import FitConfig
+
+        return FitConfig
+    if name in ("ModuleCapabilities", "module_capabilities"):
+        from . import _capabilities
+
+        return getattr(_capabilities, name)
+    if name in ("NonFiniteLossError", "DivergedError"):
+        from . import _guards
+
+        return getattr(_guards, name)
     if name == "DataParallel":
         from ._distributed import DataParallel
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_device"]
+__all__ = ["check_device", "check_params"]
 
 
 def check_device(device: Any) -> None:
@@ -47,3 +47,27 @@ def check_device(device: Any) -> None:
             )
     elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
         raise ValueError(f"device={device!r} but torch sees no MPS (Apple GPU) device here: use device='cpu'")
+
+
+def check_params(estimator: Any) -> None:
+    """The checks of ``fit`` beyond ``_parameter_constraints``: unknown parameter names, a module
+    instance instead of a class, the device, terminal semantics without stops."""
+    import torch
+
+    from ._params import check_kwargs
+
+    check_kwargs({k: None for k in vars(estimator) if not k.endswith("_") and not k.startswith("_")}, estimator)
+    module = estimator.module
+    if module is not None and (isinstance(module, torch.nn.Module) or not isinstance(module, type)):
+        raise TypeError(
+            f"module must be a torch.nn.Module class, not an instance ({type(module).__name__} given): "
+            "pass the class and set its arguments with module__* parameters, e.g. module__hidden_units=64"
+        )
+    if module is not None and not issubclass(module, torch.nn.Module):
+        raise TypeError(f"module must be a subclass of torch.nn.Module, got {module!r}")
+    check_device(estimator.device)
+    if estimator.semantics == "terminal" and estimator.stop is False:
+        raise ValueError(
+            "semantics='terminal' needs stop=True (or stop=None): without stop scores the model cannot "
+            "learn where a path ends"
+        )

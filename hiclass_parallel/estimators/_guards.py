@@ -12,7 +12,8 @@ Kept out of ``classifier.py`` so that the classifier calls each guard in one lin
   ``module__*`` parameters, ``callbacks`` and ``early_stopping`` have no effect: say so;
 - :func:`suggest_terminal`: labels that are all internal nodes are answers at internal
   nodes, which ``semantics="partial"`` never predicts: suggest ``"terminal"``;
-- :func:`warn_undecidable`: rows whose scores hold NaN or ``+inf`` decode to the empty path.
+- :func:`check_trained_scores` (after fit) and :func:`check_decidable` (in predict): finite input
+  scored NaN or infinite means training diverged: :class:`DivergedError`, never empty paths.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ __all__ = [
     "keep_fitted_state_on_error",
     "warn_ignored_changes",
     "suggest_terminal",
-    "warn_undecidable",
+    "check_decidable",
+    "DivergedError",
+    "check_trained_scores",
 ]
 
 
@@ -184,7 +187,7 @@ def warn_ignored_changes(estimator: Any) -> None:
         )
 
 
-def suggest_terminal(estimator: Any, ids: np.ndarray) -> None:
+def suggest_terminal(semantics: str, tree: Any, ids: np.ndarray) -> None:
     """Warn when every label is an internal node but ``semantics="partial"``.
 
     Under partial semantics an internal label is a coarse label whose finer class is
@@ -192,9 +195,8 @@ def suggest_terminal(estimator: Any, ids: np.ndarray) -> None:
     WordNet glosses: each synset's target is its parent), the labels are answers, and
     ``semantics="terminal"`` predicts them (hF1 0.77 -> 0.88 on the WordNet glosses).
     """
-    if estimator.semantics != "partial":
+    if semantics != "partial":
         return
-    tree = estimator.tree_
     labelled = np.asarray(ids).reshape(-1)
     labelled = labelled[labelled >= 0]
     if labelled.size == 0 or tree.is_leaf.all():
@@ -205,16 +207,55 @@ def suggest_terminal(estimator: Any, ids: np.ndarray) -> None:
             "labels and predicts leaves only. If the labelled node is the answer, use semantics='terminal' "
             "(it adds stop scores so that predictions can end at internal nodes)",
             UserWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
 
 
-def warn_undecidable(n_bad: int, n_rows: int) -> None:
-    """Warn that ``n_bad`` of ``n_rows`` rows had NaN or ``+inf`` scores (empty predictions)."""
+class DivergedError(FloatingPointError, ValueError):
+    """A trained model scores finite input as NaN or infinity: training diverged.
+
+    Subclasses :class:`FloatingPointError` and :class:`ValueError`, as
+    :class:`NonFiniteLossError` does.
+    """
+
+
+def diverged_message(n_bad: int, n_rows: int, lr: Any) -> str:
+    lr = f"{lr:.3g}" if isinstance(lr, (int, float)) else lr
+    return (
+        f"{n_bad} of {n_rows} sample(s) of finite input got NaN or infinite scores from the trained network "
+        f"(lr={lr}): training diverged, though the loss stayed finite. Lower lr (e.g. by 10x), scale X "
+        "(e.g. StandardScaler), or use the default optimizer"
+    )
+
+
+def check_trained_scores(net: Any, dataset: Any, n_rows: int = 64) -> None:
+    """Raise :class:`DivergedError` when the trained network scores the first rows of its
+    training data (at most ``n_rows``, finite by validation) as NaN or infinity.
+
+    A finite loss does not prove a usable model: weights of 1e20 keep the loss finite and
+    overflow every score, and such a model would predict empty paths without a word.
+    """
+    import torch
+    from torch.utils.data import IterableDataset, Subset
+
+    if isinstance(dataset, IterableDataset) or len(dataset) == 0:
+        return  # a stream cannot be re-read here; predict's check still applies
+    sample = Subset(dataset, range(min(n_rows, len(dataset))))
+    bad = total = 0
+    with torch.random.fork_rng(devices=[]):  # a loader draws a seed: leave every RNG stream alone
+        for scores in net.outputs(sample):
+            finite = torch.isfinite(scores).all(dim=1)
+            bad += int((~finite).sum())
+            total += int(finite.shape[0])
+    if bad:
+        raise DivergedError(diverged_message(bad, total, getattr(net, "lr", None)))
+
+
+def check_decidable(n_bad: int, n_rows: int, lr: Any = None) -> None:
+    """Raise :class:`DivergedError` when ``n_bad`` of ``n_rows`` rows got NaN or ``+inf`` scores.
+
+    ``X`` is checked finite before prediction, so non-finite scores come from the network's
+    weights: an answer would be an empty path, which is not an answer.
+    """
     if n_bad:
-        warnings.warn(
-            f"{n_bad} of {n_rows} sample(s) got NaN or +inf scores from the module: they have no prediction "
-            "(an empty path: pad_label_, node -1). The network's weights or these rows of X are not finite",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+        raise DivergedError(diverged_message(n_bad, n_rows, lr))

@@ -18,12 +18,7 @@ from skorch import NeuralNet
 from skorch.dataset import unpack_data
 from skorch.utils import to_tensor
 
-__all__ = ["TreeNet", "scores_columns", "module_kwargs"]
-
-
-def scores_columns(module: type) -> bool:
-    """Whether a module class can score columns on demand (``encode`` + ``scorer``)."""
-    return callable(getattr(module, "encode", None)) and callable(getattr(module, "scorer", None))
+__all__ = ["TreeNet", "module_kwargs"]
 
 
 def module_kwargs(module: type, kwargs: dict[str, Any], filled: dict[str, tuple[int, str]]) -> dict[str, Any]:

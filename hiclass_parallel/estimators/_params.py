@@ -3,7 +3,7 @@
 The estimator owns every parameter scikit-learn sees: those of its ``__init__`` and skorch's
 prefixed ones (``module__*``, ``optimizer__*``...), given as ``**kwargs`` and kept as
 attributes of the same name, as skorch's own nets keep them. The net is built from them
-(:meth:`NetParamsMixin._net_params`): the parameters both signatures share are handed over
+(:func:`~._build.net_params`): the parameters both signatures share are handed over
 unchanged (:func:`net_param_names`, read from the signatures, never listed by hand), the
 prefixed ones pass through as they are, and the rest (module and optimizer defaults, early
 stopping, warm starts) are resolved by the estimator.
@@ -85,36 +85,3 @@ class NetParamsMixin:
         if prefix is not None:
             kwargs = {k[len(prefix):]: v for k, v in kwargs.items() if k.startswith(prefix)}
         return kwargs
-
-    def _net_params(self, n_rows: int) -> dict[str, Any]:
-        """What the net takes from this estimator as it is: the shared parameters
-        (:func:`net_param_names`; ``max_epochs`` resolved for ``n_rows`` training rows) and
-        the prefixed ones but ``module__*`` (the module's arguments are completed when the
-        net is built).
-        """
-        params = {name: getattr(self, name) for name in net_param_names(type(self))}
-        if "max_epochs" in params:
-            params["max_epochs"] = self._max_epochs(n_rows)
-        if "lr" in params:
-            params["lr"] = self._lr()
-        params.update({k: v for k, v in self._skorch_kwargs().items() if not k.startswith("module__")})
-        return params
-
-    def _changed_net_params(self, n_rows: int) -> dict[str, Any]:
-        """Parameters to push to the fitted net before continuing: those that changed.
-
-        The device and the callbacks stay as the net was built (moving a fitted module, or
-        replacing callbacks mid-training, is a fresh fit).
-        """
-        current = self.net_.get_params(deep=False)
-        wanted = {k: v for k, v in self._net_params(n_rows).items() if k != "device" and not k.startswith("callbacks__")}
-        changed = {}
-        for key, value in wanted.items():
-            old = current.get(key, inspect.Parameter.empty)
-            try:
-                same = old is value or bool(old == value)
-            except (TypeError, ValueError, RuntimeError):  # arrays and the like: compare by identity only
-                same = False
-            if not same:
-                changed[key] = value
-        return changed

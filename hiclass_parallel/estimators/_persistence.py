@@ -29,6 +29,7 @@ from the saved weights with a fresh optimizer. Pickle keeps working as before.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -44,7 +45,9 @@ import torch
 
 from .._labels import check_pad_not_a_label
 from ..tree import PARTITIONS, Tree
+from ._build import build_net
 from ._checks import check_device
+from ._config import FitConfig
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 
@@ -61,7 +64,13 @@ WEIGHTS, TREE, CONFIG = "weights.safetensors", "tree.npz", "config.json"
 FORMAT = "hiclass_parallel.HierarchicalClassifier"
 
 #: Fitted attributes stored as JSON scalars (besides the tree and the weights).
-_FITTED = ("n_features_in_", "n_levels_", "n_scores_", "stop_", "partition_", "path_local_")
+#: Fitted attributes stored besides the resolved configuration (``config_``, saved whole),
+#: the tree and the weights.
+_FITTED = ("n_features_in_", "pad_label_")
+
+#: Scalar fitted attributes of format 1, which predates ``config_``.
+_FITTED_V1 = ("n_features_in_", "n_levels_", "n_scores_", "stop_", "partition_", "path_local_", "pad_label_",
+              "module_class_")
 
 
 def _safetensors() -> Any:
@@ -180,7 +189,9 @@ _KINDS = {
     "the estimator class": lambda: _estimator_base(),
     "module": lambda: torch.nn.Module,
     "module_class_": lambda: torch.nn.Module,
+    "module_class": lambda: torch.nn.Module,
     "optimizer": lambda: torch.optim.Optimizer,
+    "default_optimizer": lambda: torch.optim.Optimizer,
 }
 
 
@@ -196,7 +207,8 @@ def _decode(value: Any, name: str, trusted: bool, allowed: frozenset[str]) -> An
     if not isinstance(value, dict):
         return value
     if "__class__" in value:
-        return _resolve_class(value["__class__"], name, trusted, allowed, _kind(name.split("[")[0]))
+        keys = re.findall(r"\['(\w+)'\]", name)  # a class inside a dict: its kind is its key's
+        return _resolve_class(value["__class__"], name, trusted, allowed, _kind(keys[-1] if keys else name.split("[")[0]))
     if "__device__" in value:
         return torch.device(value["__device__"])
     if "__tuple__" in value:
@@ -263,8 +275,7 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     tree = params.pop("tree")
     encoded = {name: _encode(value, name) for name, value in sorted(params.items())}
     fitted = {name: _encode(getattr(clf, name), name) for name in _FITTED}
-    fitted["pad_label_"] = _encode(clf.pad_label_, "pad_label_")
-    fitted["module_class_"] = _encode(clf.module_class_, "module_class_")
+    fitted["config_"] = {"__dict__": {k: _encode(v, k) for k, v in clf.config_.fields().items()}}
     if hasattr(clf, "feature_names_in_"):
         fitted["feature_names_in_"] = [str(v) for v in clf.feature_names_in_]
     config = {
@@ -371,11 +382,13 @@ def load_classifier(
     cls = _resolve_class(config["class"], "the estimator class", trusted, allowed, _kind("the estimator class"))
     params = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "params", dict).items()}
     fitted = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "fitted", dict).items()}
-    missing = [name for name in _FITTED + ("pad_label_", "module_class_") if name not in fitted]
+    if config["format_version"] < 2:
+        fitted = _fitted_from_format_1(folder, fitted, params)
+    missing = [name for name in _FITTED + ("config_",) if name not in fitted]
     if missing:
         raise ValueError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
     tree = Tree.load(folder / TREE)
-    _check_fitted(folder, tree, fitted)
+    fit_config = _fit_config(folder, tree, fitted)
     if device is None:
         device = params.get("device", "cpu")
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
@@ -385,17 +398,16 @@ def load_classifier(
     check_device(device)
     params["device"] = device
     clf = cls(tree=tree if config.get("tree_given") else None, **params)
-
-    clf.tree_ = tree
-    clf.classes_ = tree.labels
-    for name in _FITTED + ("pad_label_", "module_class_"):
-        setattr(clf, name, fitted[name])
+    targets = cls._targets(tree if config.get("tree_given") else None, clf.pad_label, cls.__name__)
+    targets._set(tree, fitted["pad_label_"])
+    vars(clf).update(targets.fitted_attributes(), targets_=targets, config_=fit_config,
+                     n_features_in_=fitted["n_features_in_"])
     if "feature_names_in_" in fitted:
         clf.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
 
     state = _safetensors().load_file(str(folder / WEIGHTS), device="cpu")
     with torch.random.fork_rng(devices=[]):  # building the net draws initial weights: leave the caller's RNG
-        net = clf._build_net(None, n_rows=None)  # not trained here: max_epochs is only stored
+        net = build_net(clf, fit_config, targets, seed=None)  # not trained here
         net.initialize()
     try:
         net.module_.load_state_dict(state, strict=True)
@@ -457,31 +469,72 @@ def _check_digests(folder: Path, config: dict[str, Any]) -> None:
             )
 
 
-def _check_fitted(folder: Path, tree: Tree, fitted: dict[str, Any]) -> None:
-    """The fitted settings agree with each other and with the tree (also for format-1 files)."""
-    from ..ops.groups import n_outputs
+def _fitted_from_format_1(folder: Path, fitted: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 kept the configuration as scalars: rebuild ``config_`` from them."""
+    from ._capabilities import module_capabilities
+    from ._config import resolve_lr
 
+    missing = [name for name in _FITTED_V1 if name not in fitted]
+    if missing:
+        raise ValueError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
+    module = fitted["module_class_"]
+    capabilities = module_capabilities(module)
+    config = {
+        "module_class": module, "capabilities": dict(vars(capabilities)), "partition": fitted["partition_"],
+        "stop": fitted["stop_"], "training": "path_local" if fitted["path_local_"] is True else "full",
+        "n_features": fitted["n_features_in_"], "n_levels": fitted["n_levels_"], "n_scores": fitted["n_scores_"],
+        "lr": resolve_lr(params.get("lr"), capabilities), "max_epochs": params.get("max_epochs") or 10,
+        "optimizer": params.get("optimizer") or capabilities.default_optimizer,
+    }
+    return {"n_features_in_": fitted["n_features_in_"], "pad_label_": fitted["pad_label_"], "config_": config,
+            **({"feature_names_in_": fitted["feature_names_in_"]} if "feature_names_in_" in fitted else {})}
+
+
+def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
+    """The saved :class:`FitConfig`, checked: its fields agree with each other, with the module
+    class as it is now and with the tree (also for format-1 files)."""
+    from ..ops.groups import n_outputs
+    from ._capabilities import module_capabilities
+
+    saved = fitted["config_"]
+    fields = {f.name for f in dataclasses.fields(FitConfig)}
+    if not isinstance(saved, dict) or set(saved) != fields:
+        raise ValueError(f"{folder / CONFIG}: config_ must hold exactly the fields {sorted(fields)}")
     problems = []
-    if fitted["partition_"] not in PARTITIONS:
-        problems.append(f"partition_={fitted['partition_']!r} is not one of {sorted(PARTITIONS)}")
-    for name in ("stop_", "path_local_"):
-        if not isinstance(fitted[name], bool):
-            problems.append(f"{name}={fitted[name]!r} is not a bool")
-    for name in ("n_levels_", "n_scores_", "n_features_in_"):
-        if isinstance(fitted[name], bool) or not isinstance(fitted[name], int) or fitted[name] < 1:
-            problems.append(f"{name}={fitted[name]!r} is not a positive int")
+    if saved["partition"] not in PARTITIONS:
+        problems.append(f"partition={saved['partition']!r} is not one of {sorted(PARTITIONS)}")
+    if saved["training"] not in ("path_local", "full"):
+        problems.append(f"training={saved['training']!r} is not 'path_local' or 'full'")
+    if not isinstance(saved["stop"], bool):
+        problems.append(f"stop={saved['stop']!r} is not a bool")
+    for name in ("n_levels", "n_scores", "n_features", "max_epochs"):
+        if isinstance(saved[name], bool) or not isinstance(saved[name], int) or saved[name] < 0:
+            problems.append(f"{name}={saved[name]!r} is not a count")
+    if not isinstance(saved["lr"], (int, float)) or isinstance(saved["lr"], bool):
+        problems.append(f"lr={saved['lr']!r} is not a number")
+    capabilities = module_capabilities(saved["module_class"])
+    if saved["capabilities"] != dict(vars(capabilities)):
+        problems.append(
+            f"the module {saved['module_class'].__qualname__} can do other things now than when the model was "
+            f"saved ({saved['capabilities']} then, {dict(vars(capabilities))} now)"
+        )
     if not problems:
-        if fitted["n_levels_"] != tree.n_levels:
-            problems.append(f"n_levels_={fitted['n_levels_']} but the tree has {tree.n_levels} levels")
-        expected = int(n_outputs(tree, partition=fitted["partition_"], stop=fitted["stop_"]))
-        if fitted["n_scores_"] != expected:
+        if saved["n_levels"] != tree.n_levels:
+            problems.append(f"n_levels={saved['n_levels']} but the tree has {tree.n_levels} levels")
+        if saved["n_features"] != fitted["n_features_in_"]:
+            problems.append(f"n_features={saved['n_features']} but n_features_in_={fitted['n_features_in_']}")
+        expected = int(n_outputs(tree, partition=saved["partition"], stop=saved["stop"]))
+        if saved["n_scores"] != expected:
             problems.append(
-                f"n_scores_={fitted['n_scores_']} but the tree ({tree.n_classes} classes, "
-                f"partition={fitted['partition_']!r}, stop={fitted['stop_']}) needs {expected}"
+                f"n_scores={saved['n_scores']} but the tree ({tree.n_classes} classes, "
+                f"partition={saved['partition']!r}, stop={saved['stop']}) needs {expected}"
             )
+        if saved["training"] == "path_local" and not (saved["partition"] == "sibling" and capabilities.scores_columns):
+            problems.append("training='path_local' needs the sibling partition and a module that scores columns")
     if problems:
         raise ValueError(f"{folder} does not hold one consistent model: " + "; ".join(problems))
     try:
         check_pad_not_a_label(tree, fitted["pad_label_"])
     except ValueError as exc:
         raise ValueError(f"{folder / CONFIG}: {exc}") from None
+    return FitConfig(**{**saved, "capabilities": capabilities})

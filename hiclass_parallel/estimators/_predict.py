@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from .._labels import as_host_labels, labels_to_ids
 from ..tree import PAD
-from ._guards import warn_undecidable
+from ._guards import check_decidable
 
 __all__ = ["PredictMixin"]
 
@@ -207,7 +207,7 @@ class PredictMixin:
     def _predict_ids(self, X: Any) -> np.ndarray:
         """Decoded paths of node ids, (n_samples, n_levels_), padded with -1."""
         paths, log_prob = self._decode(X, None)
-        warn_undecidable(int(np.isnan(log_prob).sum()), paths.shape[0])  # NaN: NaN/+inf scores, an empty path
+        check_decidable(int(np.isnan(log_prob).sum()), paths.shape[0], self.net_.lr)  # NaN: NaN/+inf scores
         return paths
 
     def _node_labels(self) -> np.ndarray:
@@ -303,6 +303,7 @@ class PredictMixin:
         if not 1 <= k <= n_candidates:
             raise ValueError(f"k={k} must be between 1 and the number of candidate paths ({n_candidates})")
         paths, log_prob = self._decode(X, k)
+        check_decidable(int(np.isnan(log_prob[:, 0]).sum()), paths.shape[0], self.net_.lr)
         labels = self._label_lookup()[paths]
         return (labels, log_prob) if return_log_prob else labels
 

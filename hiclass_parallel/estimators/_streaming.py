@@ -27,13 +27,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Dataset, IterableDataset
 
-from .._labels import as_host_labels, check_pad_not_a_label, default_pad_label, labels_to_ids
+from .._labels import as_host_labels, labels_to_ids
 
-__all__ = ["is_dataset", "fit_dataset"]
-
+__all__ = ["is_dataset", "StreamInput"]
 
 
 def _length(dataset: Any) -> int | None:
@@ -42,6 +40,7 @@ def _length(dataset: Any) -> int | None:
         return len(dataset)
     except TypeError:
         return None
+
 
 def is_dataset(X: Any) -> bool:
     """Whether ``X`` is a torch ``Dataset`` (map-style or iterable), which ``fit`` streams."""
@@ -100,9 +99,9 @@ def _check_split(clf: Any, dataset: Any) -> None:
 
 
 @contextlib.contextmanager
-def _streaming(clf: Any, net: Any, dataset: Any) -> Iterator[None]:
+def _streaming(targets: Any, net: Any, dataset: Any) -> Iterator[None]:
     """The net's loaders set for ``(x, label)`` items while inside; as they were (arrays) after."""
-    collate = _LabelCollate(clf.tree_, clf.pad_label_)
+    collate = _LabelCollate(targets.tree, targets.pad)
     params = {"iterator_train__collate_fn": collate, "iterator_valid__collate_fn": collate}
     if isinstance(dataset, IterableDataset):
         params["iterator_train__shuffle"] = False  # DataLoader refuses to shuffle a stream
@@ -121,81 +120,43 @@ def _streaming(clf: Any, net: Any, dataset: Any) -> Iterator[None]:
                 setattr(net, key, value)
 
 
-def fit_dataset(clf: Any, dataset: Any, y: Any = None, epochs: int | None = None) -> Any:
-    """Fit (or, with a fitted ``clf`` and ``epochs``/``warm_start``, continue) on a torch data set.
+class StreamInput:
+    """The fit pipeline's adapter for a torch ``Dataset`` / ``IterableDataset`` of ``(x, label)``.
 
-    Parameters
-    ----------
-    clf : HierarchicalClassifier
-        With ``tree`` given.
-    dataset : torch.utils.data.Dataset or IterableDataset
-        Yields ``(x, label)``: a 1-D feature vector and a label at any depth (or a label path).
-    y : None
-        Labels come from the data set; anything else is an error.
-    epochs : int, default=None
-        ``None``: ``max_epochs`` (``fit``); ``1`` for ``partial_fit``.
-
-    Returns
-    -------
-    clf : HierarchicalClassifier
-
-    Examples
-    --------
-    >>> import numpy as np, torch
-    >>> from torch.utils.data import IterableDataset
-    >>> from hiclass_parallel import Tree
-    >>> from hiclass_parallel.estimators import HierarchicalClassifier
-    >>> tree = Tree.from_edges([("dog", "animal"), ("cat", "animal"), ("oak", "plant")])
-    >>> class Stream(IterableDataset):
-    ...     def __iter__(self):
-    ...         rng = np.random.default_rng(0)
-    ...         for _ in range(200):
-    ...             label = ["dog", "cat", "plant"][rng.integers(3)]  # labels at any depth
-    ...             x = rng.normal(size=4).astype(np.float32) + (label == "dog") - (label == "cat")
-    ...             yield torch.from_numpy(x), label
-    >>> clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(Stream())
-    >>> clf.predict(np.ones((1, 4), dtype=np.float32)).shape
-    (1, 2)
+    Labels become targets one batch at a time in the loaders' ``collate_fn`` (set on the net
+    only while it trains, by :meth:`loading`), so nothing is materialised beyond a batch.
     """
-    if not getattr(clf, "_trains_from_datasets", True):  # the multi-label classifier reads label sets
-        raise TypeError(
-            f"{type(clf).__name__} does not train from a torch Dataset: pass X and y (label sets) as arrays"
-        )
-    if y is not None:
-        raise ValueError(
-            "fit got a torch data set and y: the data set yields (x, label) pairs, so y must be None"
-        )
-    if clf.tree is None and not hasattr(clf, "tree_"):
-        raise ValueError(
-            "fitting on a torch data set needs the tree (tree=...): it cannot be learned from a stream "
-            "before the stream is read"
-        )
-    _check_split(clf, dataset)
-    clf._check_hyperparams()
-    n_features = _first_x(dataset)
-    fitted = hasattr(clf, "net_")
-    if fitted and (epochs == 1 or clf.warm_start):  # continue: partial_fit, or fit with warm_start
-        check_is_fitted(clf)
-        if n_features != clf.n_features_in_:
-            raise ValueError(f"X has {n_features} features, but {type(clf).__name__} is expecting "
-                             f"{clf.n_features_in_} features as input.")
-        if clf.tree is not None and clf.tree != clf.tree_:
-            raise ValueError("cannot continue training: tree changed since the model was fitted")
-        with _streaming(clf, clf.net_, dataset), clf._rng(None):
-            clf.net_.partial_fit(dataset, None, epochs=epochs)
-        return clf
 
-    for attr in ("net_", "_rng_state_", "feature_names_in_"):
-        if hasattr(clf, attr):
-            delattr(clf, attr)
-    clf.n_features_in_ = int(n_features)
-    clf.tree_ = clf.tree
-    clf.pad_label_ = default_pad_label(clf.tree.labels) if clf.pad_label is None else clf.pad_label
-    check_pad_not_a_label(clf.tree_, clf.pad_label_)
-    seed = clf._resolve_model(np.empty((0, 0)))  # the stream's rows reach the module dense
-    net = clf._build_net(seed, n_rows=_length(dataset))
-    with _streaming(clf, net, dataset), clf._rng(seed):
-        net.initialize()
-        net.partial_fit(dataset, None, epochs=epochs)
-    clf.net_ = net
-    return clf
+    def __init__(self, dataset: Any, y: Any, estimator: Any, targets_class: type):
+        if not targets_class.streams:  # the multi-label classifier reads label sets
+            raise TypeError(
+                f"{type(estimator).__name__} does not train from a torch Dataset: pass X and y (label sets) as arrays"
+            )
+        if y is not None:
+            raise ValueError("fit got a torch data set and y: the data set yields (x, label) pairs, so y must be None")
+        if estimator.tree is None and not hasattr(estimator, "tree_"):
+            raise ValueError(
+                "fitting on a torch data set needs the tree (tree=...): it cannot be learned from a stream "
+                "before the stream is read"
+            )
+        _check_split(estimator, dataset)
+        self.X = np.empty((0, 0))  # the stream's rows reach the module dense: the default module is MLP
+        self.dataset_ = dataset
+        self.n_rows = _length(dataset)
+        self.n_features = _first_x(dataset)
+
+    def validate(self, estimator: Any, reset: bool) -> None:
+        if reset:
+            estimator.n_features_in_ = int(self.n_features)
+        elif self.n_features != estimator.n_features_in_:
+            raise ValueError(f"X has {self.n_features} features, but {type(estimator).__name__} is expecting "
+                             f"{estimator.n_features_in_} features as input.")
+
+    def fit_targets(self, targets: Any, classes: Any) -> None:
+        """Nothing to learn: a stream needs the tree given."""
+
+    def dataset(self, targets: Any, sparse: bool, advise_semantics: str | None = None) -> Any:
+        return self.dataset_
+
+    def loading(self, net: Any, targets: Any) -> contextlib.AbstractContextManager:
+        return _streaming(targets, net, self.dataset_)

@@ -10,52 +10,33 @@ Data flow: ``y`` (labels at any depth, or label paths) -> node ids (``PathEncode
 reading) -> ``HierarchicalCrossEntropy`` over all levels at once (the lean loss: no
 ``(B, L, C)`` tensor) -> at prediction, exact decoding of the best valid path per sample.
 
-This module holds the parameters, validation and fitting; around it: ``_params`` (the
-prefixed skorch parameters and what reaches the net), ``_net`` (the skorch net, its
-path-local steps and the one inference loop), ``_data`` (the dataset and its batches) and
-``_predict`` (``decision_function``, ``predict_*``, ``score``).
+This module holds the parameters and their documentation. Fitting is one pipeline
+(``_fit``: prepare -> build -> train) over a label encoder (``_targets``), one resolved
+configuration (``_config``, from the module's capabilities in ``_capabilities``) and the net
+built from it (``_build``, ``_net``); ``_params`` holds the prefixed skorch parameters and
+``_predict`` the prediction side (``decision_function``, ``predict_*``, ``score``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import math
-from collections.abc import Iterator
 from numbers import Integral, Real
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
-from skorch.callbacks import EarlyStopping, ProgressBar
-from skorch.dataset import ValidSplit
-from torch.utils.data import DataLoader
 
-from .._labels import as_host_labels, check_pad_not_a_label, default_pad_label, labels_to_ids, learn_tree
 from ..tree import PARTITIONS, Tree
-from ._checks import check_device
-from ._data import TreeDataset, check_tensor, collate_batch
-from ._guards import FiniteLossGuard, keep_fitted_state_on_error, suggest_terminal, warn_ignored_changes
-from ._modules import MLP, SparseMLP
-from ._net import TreeNet, module_kwargs, scores_columns
-from ._optim import LazyAdam
-from ._params import NetParamsMixin, check_kwargs
+from ._config import TRAINING
+from ._data import TreeDataset
+from ._fit import run_fit
+from ._guards import keep_fitted_state_on_error
+from ._input import validate_X
+from ._params import NetParamsMixin
 from ._predict import PredictMixin
+from ._targets import PathTargets
 
 __all__ = ["HierarchicalClassifier"]
-
-#: Default learning rates (``lr=None``): Adam on dense modules, LazyAdam on sparse input.
-DENSE_LR, SPARSE_LR = 3e-3, 5e-3
-
-#: ``criterion__level_contrast`` of path-local training (the in-batch level softmax term of
-#: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`).
-LEVEL_CONTRAST = 0.3
 
 
 # ---------------------------------------------------------------------------- the estimator
@@ -101,6 +82,16 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         class is unknown (the paper's reading); predictions end at leaves. ``"terminal"``:
         the node itself is the answer; predictions may end at any node (needs ``stop``).
         Used at prediction time; may be changed after fitting.
+    training : {"auto", "path_local", "full"}, default="auto"
+        Which scores a training step computes. ``"path_local"``: each sample scores only the
+        softmax groups on its labelled path (exact sibling cross-entropy; cost per row follows
+        the path, not the tree) and prediction decodes best-first; it needs the sibling
+        partition and a module that scores columns on demand (``encode``/``scorer``, as
+        :class:`SparseMLP`), else it is an error. ``"full"``: every score of every sample
+        (:class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`, which takes
+        ``criterion__level_weights`` and the other parameters of that loss). ``"auto"``:
+        ``"path_local"`` where possible, else ``"full"``. A ``criterion__*`` parameter the
+        chosen route's loss does not take is an error naming it.
     decoding : {"best", "threshold", "hf1"}, default="best"
         ``"best"``: the valid path with the highest joint log-probability (the most
         probable answer: best for exact accuracy). ``"threshold"``: the path cut at its
@@ -182,9 +173,18 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Whether the model has stop scores.
     partition_ : str
         The partition the model was trained with (``"auto"`` resolved).
+    training_ : str
+        The training route (``"path_local"`` or ``"full"``; ``training="auto"`` resolved).
     path_local_ : bool
-        Whether training scored only the groups on each labelled path (sibling partition
-        with a module that scores columns on demand); prediction then decodes best-first.
+        ``training_ == "path_local"``: training scored only the groups on each labelled
+        path; prediction then decodes best-first.
+    module_class_ : type
+        The network class (``module``, or the default for ``X``).
+    config_ : FitConfig
+        Everything the fit resolved (module class and its capabilities, partition, stops,
+        training route, lr, epochs, optimizer), frozen; the attributes above read it.
+    targets_ : PathTargets
+        The fitted label encoder (tree, pad label, classes).
     pad_label_ : hashable
         The pad label of predicted paths.
     n_features_in_ : int
@@ -234,6 +234,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "tree": [Tree, None],
         "module": "no_validation",  # checked in fit, with a message about classes vs instances
         "partition": [StrOptions({"auto", *PARTITIONS})],
+        "training": [StrOptions(set(TRAINING))],
         "stop": ["boolean", None],
         "semantics": [StrOptions({"partial", "terminal"})],
         "decoding": [StrOptions({"best", "threshold", "hf1"})],
@@ -256,6 +257,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "random_state": ["random_state"],
     }
 
+    #: The label encoder class (the multi-label classifier reads label sets instead).
+    _targets = PathTargets
+
     def __init__(
         self,
         tree: Tree | None = None,
@@ -264,6 +268,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         *,
         stop: bool | None = None,
         semantics: str = "partial",
+        training: str = "auto",
         decoding: str = "best",
         threshold: float = 0.5,
         top_k: int = 5,
@@ -289,6 +294,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.partition = partition
         self.stop = stop
         self.semantics = semantics
+        self.training = training
         self.decoding = decoding
         self.threshold = threshold
         self.top_k = top_k
@@ -309,62 +315,6 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.random_state = random_state
         vars(self).update(kwargs)
 
-    def _check_hyperparams(self) -> None:
-        check_kwargs({k: None for k in vars(self) if not k.endswith("_") and not k.startswith("_")}, self)
-        module = self.module
-        if module is not None and (isinstance(module, torch.nn.Module) or not isinstance(module, type)):
-            raise TypeError(
-                f"module must be a torch.nn.Module class, not an instance ({type(module).__name__} given): "
-                "pass the class and set its arguments with module__* parameters, e.g. module__hidden_units=64"
-            )
-        if module is not None and not issubclass(module, torch.nn.Module):
-            raise TypeError(f"module must be a subclass of torch.nn.Module, got {module!r}")
-        check_device(self.device)
-        if self.semantics == "terminal" and self.stop is False:
-            raise ValueError(
-                "semantics='terminal' needs stop=True (or stop=None): without stop scores the model cannot "
-                "learn where a path ends"
-            )
-
-    # ------------------------------------------------------------------ input validation
-    def _validate_X(self, X: Any, reset: bool) -> Any:
-        if not isinstance(X, torch.Tensor):
-            return validate_data(
-                self, X, reset=reset, accept_sparse="csr", dtype=[np.float32, np.float64], ensure_all_finite=True
-            )
-        X = check_tensor(X)
-        n_features = int(X.shape[1])
-        if reset:
-            self.n_features_in_ = n_features
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-        elif n_features != self.n_features_in_:
-            raise ValueError(
-                f"X has {n_features} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input."
-            )
-        return X
-
-    def _resolve_tree(self, y: Any, classes: Any = None) -> tuple[Tree, Any]:
-        if self.tree is not None:
-            pad = default_pad_label(self.tree.labels) if self.pad_label is None else self.pad_label
-            return self.tree, pad
-        source = y if classes is None else classes
-        values = as_host_labels(source, self.pad_label)
-        if values.ndim == 1:
-            check_classification_targets(values)
-        tree, pad = learn_tree(values, self.pad_label, allow_flat=True)
-        if self.pad_label is None:
-            pad = default_pad_label(tree.labels)
-        return tree, pad
-
-    def _encode_y(self, X: Any, y: Any) -> np.ndarray:
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
-        values = as_host_labels(y, self.pad_label_)
-        check_consistent_length(X, values)
-        return labels_to_ids(values, self.tree_, self.pad_label_)
-
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any = None) -> HierarchicalClassifier:
@@ -384,14 +334,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         -------
         self : HierarchicalClassifier
         """
-        from ._streaming import fit_dataset, is_dataset  # a torch Dataset / IterableDataset
-
         with keep_fitted_state_on_error(self):  # a failed refit keeps the fitted model
-            if is_dataset(X):
-                return fit_dataset(self, X, y, epochs=None)
-            if self.warm_start and hasattr(self, "net_"):
-                return self._continue(X, y, epochs=None)
-            return self._fit_new(X, y, epochs=None)
+            return run_fit(self, X, y, epochs=None, partial=False)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> HierarchicalClassifier:
@@ -410,247 +354,45 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         -------
         self : HierarchicalClassifier
         """
-        from ._streaming import fit_dataset, is_dataset
-
         with keep_fitted_state_on_error(self):
-            if is_dataset(X):
-                return fit_dataset(self, X, y, epochs=1)
-            if hasattr(self, "net_"):
-                return self._continue(X, y, epochs=1)
-            return self._fit_new(X, y, epochs=1, classes=classes)
+            return run_fit(self, X, y, epochs=1, partial=True, classes=classes)
 
-    def _resolve_model(self, X: Any) -> int | None:
-        """Set the model's fitted shape from the parameters, the tree and ``X`` (its kind
-        picks the default module): classes, module class, partition, stops, path-local
-        training, score width. Returns the fit's seed (``None`` without ``random_state``)."""
-        from ..ops.groups import n_outputs
+    # ------------------------------------------------------------------ fitted state
+    # Read from the one resolved configuration (``config_``), never kept twice.
+    @property
+    def n_levels_(self) -> int:
+        return self.config_.n_levels
 
-        self.classes_ = self.tree_.labels
-        self.n_levels_ = self.tree_.n_levels
-        self.module_class_ = self._module_class(X)
-        self.partition_ = self._resolve_partition(self.module_class_)
-        self.stop_ = (self.semantics == "terminal") if self.stop is None else bool(self.stop)
-        self.path_local_ = (
-            self.partition_ == "sibling"
-            and scores_columns(self.module_class_)
-            and set(self._skorch_kwargs("criterion__")) <= {"reduction", "semantics", "level_contrast"}
-        )
-        self.n_scores_ = int(n_outputs(self.tree_, partition=self.partition_, stop=self.stop_))
-        if self.random_state is None:
-            return None
-        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+    @property
+    def n_scores_(self) -> int:
+        return self.config_.n_scores
 
-    def _fit_new(self, X: Any, y: Any, epochs: int | None, classes: Any = None) -> HierarchicalClassifier:
-        self._check_hyperparams()
-        for attr in ("net_", "_rng_state_"):
-            if hasattr(self, attr):
-                delattr(self, attr)
-        X = self._validate_X(X, reset=True)
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
-        self.tree_, self.pad_label_ = self._resolve_tree(y, classes)
-        check_pad_not_a_label(self.tree_, self.pad_label_)
-        ids = self._encode_y(X, y)
-        self._check_targets(ids)
-        seed = self._resolve_model(X)
-        net = self._build_net(seed, n_rows=len(ids))
-        with self._rng(seed):
-            net.initialize()
-            net.partial_fit(self._dataset(X, ids), None, epochs=epochs)
-        self.net_ = net
-        return self
+    @property
+    def stop_(self) -> bool:
+        return self.config_.stop
 
-    def _continue(self, X: Any, y: Any, epochs: int | None) -> HierarchicalClassifier:
-        check_is_fitted(self)
-        self._check_hyperparams()
-        stop = (self.semantics == "terminal") if self.stop is None else bool(self.stop)
-        changed = [
-            name
-            for name, now, then in (
-                ("partition", self._resolve_partition(self.module_class_), self.partition_),
-                ("stop", stop, self.stop_),
-                ("tree", self.tree if self.tree is not None else self._fitted_hierarchy(), self._fitted_hierarchy()),
-            )
-            if not (now is then or now == then)
-        ]
-        if changed:
-            raise ValueError(
-                f"cannot continue training: {', '.join(changed)} changed since the model was fitted; "
-                "fit afresh with warm_start=False"
-            )
-        warn_ignored_changes(self)
-        X = self._validate_X(X, reset=False)
-        ids = self._encode_y(X, y)
-        self.net_.set_params(**self._changed_net_params(n_rows=len(ids)))
-        # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
-        self.net_.set_params(callbacks__finite_loss__snapshot=True)
-        with self._rng(None):
-            self.net_.partial_fit(self._dataset(X, ids), None, epochs=epochs)
-        return self
+    @property
+    def partition_(self) -> str:
+        return self.config_.partition
 
-    def _fitted_hierarchy(self) -> Any:
-        """The hierarchy the model was fitted on, as the ``tree`` parameter gives it."""
-        return self.tree_
+    @property
+    def training_(self) -> str:
+        return self.config_.training
 
-    def _check_targets(self, ids: np.ndarray) -> None:
-        """Advice on the encoded targets before training (a subclass may read them differently)."""
-        suggest_terminal(self, ids)
+    @property
+    def path_local_(self) -> bool:
+        return self.config_.path_local
 
-    def _module_class(self, X: Any) -> type[torch.nn.Module]:
-        """The network class: the user's, else SparseMLP for sparse X and MLP otherwise."""
-        if self.module is not None:
-            return self.module
-        return SparseMLP if sp.issparse(X) else MLP
+    @property
+    def module_class_(self) -> type[torch.nn.Module]:
+        return self.config_.module_class
 
-    def _max_epochs(self, n_rows: int | None) -> int:
-        """``max_epochs``, or its default for this module and ``n_rows`` training rows
-        (``None``: unknown, a stream without a length)."""
-        if self.max_epochs is not None:
-            return self.max_epochs
-        if n_rows is None or not getattr(self.module_class_, "accepts_sparse", False):
-            return 10
-        batch = self.batch_size if self.batch_size > 0 else n_rows
-        steps = max(1, math.ceil(n_rows / batch))
-        return int(min(30, max(3, math.ceil(35 / math.sqrt(steps)))))
+    def _validate_X(self, X: Any, reset: bool) -> Any:
+        return validate_X(self, X, reset=reset)
 
-    def _lr(self) -> float:
-        """``lr``, or its default for this module."""
-        if self.lr is not None:
-            return self.lr
-        return SPARSE_LR if getattr(self.module_class_, "accepts_sparse", False) else DENSE_LR
-
-    def _resolve_partition(self, module: type[torch.nn.Module]) -> str:
-        if self.partition != "auto":
-            return self.partition
-        return "sibling" if scores_columns(module) else "level"
-
-    def _dataset(self, X: Any, ids: np.ndarray | None = None) -> TreeDataset:
-        return TreeDataset(X, ids, sparse_batches=getattr(self.module_class_, "accepts_sparse", False))
-
-    @contextlib.contextmanager
-    def _rng(self, seed: int | None) -> Iterator[None]:
-        """Seeded torch RNG inside, the caller's global RNG state restored outside.
-
-        ``seed`` starts a fresh stream (fit); ``None`` resumes the stream where the last
-        fit or partial_fit left it, so a sequence of partial fits is reproducible too.
-        """
-        if self.random_state is None:
-            yield
-            return
-        if seed is None and not hasattr(self, "_rng_state_"):  # fitted unseeded, seeded since
-            seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        cuda = torch.device(self.device).type == "cuda" and torch.cuda.is_available()
-        devices = [torch.device(self.device).index or 0] if cuda else []
-        with torch.random.fork_rng(devices=devices):
-            if seed is not None:
-                torch.default_generator.manual_seed(seed)
-                if cuda:
-                    torch.cuda.manual_seed(seed)
-            else:
-                torch.set_rng_state(self._rng_state_[0])
-                if cuda and self._rng_state_[1] is not None:
-                    torch.cuda.set_rng_state(self._rng_state_[1])
-            yield
-            self._rng_state_ = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
-
-    def _criterion_params(self) -> dict[str, Any]:
-        """The loss and its tree: path-local for column-scoring modules, else over every score."""
-        from ..losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
-
-        if self.path_local_:
-            # The in-batch level term (PathLocalCrossEntropy's level_contrast) added 0.019-0.023
-            # hF1 on WordNet glosses; 0.3 of 0.1/0.3/1/3 measured best (docs/benchmark-text.md).
-            return {"criterion": PathLocalCrossEntropy, "criterion__tree": self.tree_,
-                    "criterion__level_contrast": LEVEL_CONTRAST}
-        return {
-            "criterion": HierarchicalCrossEntropy,
-            "criterion__tree": self.tree_,
-            "criterion__partition": self.partition_,
-            # Targets were checked when y was encoded; skip the per-batch check (a GPU sync).
-            "criterion__validate": False,
-        }
-
-    def _node_rows(self) -> np.ndarray:
-        """For every node of ``tree_``, its class's position in ``classes_`` (the identity here)."""
-        return np.arange(self.tree_.n_classes)
-
-    def _class_feature_rows(self, features: sp.spmatrix) -> sp.csr_matrix:
-        """``module__class_features`` with one row per class (``classes_`` order) as one row per
-        score column: each node's class row, and under the sibling partition each stop column
-        the row of the node whose children it ends at (measured better on WordNet than text-less
-        stops: ``docs/benchmark-text.md``). Other shapes pass unchanged to the module's checks."""
-        from ..ops.groups import stop_columns
-
-        if features.shape[0] != len(self.classes_):
-            return features
-        node_rows = self._node_rows()
-        rows = [node_rows]
-        if self.stop_ and self.partition_ == "sibling":
-            stop_col = stop_columns(self.tree_, "sibling")
-            internal = np.flatnonzero(stop_col >= 0)
-            rows.append(node_rows[internal[np.argsort(stop_col[internal])]])
-        return sp.csr_matrix(features)[np.concatenate(rows)]
-
-    def _build_net(self, seed: int | None, n_rows: int | None) -> TreeNet:
-        module = self.module_class_
-        n_stops = self.n_scores_ - self.tree_.n_classes
-        sizes = {
-            "n_features": (self.n_features_in_, "features in X"),
-            "n_outputs": (self.n_scores_, (
-                f"scores the tree needs ({self.tree_.n_classes} classes"
-                + (f" + {n_stops} stops" if self.stop_ else "") + f", partition={self.partition_!r})"
-            )),
-        }
-        module_args = module_kwargs(module, self._skorch_kwargs("module__"), sizes)
-        if sp.issparse(module_args.get("class_features")):
-            module_args["class_features"] = self._class_feature_rows(module_args["class_features"])
-
-        callbacks = [copy.deepcopy(cb) for cb in (self.callbacks or [])]
-        train_split = self.train_split
-        if self.early_stopping:
-            if train_split is None:
-                train_split = ValidSplit(self.validation_fraction, stratified=False, random_state=seed)
-            callbacks.append(
-                ("early_stopping", EarlyStopping(
-                    monitor="valid_loss", patience=self.n_iter_no_change, threshold=self.tol, load_best=True
-                ))
-            )
-        if self.verbose:
-            callbacks.append(("progress_bar", ProgressBar()))
-        callbacks.append(("finite_loss", FiniteLossGuard()))  # a NaN/inf loss stops training, named
-
-        kwargs = self._criterion_params()
-        net_params = self._net_params(n_rows)
-        optimizer = self.optimizer
-        if optimizer is None:
-            optimizer = LazyAdam if getattr(module, "accepts_sparse", False) else torch.optim.Adam
-        if (
-            optimizer in (torch.optim.Adam, torch.optim.AdamW)
-            and "optimizer__fused" not in net_params
-            and "optimizer__foreach" not in net_params
-            and torch.device(self.device).type in ("cpu", "cuda")
-        ):
-            # torch's default Adam steps tensor by tensor; the fused kernel took 4.7 ms instead
-            # of 58 ms per step on an 11,110 x 256 output layer (benchmarks/bench_peers.py).
-            kwargs["optimizer__fused"] = True
-        kwargs.update(iterator_train__shuffle=True, iterator_train__collate_fn=collate_batch,
-                      iterator_valid__collate_fn=collate_batch)
-        kwargs.update(net_params)  # the user's prefixed parameters win over the defaults above
-        kwargs.update({f"module__{k}": v for k, v in module_args.items()})
-        return TreeNet(
-            module=module,
-            optimizer=optimizer,
-            train_split=train_split,
-            callbacks=callbacks,
-            warm_start=False,  # warm starts are this estimator's (fit continues net_)
-            criterion__stop=self.stop_,
-            iterator_train=DataLoader,
-            iterator_valid=DataLoader,
-            predict_nonlinearity=None,
-            n_scores=self.n_scores_,
-            path_local=self.path_local_,
-            **kwargs,
-        )
+    def _dataset(self, X: Any) -> TreeDataset:
+        """Rows of X for prediction, batched as the module takes them."""
+        return self.targets_.dataset(X, None, self.config_.capabilities.accepts_sparse)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

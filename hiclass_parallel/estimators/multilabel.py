@@ -27,15 +27,14 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_consistent_length, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
-from .._label_sets import read_label_sets, write_label_sets
-from .._labels import default_pad_label
+from .._label_sets import write_label_sets
 from ..dag import Dag, UnrolledDag
 from ..tree import Tree
-from ._data import TreeDataset
-from ._guards import suggest_terminal, warn_undecidable
-from .classifier import LEVEL_CONTRAST, HierarchicalClassifier
+from ._guards import check_decidable
+from ._targets import LabelSetTargets
+from .classifier import HierarchicalClassifier
 
 __all__ = ["MultiLabelHierarchicalClassifier"]
 
@@ -63,9 +62,10 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     semantics : {"partial", "terminal"}, default="partial"
         ``"terminal"``: a label is an answer and :meth:`predict_proba` gives each class's
         probability of being one. ``"partial"``: a label says the sample lies under the
-        class; :meth:`predict_proba` gives each class's probability of lying on the sample's
-        path, and :meth:`predict` keeps only the deepest classes at the threshold (none of
-        whose children reaches it).
+        class; :meth:`predict_proba` gives each class's probability that the sample lies
+        under it (through any parent, so a parent's is at least its child's), and
+        :meth:`predict` keeps only the deepest classes at the threshold (none of whose
+        descendants reaches it), so no answer holds a label and one of its ancestors.
     **kwargs
         Every other parameter of :class:`HierarchicalClassifier`.
 
@@ -125,7 +125,7 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     (3, 5)
     """
 
-    _trains_from_datasets = False  # fit reads label sets from y; a torch Dataset yields one label per item
+    _targets = LabelSetTargets  # label sets on a tree or a DAG, unrolled once
 
     _parameter_constraints: dict = {
         **HierarchicalClassifier._parameter_constraints,
@@ -133,102 +133,45 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         "partition": [StrOptions({"auto", "sibling"})],
     }
 
-    # ------------------------------------------------------------------ fitting
-    def _resolve_tree(self, y: Any, classes: Any = None) -> tuple[Tree, Any]:
-        hierarchy = self.tree
-        if isinstance(hierarchy, UnrolledDag):
-            self.unrolled_ = hierarchy
-        else:
-            dag = Dag.from_tree(hierarchy) if isinstance(hierarchy, Tree) else hierarchy
-            self.unrolled_ = dag.unroll()
-        self.hierarchy_ = self.unrolled_.dag
-        self._source_hierarchy = hierarchy  # what `tree` was at fit, to tell a change when continuing
-        tree = self.unrolled_.tree
-        pad = default_pad_label(tree.labels) if self.pad_label is None else self.pad_label
-        return tree, pad
-
-    def _fitted_hierarchy(self) -> Any:
-        return self._source_hierarchy
-
-    def _encode_y(self, X: Any, y: Any) -> np.ndarray:
-        """``(n_pairs, 2)`` int64: (row of X, DAG node id) for every label of every sample."""
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
-        dag = self.hierarchy_
-        indicator, form = read_label_sets(y, dag.n_nodes, dag.to_ids)
-        check_consistent_length(X, indicator)
-        if indicator.nnz == 0:
-            raise ValueError("y holds no label at all: every sample's label set is empty")
-        if not hasattr(self, "net_"):  # a new fit; continuing keeps the first fit's form
-            self.label_form_ = form
-        coo = indicator.tocoo()  # the reader's CSR is canonical: pairs come sorted by row, then node
-        pairs = np.stack([coo.row, coo.col], axis=1).astype(np.int64)
-        self.n_pairs_ = int(pairs.shape[0])
-        return pairs
-
-    def _check_targets(self, ids: np.ndarray) -> None:
-        # the first copy of each label stands for it: copies share depth and leafness
-        suggest_terminal(self, self.unrolled_.copy_offsets[ids[:, 1]])
-
-    def _dataset(self, X: Any, ids: np.ndarray | None = None) -> TreeDataset:
-        sparse = getattr(self.module_class_, "accepts_sparse", False)
-        if ids is None:
-            return TreeDataset(X, None, sparse_batches=sparse)
-        return TreeDataset(X, np.ascontiguousarray(ids[:, 1]), sparse_batches=sparse,
-                           rows=np.ascontiguousarray(ids[:, 0]))
-
-    def _resolve_partition(self, module: type[torch.nn.Module]) -> str:
-        return "sibling"
-
-    def _resolve_model(self, X: Any) -> int | None:
-        seed = super()._resolve_model(X)
-        self.classes_ = self.hierarchy_.labels
-        return seed
-
-    def _node_rows(self) -> np.ndarray:
-        # every copy of a DAG class reads the class's row (of class_features, of classes_)
-        return self.unrolled_.origin
-
-    def _criterion_params(self) -> dict[str, Any]:
-        from ..losses import DagCrossEntropy
-
-        params = {"criterion": DagCrossEntropy, "criterion__unrolled": self.unrolled_,
-                  "criterion__partition": "sibling"}
-        if self.path_local_:  # the in-batch level term, with a label's copies as its positives
-            params["criterion__level_contrast"] = LEVEL_CONTRAST
-        return params
-
     # ------------------------------------------------------------------ prediction
     def _node_labels(self) -> np.ndarray:
         """Original labels of the unrolled tree's nodes: paths come back through the DAG."""
         return self.hierarchy_.labels[self.unrolled_.origin]
 
     def _node_proba(self, scores: torch.Tensor) -> torch.Tensor:
-        """``(B, n_classes)`` probabilities of the hierarchy's classes from the unrolled scores:
-        each copy's path probability (``node_log_probs``), summed over a class's copies."""
+        """``(B, n_classes)`` probabilities of the hierarchy's classes from the unrolled scores.
+
+        Terminal: each copy's probability of being the answer (``node_log_probs``), summed
+        over a class's copies. Partial: the probability that the path lies under the class,
+        summed over the copies where a path enters it (:meth:`UnrolledDag.entries`): a copy
+        of a descendant reached through another parent counts too, since a ``d`` that is a
+        ``b`` and a ``c`` lies under both whichever path the model takes. Summing only the
+        class's own copies would leave out those paths and break ``P(parent) >= P(child)``."""
         from ..ops.groups import node_log_probs
 
         kwargs = self._decode_kwargs()
         proba = torch.exp(node_log_probs(scores, self.tree_, **kwargs))
-        origin = torch.tensor(self.unrolled_.origin, device=scores.device)  # a copy: origin is read-only
+        if self.semantics == "partial":
+            copy, node = self.unrolled_.entries()
+            proba = proba.index_select(1, torch.as_tensor(copy, device=scores.device))
+        else:
+            node = self.unrolled_.origin
+        node_t = torch.tensor(node, device=scores.device)  # a copy: the unrolled arrays are read-only
         out = torch.zeros(scores.shape[0], self.hierarchy_.n_nodes, dtype=proba.dtype, device=proba.device)
-        return out.index_add_(1, origin, proba)
+        return out.index_add_(1, node_t, proba)
 
     def _select(self, proba: torch.Tensor) -> torch.Tensor:
         """``(B, k)`` node ids of each row's predicted labels, best first, ``-1`` pads.
 
         The ``top_k`` most probable candidates at ``threshold`` and always the best one;
         under partial semantics the candidates are the classes at the threshold none of whose
-        children is, so an ancestor of a predicted label is implied, not repeated."""
+        descendants (through any parent) is, so an ancestor of a predicted label is implied,
+        not repeated: no answer holds a label and one of its ancestors."""
         k = min(int(self.top_k), proba.shape[1])
         candidate = proba
         if self.semantics == "partial":
-            child, parent = self.hierarchy_.edges()
-            child_t = torch.tensor(child, device=proba.device)  # copies: the DAG's arrays are read-only
-            parent_t = torch.tensor(parent, device=proba.device)
-            above = (proba >= self.threshold).to(proba.dtype)
-            covered = torch.zeros_like(proba).index_add_(1, parent_t, above.index_select(1, child_t))
-            candidate = torch.where(covered > 0, torch.full_like(proba, -1.0), proba)  # below any threshold
+            covered = self._has_descendant_at_threshold(proba)
+            candidate = torch.where(covered, torch.full_like(proba, -1.0), proba)  # below any threshold
         value, node = torch.topk(torch.nan_to_num(candidate, nan=-1.0), k, dim=1)
         keep = value >= self.threshold
         best = torch.nan_to_num(proba, nan=-1.0).argmax(1)
@@ -237,10 +180,32 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         keep &= ~torch.isnan(proba).any(1, keepdim=True)  # NaN/+inf scores: no label
         return torch.where(keep, node, torch.full_like(node, -1))
 
+    def _has_descendant_at_threshold(self, proba: torch.Tensor) -> torch.Tensor:
+        """``(B, n_classes)`` bool: some strict descendant of the class reaches ``threshold``.
+
+        Descendants, not children: probabilities that are not monotone (a model of one's own,
+        rounding) must not let a class and its grandchild both be answers. One pass over the
+        DAG's edges per level, as many as the longest path (no loop over samples or nodes)."""
+        child, parent = self.hierarchy_.edges()
+        if not child.size:
+            return torch.zeros_like(proba, dtype=torch.bool)
+        child_t = torch.tensor(child, device=proba.device)  # copies: the DAG's arrays are read-only
+        parent_t = torch.tensor(parent, device=proba.device)
+        above = proba >= self.threshold  # NaN is never at the threshold
+
+        def any_child(flags: torch.Tensor) -> torch.Tensor:
+            counts = torch.zeros(flags.shape, dtype=torch.int32, device=flags.device)
+            return counts.index_add_(1, parent_t, flags.index_select(1, child_t).to(torch.int32)) > 0
+
+        reach = above  # the class or a descendant within the levels walked so far
+        for _ in range(int(self.hierarchy_.depth.max()) - 1):
+            reach = above | any_child(reach)
+        return any_child(reach)
+
     def _predict_indicator(self, X: Any) -> sp.csr_matrix:
         (chosen,) = self._per_batch(X, lambda s: self._select(self._node_proba(s)))
         n_bad = int((chosen[:, 0] < 0).sum())
-        warn_undecidable(n_bad, chosen.shape[0])
+        check_decidable(n_bad, chosen.shape[0], self.net_.lr)
         rows, slots = np.nonzero(chosen >= 0)
         indicator = sp.csr_matrix(
             (np.ones(rows.size, dtype=bool), (rows, chosen[rows, slots])),
@@ -271,9 +236,13 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         """Probability of each class of the hierarchy, summed over its paths.
 
         Under ``semantics="terminal"``: the probability that the class is an answer (each
-        row sums to 1 over the classes). Under ``"partial"``: the probability that the
-        sample's path passes through the class (an ancestor's is at least its descendants').
-        A class of a DAG adds the probabilities of its copies (disjoint events).
+        row sums to 1 over the classes); a class of a DAG adds the probabilities of its
+        copies (disjoint events). Under ``"partial"``: the probability that the sample lies
+        under the class, i.e. that its path in the unrolled tree passes through a copy of
+        the class or of any of its descendants (:meth:`UnrolledDag.entries
+        <hiclass_parallel.dag.UnrolledDag.entries>`): an ancestor's is at least its
+        descendants' through every parent, and the top-level classes' sum to 1 when the
+        hierarchy is a tree.
 
         Parameters
         ----------

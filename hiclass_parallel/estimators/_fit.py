@@ -1,0 +1,210 @@
+"""The one fit pipeline: prepare -> build -> train, for arrays and torch datasets alike.
+
+``fit``, ``partial_fit`` and ``fit`` on a torch ``Dataset`` all run :func:`run_fit`. The data
+differ only by an adapter (:class:`ArrayInput` for arrays, sparse matrices and tensors;
+:class:`~._streaming.StreamInput` for datasets) that validates ``X``, says how many rows and
+features there are and gives the dataset the net iterates. The rest is shared:
+
+1. **prepare**: the label encoder (``targets_``) is fitted, the configuration (``config_``)
+   resolved once (:func:`~._config.resolve_config`);
+2. **build**: the skorch net from that configuration (:func:`~._build.build_net`);
+3. **train**: seeded, skorch's own ``partial_fit`` loop (history, callbacks, validation split,
+   early stopping), and a check that the trained model scores finitely.
+
+Continuing (``partial_fit``, ``warm_start``) skips 1 and 2 after checking that nothing it
+would decide differently has changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ._build import build_net, net_params
+from ._checks import check_params
+from ._config import config_changes, resolve_config
+from ._guards import check_trained_scores, warn_ignored_changes
+from ._input import validate_X
+
+__all__ = ["run_fit", "ArrayInput", "seeded"]
+
+
+class ArrayInput:
+    """Arrays, sparse matrices and tensors: ``X`` validated, ``y`` encoded up front."""
+
+    def __init__(self, X: Any, y: Any):
+        self.X, self.y = X, y
+        self.n_rows: int | None = None
+
+    def validate(self, estimator: Any, reset: bool) -> None:
+        self.X = validate_X(estimator, self.X, reset=reset)
+        self.n_rows = int(self.X.shape[0])
+
+    def fit_targets(self, targets: Any, classes: Any) -> None:
+        targets.fit(self.y, classes)
+
+    def dataset(self, targets: Any, sparse: bool, advise_semantics: str | None = None) -> Any:
+        ids = targets.encode(self.X, self.y)
+        if advise_semantics is not None:
+            targets.advise(ids, advise_semantics)
+        return targets.dataset(self.X, ids, sparse)
+
+    def loading(self, net: Any, targets: Any) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def seeded(estimator: Any, seed: int | None) -> Iterator[None]:
+    """Seeded torch RNG inside, the caller's global RNG state restored outside.
+
+    ``seed`` starts a fresh stream (fit); ``None`` resumes the stream where the last fit or
+    partial_fit left it, so a sequence of partial fits is reproducible too.
+    """
+    if estimator.random_state is None:
+        yield
+        return
+    if seed is None and not hasattr(estimator, "_rng_state_"):  # fitted unseeded, seeded since
+        seed = _draw_seed(estimator)
+    device = torch.device(estimator.device)
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    with torch.random.fork_rng(devices=[device.index or 0] if cuda else []):
+        if seed is not None:
+            torch.default_generator.manual_seed(seed)
+            if cuda:
+                torch.cuda.manual_seed(seed)
+        else:
+            torch.set_rng_state(estimator._rng_state_[0])
+            if cuda and estimator._rng_state_[1] is not None:
+                torch.cuda.set_rng_state(estimator._rng_state_[1])
+        yield
+        estimator._rng_state_ = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
+
+
+def _draw_seed(estimator: Any) -> int | None:
+    if estimator.random_state is None:
+        return None
+    return int(check_random_state(estimator.random_state).randint(np.iinfo(np.int32).max))
+
+
+def _default_module(estimator: Any, X: Any) -> type:
+    """The network class: the user's, else SparseMLP for sparse X and MLP otherwise."""
+    import scipy.sparse as sp
+
+    from ._modules import MLP, SparseMLP
+
+    if estimator.module is not None:
+        return estimator.module
+    return SparseMLP if sp.issparse(X) else MLP
+
+
+def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any:
+    for attr in [k for k in vars(estimator) if k.endswith("_") and not k.startswith("__")] + ["_rng_state_"]:
+        if hasattr(estimator, attr):
+            delattr(estimator, attr)
+    data.validate(estimator, reset=True)
+    targets = type(estimator)._targets(estimator.tree, estimator.pad_label, type(estimator).__name__)
+    data.fit_targets(targets, classes)
+    config = resolve_config(estimator, _default_module(estimator, data.X), targets.tree, estimator.n_features_in_,
+                            data.n_rows, targets.forced_partition)
+    dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
+    seed = _draw_seed(estimator)
+    net = build_net(estimator, config, targets, seed)
+    with data.loading(net, targets):
+        with seeded(estimator, seed):
+            net.initialize()
+            net.partial_fit(dataset, None, epochs=epochs)
+        check_trained_scores(net, dataset)
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, net_=net)
+    return estimator
+
+
+def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
+    check_is_fitted(estimator)
+    config, targets = estimator.config_, estimator.targets_
+    tree_now = estimator.tree if estimator.tree is not None else targets.source
+    changed = config_changes(estimator, config, tree_now, targets.source, targets.forced_partition)
+    if changed:
+        raise ValueError(
+            f"cannot continue training: {', '.join(changed)} changed since the model was fitted; "
+            "fit afresh with warm_start=False"
+        )
+    warn_ignored_changes(estimator)
+    data.validate(estimator, reset=False)
+    dataset = data.dataset(targets, config.capabilities.accepts_sparse)
+    net = estimator.net_
+    _push_changed_params(estimator, net, config, data.n_rows)
+    # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
+    net.set_params(callbacks__finite_loss__snapshot=True)
+    with data.loading(net, targets):
+        with seeded(estimator, None):
+            net.partial_fit(dataset, None, epochs=epochs)
+        check_trained_scores(net, dataset)
+    return estimator
+
+
+def _push_changed_params(estimator: Any, net: Any, config: Any, n_rows: int | None) -> None:
+    """Hand the fitted net the parameters changed since it was built.
+
+    The device and the callbacks stay as the net was built (moving a fitted module, or
+    replacing callbacks mid-training, is a fresh fit). ``iterator_*`` parameters are plain
+    attributes the loaders read at every epoch: skorch's ``set_params`` on an initialised net
+    would treat them as module parameters and fail, so they are set directly.
+    """
+    from dataclasses import replace
+
+    from ._config import resolve_lr, resolve_max_epochs
+
+    now = replace(config, lr=resolve_lr(estimator.lr, config.capabilities),
+                  max_epochs=resolve_max_epochs(estimator, config.capabilities, n_rows))
+    current = net.get_params(deep=False)
+    changed = {}
+    for key, value in net_params(estimator, now).items():
+        if key == "device" or key.startswith("callbacks__"):
+            continue
+        old = current.get(key, _MISSING)
+        try:
+            same = old is value or bool(old == value)
+        except (TypeError, ValueError, RuntimeError):  # arrays and the like: compare by identity only
+            same = False
+        if not same:
+            changed[key] = value
+    loaders = {k: v for k, v in changed.items() if k.startswith(("iterator_train__", "iterator_valid__"))}
+    vars(net).update(loaders)
+    rest = {k: v for k, v in changed.items() if k not in loaders}
+    if rest:
+        net.set_params(**rest)
+
+
+_MISSING = object()
+
+
+def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool, classes: Any = None) -> Any:
+    """``fit`` (``partial=False``) or ``partial_fit`` (``partial=True``: one epoch, continuing).
+
+    Parameters
+    ----------
+    estimator : HierarchicalClassifier
+    X : array-like, sparse matrix, torch.Tensor or torch Dataset
+    y : array-like or None
+    epochs : int or None
+        ``None``: the configuration's ``max_epochs``.
+    partial : bool
+        Continue the fitted network if there is one (``partial_fit``); otherwise ``fit``
+        continues only with ``warm_start``.
+    classes : array-like, default=None
+        ``partial_fit``'s ``classes`` at the first call.
+    """
+    from ._streaming import StreamInput, is_dataset
+
+    check_params(estimator)
+    targets_class = type(estimator)._targets
+    data = StreamInput(X, y, estimator, targets_class) if is_dataset(X) else ArrayInput(X, y)
+    if hasattr(estimator, "net_") and (partial or estimator.warm_start):
+        return _continue(estimator, data, epochs)
+    return _fit_new(estimator, data, epochs, classes)

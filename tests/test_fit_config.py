@@ -1,0 +1,145 @@
+"""The fit pipeline's one resolved configuration (config_), the training route it reports, and
+what it refuses: routes that cannot run, criterion parameters of another route, diverged fits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import MLP, HierarchicalClassifier, SparseMLP
+from hiclass_parallel.estimators._capabilities import module_capabilities
+from hiclass_parallel.estimators._guards import DivergedError
+from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
+
+FAST = dict(max_epochs=2, random_state=0, module__hidden_units=8)
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y, tree = make_hierarchical_classification(n_samples=150, n_features=12, branching=3, depth=2, random_state=0)
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 0.8, X, 0.0).astype(np.float32))
+    return X, Xs, y, tree
+
+
+def _count_best_first(monkeypatch):
+    import hiclass_parallel.ops.best_first as best_first
+
+    calls = []
+    real = best_first.best_first_paths
+    monkeypatch.setattr(best_first, "best_first_paths", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("training, expected", [("auto", "path_local"), ("path_local", "path_local"), ("full", "full")])
+def test_the_reported_route_is_the_route_that_ran(data, monkeypatch, training, expected):
+    _, Xs, y, tree = data
+    clf = HierarchicalClassifier(tree, training=training, **FAST).fit(Xs, y)
+    assert clf.config_.training == clf.training_ == expected
+    assert clf.path_local_ is (expected == "path_local") and clf.net_.path_local is clf.path_local_
+    assert isinstance(clf.net_.criterion_, PathLocalCrossEntropy if clf.path_local_ else HierarchicalCrossEntropy)
+    calls = _count_best_first(monkeypatch)
+    clf.predict(Xs[:5])
+    assert bool(calls) is clf.path_local_  # best-first decoding exactly when trained path-locally
+    # both routes train the same model family: predictions are valid paths of the tree
+    assert (clf.predict(Xs[:5])[:, 0] != "").all()
+
+
+def test_config_holds_every_resolved_default(data):
+    X, Xs, y, tree = data
+    dense = HierarchicalClassifier(tree, random_state=0, module__hidden_units=8, max_epochs=1).fit(X, y)
+    text = HierarchicalClassifier(tree, random_state=0, module__hidden_units=8).fit(Xs, y)
+    assert (dense.config_.module_class, dense.config_.partition, dense.config_.training) == (MLP, "level", "full")
+    assert dense.config_.optimizer is torch.optim.Adam and dense.config_.lr == 3e-3 and dense.config_.max_epochs == 1
+    assert (text.config_.module_class, text.config_.partition, text.config_.training) == (SparseMLP, "sibling",
+                                                                                         "path_local")
+    assert text.config_.optimizer.__name__ == "LazyAdam" and text.config_.lr == 5e-3
+    assert text.config_.max_epochs == 30 and len(text.net_.history) == 30  # 1 step per epoch: ceil(35 / 1)
+    assert text.config_.capabilities == module_capabilities(SparseMLP)
+    with pytest.raises(AttributeError):  # frozen: one configuration per fit
+        text.config_.lr = 1.0
+
+
+def test_impossible_path_local_training_is_named(data):
+    X, Xs, y, tree = data
+    with pytest.raises(ValueError, match=r"training='path_local' is not possible here: .*MLP cannot score columns"):
+        HierarchicalClassifier(tree, training="path_local", partition="sibling", **FAST).fit(X, y)
+    with pytest.raises(ValueError, match=r"training='path_local' is not possible here: partition='level'"):
+        HierarchicalClassifier(tree, training="path_local", partition="level", **FAST).fit(Xs, y)
+
+
+def test_a_criterion_parameter_never_switches_the_route(data):
+    _, Xs, y, tree = data
+    with pytest.raises(ValueError, match=r"criterion__level_weights: not a parameter of PathLocalCrossEntropy.*"
+                                         r"training='full'"):
+        HierarchicalClassifier(tree, criterion__level_weights=[1.0, 2.0], **FAST).fit(Xs, y)
+    clf = HierarchicalClassifier(tree, training="full", criterion__level_weights=[1.0, 2.0], **FAST).fit(Xs, y)
+    assert clf.training_ == "full" and clf.net_.criterion_.level_weights is not None
+
+
+def test_continuing_refuses_a_changed_route(data):
+    _, Xs, y, tree = data
+    clf = HierarchicalClassifier(tree, **FAST).fit(Xs, y)
+    clf.set_params(training="full")
+    with pytest.raises(ValueError, match="cannot continue training: training changed"):
+        clf.partial_fit(Xs, y)
+    clf.set_params(training="auto", lr=0.01).partial_fit(Xs, y)
+    assert clf.net_.lr == 0.01 and clf.config_.lr == 5e-3  # the fit's configuration stays as it was resolved
+
+
+def test_loader_parameters_changed_after_fit_reach_the_loader(data):
+    X, _, y, tree = data
+    clf = HierarchicalClassifier(tree, batch_size=32, **FAST).fit(X, y)
+    clf.set_params(iterator_train__num_workers=1, iterator_train__drop_last=True)
+    clf.partial_fit(X, y)  # skorch's set_params would refuse iterator_* on an initialised net
+    loader = clf.net_.get_iterator(clf._dataset(X), training=True)
+    assert loader.num_workers == 1 and loader.drop_last
+    assert len(clf.net_.history[-1, "batches"]) == len(X) // 32  # the last, short batch was dropped
+
+
+def test_a_diverged_fit_is_an_error_not_empty_paths(data):
+    X, _, y, tree = data
+    clf = HierarchicalClassifier(tree, max_epochs=2, optimizer=torch.optim.SGD, lr=1e12, random_state=0)
+    with pytest.raises(DivergedError, match=r"NaN or infinite scores .*lr=1e\+12.*training diverged"):
+        clf.fit(X, y)
+    assert not hasattr(clf, "net_")  # nothing half-fitted is left
+
+
+def test_predict_refuses_non_finite_scores(data):
+    X, _, y, tree = data
+    clf = HierarchicalClassifier(tree, **FAST).fit(X, y)
+    with torch.no_grad():
+        next(clf.net_.module_.parameters()).fill_(float("inf"))
+    for call in (lambda: clf.predict(X), lambda: clf.score(X, y)):
+        with pytest.raises(DivergedError, match=r"150 of 150 sample\(s\) of finite input got NaN or infinite scores"):
+            call()
+
+
+def test_capabilities_are_read_from_the_protocol():
+    class Dense(torch.nn.Module):
+        def __init__(self, n_features, n_outputs):
+            super().__init__()
+
+    class Columns(Dense):
+        accepts_sparse = True
+        default_lr = 0.1
+        default_optimizer = torch.optim.SGD
+
+        def __init__(self, n_features, n_outputs, class_features=None):
+            super().__init__(n_features, n_outputs)
+
+        def encode(self, X):
+            return X
+
+        def scorer(self, hidden):
+            return hidden
+
+    dense, columns = module_capabilities(Dense), module_capabilities(Columns)
+    assert (dense.accepts_sparse, dense.scores_columns, dense.class_features) == (False, False, False)
+    assert (dense.default_lr, dense.default_optimizer) == (3e-3, torch.optim.Adam)
+    assert (columns.accepts_sparse, columns.scores_columns, columns.class_features) == (True, True, True)
+    assert (columns.default_lr, columns.default_optimizer) == (0.1, torch.optim.SGD)
+    assert dense.default_max_epochs(10_000, 256) == 10
+    assert columns.default_max_epochs(64 * 256, 256) == 5  # ceil(35 / sqrt(64)); within [3, 30]
