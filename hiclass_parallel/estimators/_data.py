@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from torch.utils.data import Dataset
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data import default_collate
 
 __all__ = ["TreeDataset", "check_tensor", "collate_batch", "csr_tensor", "sparse_tensor_to_csr"]
 
