@@ -543,6 +543,7 @@ class UnrolledDag:
         self._tree = tree
         self._origin = _readonly(origin)
         self._copy_offsets = _readonly(copy_offsets)
+        self._entries: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def dag(self) -> Dag:
@@ -564,6 +565,56 @@ class UnrolledDag:
     def labels(self) -> np.ndarray:
         """The DAG's (original) labels."""
         return self._dag.labels
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(copy, node)``: where a path of the unrolled tree enters each DAG node's region.
+
+        A path *lies under* DAG node ``v`` when it passes through a copy of ``v`` or of any
+        descendant of ``v`` (through any parent): a ``d`` is a ``b`` whichever of its paths
+        the model takes. Those copies form whole subtrees of the unrolled tree; ``copy``
+        lists the top copy of each subtree (its origin is ``v`` or a descendant, its parent
+        copy's is not), so a path lies under ``v`` through exactly one of them and
+
+            P(path lies under v) = sum over the pairs (u, v) of P(path passes through u),
+
+        which can never be less for a parent than for its child. A copy ``u`` enters the
+        ancestors of its origin that are not ancestors of its parent copy's origin; on a DAG
+        that is a tree, the pairs are each copy with its own origin. Computed once from
+        :meth:`Dag.ancestor_matrix` (sparse row differences, no loop) and kept; read-only,
+        sorted by copy.
+
+        Returns
+        -------
+        copy : ndarray of int64 of shape (n_pairs,)
+            Node ids of the unrolled tree.
+        node : ndarray of int64 of shape (n_pairs,)
+            DAG node ids.
+
+        Examples
+        --------
+        >>> unrolled = unroll_dag([("b", "a"), ("c", "a"), ("d", "b"), ("d", "c")])
+        >>> copy, node = unrolled.entries()
+        >>> [(str(unrolled.tree.labels[u]), str(unrolled.labels[v])) for u, v in zip(copy, node)]
+        [('b', 'b'), ('a', 'a'), ('c', 'c'), ('d[0]', 'c'), ('d[0]', 'd'), ('d[1]', 'b'), ('d[1]', 'd')]
+        """
+        cached = getattr(self, "_entries", None)  # absent from objects pickled before it existed
+        if cached is not None:
+            return cached
+        import scipy.sparse as sp
+
+        closure = self._dag.ancestor_matrix().astype(np.int8)
+        parents = self._tree.parents
+        below = np.flatnonzero(parents >= 0)
+        n_copies, n = parents.size, self._dag.n_nodes
+        # the row of each copy's origin minus the row of its parent copy's origin (none at the top)
+        pick = sp.csr_matrix((np.ones(below.size, dtype=np.int8), (below, self._origin[parents[below]])),
+                             shape=(n_copies, n))
+        entered = (closure[self._origin] - pick @ closure).tocoo()
+        keep = entered.data > 0  # the parent's ancestors are all the child's: the rest is 0
+        copy, node = entered.row[keep].astype(np.int64), entered.col[keep].astype(np.int64)
+        order = np.lexsort((node, copy))
+        self._entries = (_readonly(copy[order]), _readonly(node[order]))
+        return self._entries
 
     def copy_ids(self, label: Hashable) -> np.ndarray:
         """Tree node ids of all copies of an original label, in the order of their paths."""

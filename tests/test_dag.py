@@ -168,6 +168,27 @@ def test_a_tree_unrolls_to_the_same_tree(edges):
     assert np.array_equal(unrolled.origin, np.arange(dag.n_nodes))
 
 
+@settings(max_examples=60, deadline=None)
+@given(dags())
+def test_entries_are_the_tops_of_each_nodes_region(edges):
+    """``UnrolledDag.entries``: for every node, the copies whose path meets the node or one
+    of its descendants are exactly the subtrees under its entry copies, and those subtrees
+    are disjoint (so their path probabilities add up; issue 24 M02)."""
+    parents = parent_map(edges)
+    unrolled = unroll_dag(edges)
+    tree, labels = unrolled.tree, unrolled.labels.tolist()
+    copy, node = unrolled.entries()
+    assert not copy.flags.writeable and unrolled.entries()[0] is copy  # computed once
+    for v, name in enumerate(labels):
+        region = {u for u in range(tree.n_classes)  # paths that meet v or a descendant of v
+                  if any(name in brute_ancestors(parents, labels[unrolled.origin[w]]) for w in tree.paths[u] if w >= 0)}
+        tops = copy[node == v].tolist()
+        assert tops and len(set(tops)) == len(tops)
+        under = [{u for u in range(tree.n_classes) if t in tree.paths[u]} for t in tops]
+        assert set().union(*under) == region
+        assert sum(map(len, under)) == len(region)  # disjoint
+
+
 def test_networkx_and_edges_agree():
     edges = diamond()
     graph = nx.DiGraph()
