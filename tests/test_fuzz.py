@@ -68,36 +68,146 @@ def valid_trees(draw, labelled: str = "none") -> Tree:
     return Tree.from_parents(shuffled, labels)
 
 
+class Accepted:
+    """Counts the generated inputs a property accepted.
+
+    A property that returns on a rejected input checks nothing for it; if (nearly) every input
+    were rejected, the test would pass having checked nothing. So each such test also asserts
+    that at least ``least`` of its inputs were accepted, and tries an input valid by
+    construction beside every hostile one (:func:`valid_and_hostile`) to make that true.
+    """
+
+    def __init__(self, least: float = 0.25):
+        self.least = least
+        self.accepted = self.total = 0
+
+    def __call__(self, accepted: bool) -> None:
+        self.accepted += bool(accepted)
+        self.total += 1
+
+    def check(self) -> None:
+        assert self.total, "the property never ran"
+        assert self.accepted >= self.least * self.total, (
+            f"only {self.accepted} of {self.total} generated inputs were accepted (less than {self.least:.0%}): "
+            "the property checked almost nothing"
+        )
+
+
+def valid_and_hostile(valid: st.SearchStrategy, hostile: st.SearchStrategy) -> st.SearchStrategy:
+    """Each example is a pair: an input valid by construction and one from the hostile strategy.
+
+    Hypothesis does not choose among the branches of ``one_of`` evenly over 25 examples, so
+    mixing the two in one strategy left the accepted share to chance; a pair per example makes
+    at least half of the inputs valid, and the share check catches a valid input turned away.
+    """
+    return st.tuples(valid, hostile)
+
+
+# Labels a tree takes (hashable, not NaN, not None), odd ones included: "", NUL, non-ASCII, inf.
+good_labels_st = st.one_of(st.text(max_size=6), st.integers(-5, 40), st.floats(allow_nan=False))
+
+
+@st.composite
+def labelled_trees(draw) -> Tree:
+    """A valid tree with shuffled ids whose labels are drawn from ``good_labels_st``."""
+    shape = draw(valid_trees())
+    labels = draw(st.lists(good_labels_st, min_size=shape.n_classes, max_size=shape.n_classes, unique=True))
+    return Tree.from_parents(shape.parents, labels)
+
+
+def edges_of(tree: Tree) -> list:
+    labels = tree.labels.tolist()
+    return [(labels[c], None if p < 0 else labels[p]) for c, p in enumerate(tree.parents.tolist())]
+
+
 # ---------------------------------------------------------------------------- constructors
-@FUZZ
-@given(st.lists(st.integers(-3, 35), min_size=0, max_size=30), st.booleans())
-def test_from_parents_any_input(parents, as_array):
-    try:
-        tree = Tree.from_parents(np.asarray(parents, dtype=np.int64) if as_array else parents)
-    except TreeError:
-        return
-    check_invariants(tree)
-    assert tree.parents.tolist() == parents
+def test_from_parents_any_input():
+    accepted = Accepted()
+    valid = valid_trees().map(lambda tree: tree.parents.tolist())
+
+    def attempt(parents, as_array):
+        try:
+            tree = Tree.from_parents(np.asarray(parents, dtype=np.int64) if as_array else parents)
+        except TreeError:
+            accepted(False)
+            return
+        accepted(True)
+        check_invariants(tree)
+        assert tree.parents.tolist() == parents
+
+    @FUZZ
+    @given(valid_and_hostile(valid, st.lists(st.integers(-3, 35), min_size=0, max_size=30)), st.booleans())
+    def check(inputs, as_array):
+        for parents in inputs:
+            attempt(parents, as_array)
+
+    check()
+    accepted.check()
 
 
-@FUZZ
-@given(st.lists(st.tuples(labels_st, labels_st), max_size=20))
-def test_from_edges_any_input(edges):
-    try:
-        tree = Tree.from_edges(edges)
-    except TreeError:
-        return
-    check_invariants(tree)
+def test_from_edges_any_input():
+    accepted = Accepted()
+
+    @st.composite
+    def valid_edges(draw):  # a tree's edges in any order, some repeated (repeats are allowed)
+        edges = edges_of(draw(labelled_trees()))
+        edges += draw(st.lists(st.sampled_from(edges), max_size=3))
+        return draw(st.permutations(edges))
+
+    def attempt(edges):
+        try:
+            tree = Tree.from_edges(edges)
+        except TreeError:
+            accepted(False)
+            return
+        accepted(True)
+        check_invariants(tree)
+        labels = tree.labels.tolist()
+        for child, parent in edges:  # every edge is in the tree, None marking the top level
+            p = int(tree.parents[tree.to_ids([child])[0]])
+            assert (None if p < 0 else labels[p]) == parent
+
+    @FUZZ
+    @given(valid_and_hostile(valid_edges(), st.lists(st.tuples(labels_st, labels_st), max_size=20)))
+    def check(inputs):
+        for edges in inputs:
+            attempt(edges)
+
+    check()
+    accepted.check()
 
 
-@FUZZ
-@given(st.lists(st.lists(labels_st, max_size=5), max_size=8))
-def test_from_paths_any_input(paths):
-    try:
-        tree = Tree.from_paths(paths)
-    except TreeError:
-        return
-    check_invariants(tree)
+def test_from_paths_any_input():
+    accepted = Accepted()
+
+    @st.composite
+    def valid_paths(draw):  # the paths of some of a tree's classes, padded with None
+        tree = draw(labelled_trees())
+        picks = draw(st.lists(st.sampled_from(tree.labels.tolist()), min_size=1, max_size=8))
+        width = tree.n_levels
+        return [tree.path_labels(v) + [None] * (width - len(tree.path_labels(v))) for v in picks]
+
+    def attempt(paths):
+        try:
+            tree = Tree.from_paths(paths)
+        except TreeError:
+            accepted(False)
+            return
+        accepted(True)
+        check_invariants(tree)
+        for path in paths:  # each given path is the ancestral path of its deepest label
+            given_labels = [v for v in path if v is not None]
+            if given_labels:
+                assert tree.path_labels(given_labels[-1]) == given_labels
+
+    @FUZZ
+    @given(valid_and_hostile(valid_paths(), st.lists(st.lists(labels_st, max_size=5), max_size=8)))
+    def check(inputs):
+        for paths in inputs:
+            attempt(paths)
+
+    check()
+    accepted.check()
 
 
 nested_st = st.recursive(
@@ -107,16 +217,41 @@ nested_st = st.recursive(
 )
 
 
-@FUZZ
-@given(st.dictionaries(st.text(max_size=3), nested_st, max_size=4))
-def test_from_dict_any_input(nested):
-    try:
-        tree = Tree.from_dict(nested)
-    except TreeError:
-        return
-    check_invariants(tree)
-    for label in tree.labels.tolist():
-        assert tree.path_labels(label)[-1] == label
+def as_nested(tree: Tree) -> dict:
+    """The nested mapping of a tree: a leaf maps to None."""
+    labels = tree.labels.tolist()
+    children: dict = {v: {} for v in labels}
+    top: dict = {}
+    for c, p in enumerate(tree.parents.tolist()):
+        (top if p < 0 else children[labels[p]])[labels[c]] = children[labels[c]]
+    def leaves_none(d):
+        return {k: (leaves_none(v) if v else None) for k, v in d.items()}
+    return leaves_none(top)
+
+
+def test_from_dict_any_input():
+    accepted = Accepted()
+    valid = valid_trees("str").map(as_nested)
+
+    def attempt(nested):
+        try:
+            tree = Tree.from_dict(nested)
+        except TreeError:
+            accepted(False)
+            return
+        accepted(True)
+        check_invariants(tree)
+        for label in tree.labels.tolist():
+            assert tree.path_labels(label)[-1] == label
+
+    @FUZZ
+    @given(valid_and_hostile(valid, st.dictionaries(st.text(max_size=3), nested_st, max_size=4)))
+    def check(inputs):
+        for nested in inputs:
+            attempt(nested)
+
+    check()
+    accepted.check()
 
 
 @FUZZ
@@ -313,13 +448,28 @@ def test_metrics_refuse_out_of_range_ids(data):
         hierarchical_f1_score(np.array([0, 0]), y, tree, input_type="ids")
 
 
-@FUZZ
-@given(st.lists(st.one_of(st.text(max_size=3), st.integers(), st.floats(), st.lists(st.integers(), max_size=1)), max_size=6))
-def test_to_ids_names_unknown_labels(values):
+def test_to_ids_names_unknown_labels():
     tree = Tree.from_edges([("dog", "animal"), ("cat", "animal")])
-    try:
-        ids = tree.to_ids(np.asarray(values + [None], dtype=object)[:-1] if values else [])
-    except UnknownLabelError as err:
-        assert "not a class of the tree" in str(err)
-        return
-    assert tree.labels[ids].tolist() == values
+    accepted = Accepted()
+    known = st.lists(st.sampled_from(["dog", "cat", "animal"]), max_size=6)
+    anything = st.lists(st.one_of(st.sampled_from(["dog", "cat", "animal"]), st.text(max_size=3), st.integers(),
+                                  st.floats(), st.lists(st.integers(), max_size=1)), max_size=6)
+
+    def attempt(values):
+        try:
+            ids = tree.to_ids(np.asarray(values + [None], dtype=object)[:-1] if values else [])
+        except UnknownLabelError as err:
+            assert "not a class of the tree" in str(err)
+            accepted(False)
+            return
+        accepted(True)
+        assert tree.labels[ids].tolist() == values
+
+    @FUZZ
+    @given(valid_and_hostile(known, anything))
+    def check(inputs):
+        for values in inputs:
+            attempt(values)
+
+    check()
+    accepted.check()
