@@ -562,3 +562,152 @@ def test_cuda_fit_loads_on_cpu(small, monkeypatch):
         loaded = pickle.loads(blob)
     assert next(loaded.net_.module_.parameters()).device.type == "cpu"
     np.testing.assert_allclose(loaded.predict_proba(X), expected, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- bad and extreme input
+# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
+# misleading error; it asserts the correct result or the named error now.
+@pytest.fixture(scope="module")
+def probe_data():
+    from hiclass_parallel.datasets import make_hierarchical_classification
+
+    return make_hierarchical_classification(n_samples=200, n_features=5, branching=2, depth=2, random_state=0)
+
+
+def _probe_clf(tree, **kw):
+    from hiclass_parallel.estimators import HierarchicalClassifier
+
+    kw = {"max_epochs": 2, "random_state": 0, "module__hidden_units": 8, **kw}
+    return HierarchicalClassifier(tree, **kw)
+
+
+def test_diverging_training_raises_named_error(probe_data, one_torch_thread):
+    torch = pytest.importorskip("torch")
+    from hiclass_parallel.estimators._guards import NonFiniteLossError
+
+    X, y, tree = probe_data
+    clf = _probe_clf(tree, optimizer=torch.optim.SGD, lr=10.0, batch_size=32, max_epochs=8, module__hidden_units=256)
+    with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch \d+, batch \d+ \(lr=10.0\).*Lower lr"):
+        clf.fit(X, y)
+    assert not hasattr(clf, "net_")  # a failed first fit leaves an unfitted estimator
+
+
+def test_diverging_continued_training_puts_the_last_finite_weights_back(probe_data, one_torch_thread):
+    torch = pytest.importorskip("torch")
+    from hiclass_parallel.estimators._guards import NonFiniteLossError
+
+    X, y, tree = probe_data
+    clf = _probe_clf(tree, optimizer=torch.optim.SGD, lr=1e-3, batch_size=32, module__hidden_units=256).fit(X, y)
+    before = {k: v.clone() for k, v in clf.net_.module_.state_dict().items()}
+    clf.set_params(lr=10.0, max_epochs=8, warm_start=True)
+    with pytest.raises(NonFiniteLossError, match="were put back"):
+        clf.fit(X, y)
+    after = clf.net_.module_.state_dict()
+    assert all(torch.isfinite(v).all() for v in after.values())
+    # restored to the start of the diverging epoch: finite, and not the weights of the first fit
+    # only if an earlier epoch of the continued run completed
+    assert set(after) == set(before)
+
+
+def test_exploding_finite_loss_warns(probe_data, one_torch_thread):
+    X, y, tree = probe_data
+    with pytest.warns(RuntimeWarning, match="training loss grew from .* training is diverging"):
+        _probe_clf(tree, lr=1e3, batch_size=32, max_epochs=8).fit(X * 1e3, y)
+
+
+def test_failed_refit_keeps_the_fitted_model(probe_data, one_torch_thread):
+    X, y, tree = probe_data
+    clf = _probe_clf(tree).fit(X, y)
+    before = clf.predict(X[:5])
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        clf.fit(X[:, :3], y[:5])
+    assert clf.n_features_in_ == 5 and hasattr(clf, "net_")
+    assert np.array_equal(clf.predict(X[:5]), before)
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [("nonsense", "device='nonsense' is not a torch device"), ("cuda:99", "device='cuda:99'")],
+)
+def test_bad_device_named(probe_data, device, message):
+    torch = pytest.importorskip("torch")
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.device_count() > 99:
+        pytest.skip("a machine with 100 GPUs")
+    X, y, tree = probe_data
+    with pytest.raises(ValueError, match=message):
+        _probe_clf(tree, device=device).fit(X, y)
+
+
+@pytest.mark.parametrize("hidden, error", [(-1, ValueError), (1.5, TypeError), ([8, 0], ValueError)])
+def test_bad_hidden_units_named(probe_data, hidden, error):
+    X, y, tree = probe_data
+    with pytest.raises(error, match="module__hidden_units"):
+        _probe_clf(tree, module__hidden_units=hidden).fit(X, y)
+
+
+def test_warm_start_warns_about_ignored_changes(probe_data, one_torch_thread):
+    X, y, tree = probe_data
+    clf = _probe_clf(tree, warm_start=True).fit(X, y)
+    clf.set_params(module__hidden_units=16)
+    with pytest.warns(UserWarning, match="module__hidden_units changed .* ignored"):
+        clf.fit(X, y)
+    from skorch.callbacks import EpochTimer
+
+    clf.set_params(module__hidden_units=8, callbacks=[EpochTimer()])
+    with pytest.warns(UserWarning, match="^callbacks changed"):
+        clf.fit(X, y)
+    clf.set_params(callbacks=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf.fit(X, y)  # back to the settings the network was built with: no warning
+
+
+def test_empty_path_is_the_pad_label(probe_data, one_torch_thread):
+    X, y, tree = probe_data
+    clf = _probe_clf(tree, decoding="threshold", threshold=1.0).fit(X, y)
+    assert clf.predict_node(X[:3]).tolist() == [-1, -1, -1]
+    assert clf.predict_labels(X[:3]).tolist() == ["", "", ""]  # not classes_[-1]
+
+
+def test_nan_weights_are_a_named_error_not_empty_paths(probe_data, one_torch_thread):
+    from hiclass_parallel.estimators._guards import DivergedError
+
+    torch = pytest.importorskip("torch")
+    X, y, tree = probe_data
+    clf = _probe_clf(tree).fit(X, y)
+    with torch.no_grad():
+        next(clf.net_.module_.parameters()).fill_(float("nan"))
+    for call in (lambda: clf.predict_labels(X[:3]), lambda: clf.predict(X[:3]), lambda: clf.predict_top_k(X[:3], k=2)):
+        with pytest.raises(DivergedError, match=r"3 of 3 sample\(s\) of finite input got NaN or infinite scores"):
+            call()
+
+
+def test_predict_top_k_refuses_non_integer_k(probe_data, one_torch_thread):
+    X, y, tree = probe_data
+    clf = _probe_clf(tree).fit(X, y)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        clf.predict_top_k(X[:2], k=1.5)
+
+
+@pytest.mark.parametrize("partition, semantics", [("level", "partial"), ("sibling", "partial"), ("sibling", "terminal")])
+def test_predict_answer_proba_sums_to_one(probe_data, one_torch_thread, partition, semantics):
+    X, y, tree = probe_data
+    clf = _probe_clf(tree, partition=partition, semantics=semantics).fit(X, y)
+    proba = clf.predict_answer_proba(X[:20])
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-5)
+    if semantics == "partial":
+        assert (proba[:, ~tree.is_leaf] == 0).all()
+        assert np.array_equal(proba.argmax(1), clf.predict_node(X[:20]))
+    # predict_proba's convention: a row sums to the number of groups, not 1
+    assert np.allclose(clf.predict_proba(X[:3]).sum(1), tree.n_groups(partition), rtol=1e-4)
+
+
+def test_internal_labels_suggest_terminal(probe_data, one_torch_thread):
+    X, y, tree = probe_data
+    internal = tree.labels[~tree.is_leaf]
+    y_internal = internal[np.arange(len(X)) % internal.size]
+    with pytest.warns(UserWarning, match="every label in y is an internal node.*semantics='terminal'"):
+        _probe_clf(tree, max_epochs=1).fit(X, y_internal)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _probe_clf(tree, max_epochs=1, semantics="terminal").fit(X, y_internal)

@@ -286,3 +286,51 @@ def test_readme_use_snippet_prints_what_it_shows(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert re.match(r"\{'hierarchicalclassifier__lr': 0\.00[13]\} 0\.\d+", lines[0])
     assert lines[1].startswith("[[") and len(lines) == 4  # three ancestral paths, one per line
+
+
+# ---------------------------------------------------------------------------- bad and extreme input
+# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
+# misleading error; it asserts the correct result or the named error now.
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["tree", "missing.npz"], "No such file or directory: missing.npz"),
+        (["tree", "--root", "nope.n.01"], "1 label is not a class of the tree: 'nope.n.01'"),
+        (["demo", "--device", "nonsense"], "device='nonsense' is not a torch device"),
+        (["tree", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_cli_errors_are_one_line(argv, message):
+    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", *argv], capture_output=True, text=True)
+    assert done.returncode == 2
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hiclass-parallel: error: ") and message in err[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_debug_shows_traceback_and_version():
+    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", "--debug", "tree", "missing.npz"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" in done.stderr and "FileNotFoundError" in done.stderr
+    from hiclass_parallel import __version__
+
+    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"hiclass-parallel {__version__}"
+
+
+def test_cli_device_cuda_without_gpu(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from hiclass_parallel.cli import main
+
+    assert main(["demo", "--device", "cuda"]) == 2
+    assert "device='cuda' but torch" in capsys.readouterr().err
+
+
+def test_tree_command_reports_the_readme_buffers(capsys):
+    from hiclass_parallel.cli import main
+
+    assert main(["tree"]) == 0
+    out = capsys.readouterr().out
+    assert "host arrays 12.71 MB in all" in out and "tree buffers\"): 10.35 MB" in out

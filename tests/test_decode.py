@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,9 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hiclass_parallel._backend import to_numpy as host
-from hiclass_parallel import Tree
+from hiclass_parallel import PAD, Tree
 from hiclass_parallel.ops.decode import best_paths, topk_paths
-from hiclass_parallel.ops.groups import group_log_softmax, n_outputs, node_log_probs, stop_columns
+from hiclass_parallel.ops.groups import (
+    group_log_softmax,
+    group_logsumexp,
+    n_outputs,
+    node_log_probs,
+    stop_columns,
+)
+
+PAPER = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])  # the paper's tree, for the probes below
 
 MODES = [
     ("level", False, "partial"),
@@ -236,3 +247,77 @@ def test_cuda_matches_cpu(random_tree):
         top_cpu = topk_paths(x, tree, 5, "sibling", True, semantics)
         top_gpu = topk_paths(x.cuda(), tree, 5, "sibling", True, semantics)
         torch.testing.assert_close(top_gpu[0].cpu(), top_cpu[0])
+
+
+# ---------------------------------------------------------------------------- bad and extreme input
+# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
+# misleading error; it asserts the correct result or the named error now.
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_plus_inf_same_on_c_kernel_and_numpy(native):
+    code = """
+import numpy as np
+from hiclass_parallel import Tree
+from hiclass_parallel.ops import groups, group_logsumexp, group_log_softmax
+groups._NATIVE_MIN_MEAN_GROUP = 1  # let the C kernel serve this small tree when it is built
+tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+x = np.zeros((3, 9), dtype=np.float32); x[0, 0] = np.inf; x[1, 2] = np.nan; x[2, :] = -np.inf
+with np.errstate(all="ignore"):
+    print(group_logsumexp(x, tree).tolist()); print(group_log_softmax(x, tree).tolist())
+"""
+    env = dict(os.environ, HICLASS_PARALLEL_NATIVE=native)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    lse, lsm = (eval(line, {"inf": math.inf, "nan": math.nan}) for line in out.splitlines())
+    assert lse[0][0] == math.inf and math.isnan(lse[1][1]) and lse[2] == [-math.inf] * 3
+    assert math.isnan(lsm[0][0]) and lsm[0][1] == -math.inf  # inf - inf; the other member -inf
+    assert all(math.isnan(v) for v in lsm[1][2:6])  # the whole NaN group
+    assert lsm[2] == [-math.inf] * 9
+
+
+def test_plus_inf_torch_matches_numpy():
+    torch = pytest.importorskip("torch")
+    x = np.zeros((1, 9))
+    x[0, 3] = np.inf
+    with np.errstate(all="ignore"):
+        for partition in ("level", "sibling"):
+            a = group_logsumexp(x, PAPER, partition)
+            b = group_logsumexp(torch.tensor(x), PAPER, partition).numpy()
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(
+                group_log_softmax(x, PAPER, partition), group_log_softmax(torch.tensor(x), PAPER, partition).numpy()
+            )
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_decoding_nan_rows_are_empty_paths(bad):
+    big = Tree.from_parents([-1] + [0] * 200)  # wide: the sparse top-k route that crashed
+    x = np.random.default_rng(0).normal(size=(3, 201))
+    x[1, 7] = bad
+    with np.errstate(all="ignore"):
+        paths, lp = best_paths(x, big)
+        tpaths, tlp = topk_paths(x, big, 3)
+    assert paths[1].tolist() == [PAD, PAD] and math.isnan(lp[1])
+    assert (tpaths[1] == PAD).all() and np.isnan(tlp[1]).all()
+    assert (paths[[0, 2]] >= 0).all() and np.isfinite(tlp[[0, 2]]).all()
+
+
+def test_decoding_nan_rows_torch():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros(2, 9)
+    x[0, 2] = float("nan")
+    paths, lp = best_paths(x, PAPER, "sibling")
+    tpaths, tlp = topk_paths(x, PAPER, 2, "sibling")
+    assert paths[0].tolist() == [-1, -1, -1] and torch.isnan(lp[0])
+    assert (tpaths[0] == -1).all() and torch.isnan(tlp[0]).all() and (tpaths[1] >= -1).all()
+
+
+def test_decoding_minus_inf_is_probability_zero():
+    x = np.zeros((1, 9))
+    x[0, [0, 2, 3]] = -np.inf  # dog's subtree masked: the answer must be under cat
+    paths, lp = best_paths(x, PAPER, "sibling")
+    assert paths[0, 0] == 1 and np.isfinite(lp[0])
+
+
+@pytest.mark.parametrize("k", [1.5, "2", True])
+def test_topk_refuses_non_integer_k(k):
+    with pytest.raises(TypeError, match="k must be an integer"):
+        topk_paths(np.zeros((1, 9)), PAPER, k)

@@ -4,6 +4,7 @@ GridSearchCV / cross_validate."""
 
 from __future__ import annotations
 
+import math
 import pickle
 import warnings
 
@@ -37,6 +38,8 @@ from hiclass_parallel.metrics import (
     mistake_severity,
     tree_distance,
 )
+
+PAPER = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])  # the paper's tree, for the probes below
 
 # ----------------------------------------------------------------------------- fixtures
 #   dog ── small dog
@@ -675,3 +678,33 @@ def test_one_weight_check_for_the_tree_and_the_dag_metrics(tree, weight, message
         (4 + 2 * 1) / (4 + 2 * 2))
     assert hierarchical_f1_score_dag(Y_TRUE, Y_PRED, dag, sample_weight=[1.0, 0.0, 2.0, 1.0]) == pytest.approx(
         hierarchical_f1_score(Y_TRUE, Y_PRED, tree, sample_weight=[1.0, 0.0, 2.0, 1.0]))
+
+
+# ---------------------------------------------------------------------------- bad and extreme input
+# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
+# misleading error; it asserts the correct result or the named error now.
+def test_metrics_nan_pad_with_tree():
+    tree = Tree.from_edges([("dog", "animal"), ("cat", "animal")])
+    y_true = np.array([["animal", "dog"], ["animal", np.nan]], dtype=object)
+    y_pred = np.array([["animal", np.nan], ["animal", np.nan]], dtype=object)
+    assert hierarchical_recall_score(y_true, y_pred, tree) == pytest.approx(2 / 3)
+
+
+def test_metrics_huge_ids_named():
+    with pytest.raises(ValueError, match="9223372036854775808 out of range"):
+        hierarchical_f1_score(np.array([2, 5]), np.array([2**63, 5], dtype=np.uint64), PAPER, input_type="ids")
+
+
+@pytest.mark.parametrize("beta", [math.inf, 1e200])
+def test_fbeta_infinite_beta_is_recall(beta):
+    y_true, y_pred = [[1, 2]], [[1, 3]]
+    assert hierarchical_fbeta_score(y_true, y_pred, beta=beta) == hierarchical_recall_score(y_true, y_pred) == 0.5
+
+
+def test_report_omits_levels_nothing_reaches():
+    tree = Tree.from_dict({"a": {"b": {"c": {"d": None}}}, "e": None})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        text = hierarchical_classification_report(["a", "e"], ["b", "e"], tree)
+    assert "level 2 and level 3: omitted, no true label and no prediction reaches them" in text
+    assert "level 1" in text and "       level 2  " not in text

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from hiclass_parallel import PAD, Tree, TreeError, UnknownLabelError
 
+PAPER = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])  # the paper's tree, for the probes below
+
 # The paper's matrices (eq. M_lc and P_cl), with class ids shifted down by one.
 PAPER_MASK = np.array([
     [0, 0, 1, 1, 1, 1, 1, 1, 1],
@@ -199,3 +201,76 @@ def test_memory_at_wordnet_scale():
     assert tree.n_levels == n_levels
     # Mask and paths: well under the paper's 40 MB.
     assert tree.mask.nbytes + tree.paths.nbytes < 12e6
+
+
+# ---------------------------------------------------------------------------- bad and extreme input
+# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
+# misleading error; it asserts the correct result or the named error now.
+def test_labels_are_read_only():
+    tree = Tree.from_edges([("dog", "animal")])
+    with pytest.raises(ValueError, match="read-only"):
+        tree.labels[0] = "cat"
+    assert tree.to_ids(["dog"]).tolist() == [0]
+
+
+def test_trailing_nul_labels_round_trip(tmp_path):
+    tree = Tree.from_edges([("a\0", None), ("a", "a\0"), ("b\0\0", "a")])
+    tree.save(tmp_path / "t.npz")
+    again = Tree.load(tmp_path / "t.npz")
+    assert again == tree and again.labels.tolist() == ["a\0", "a", "b\0\0"]
+
+
+def test_nan_labels_refused():
+    with pytest.raises(TreeError, match="NaN"):
+        Tree.from_parents([-1, 0], labels=[float("nan"), float("nan")])
+    with pytest.raises(TreeError, match="NaN"):
+        Tree.from_edges([(float("nan"), None)])
+
+
+def test_unhashable_labels_named():
+    with pytest.raises(TreeError, match=r"\[1\].*unhashable"):
+        Tree.from_parents([-1, 0], labels=[[1], [2]])
+    with pytest.raises(TreeError, match="unhashable"):
+        Tree.from_edges([(["a"], None)])
+    values = np.empty(2, dtype=object)
+    values[:] = ["dog", [1]]
+    with pytest.raises(UnknownLabelError, match=r"1 label is not a class of the tree: \[1\]"):
+        Tree.from_edges([("dog", "animal")]).to_ids(values)
+
+
+def test_from_dict_deep_chain():
+    nested: dict = {}
+    cur = nested
+    for i in range(3000):
+        cur[i] = {}
+        cur = cur[i]
+    tree = Tree.from_dict(nested)
+    assert tree.n_levels == 3000 and tree.labels[-1] == 2999
+
+
+@pytest.mark.parametrize("content", [b"hello", b"PK\x03\x04 truncated", b""])
+def test_load_damaged_file(tmp_path, content):
+    path = tmp_path / "bad.npz"
+    path.write_bytes(content)
+    with pytest.raises(TreeError, match="is not a tree saved by Tree.save") as info:
+        Tree.load(path)
+    assert "allow_pickle" not in str(info.value)
+
+
+def test_load_truncated_and_wrong_archive(tmp_path):
+    PAPER.save(tmp_path / "t.npz")
+    raw = (tmp_path / "t.npz").read_bytes()
+    (tmp_path / "half.npz").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TreeError, match="not a readable .npz archive"):
+        Tree.load(tmp_path / "half.npz")
+    np.savez(tmp_path / "other.npz", x=np.arange(2))
+    with pytest.raises(TreeError, match="no parents, labels, label_kind"):
+        Tree.load(tmp_path / "other.npz")
+    with pytest.raises(FileNotFoundError):
+        Tree.load(tmp_path / "missing.npz")
+
+
+def test_load_reads_files_of_the_old_str_format(tmp_path):
+    np.savez(tmp_path / "old.npz", parents=np.array([-1, 0], dtype=np.int32), labels=np.array(["a", "b"]),
+             label_kind=np.asarray("str"))
+    assert Tree.load(tmp_path / "old.npz").labels.tolist() == ["a", "b"]

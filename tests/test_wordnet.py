@@ -334,3 +334,15 @@ def test_former_module_path_reexports_every_builder_name():
 
     assert former.__all__ == builder.__all__ and "build_wordnet_dag" in former.__all__
     assert all(getattr(former, name) is getattr(builder, name) for name in builder.__all__)
+
+
+# ---------------------------------------------------------------------------- bad and extreme input
+# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
+# misleading error; it asserts the correct result or the named error now.
+def test_wordnet_glosses_give_the_tree_with_return_x_y():
+    from hiclass_parallel.datasets import load_wordnet_glosses
+
+    X, y, tree = load_wordnet_glosses("dog.n.01", return_X_y=True, return_tree=True)
+    assert len(X) == 188 and tree.n_classes == 189 and set(tree.to_ids(y).tolist()) <= set(range(189))
+    with pytest.raises(ValueError, match="return_tree=True goes with return_X_y=True"):
+        load_wordnet_glosses("dog.n.01", return_tree=True)
