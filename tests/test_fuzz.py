@@ -8,6 +8,7 @@ never a crash of another kind, never a silently wrong answer. CI runs a few exam
 from __future__ import annotations
 
 import math
+from typing import Any
 import os
 import tempfile
 import zipfile
@@ -85,6 +86,16 @@ class Accepted:
         self.accepted += bool(accepted)
         self.total += 1
 
+    def build(self, make: Any, *args: Any) -> Any:
+        """``make(*args)``, counted as accepted; ``None``, counted as rejected, on a TreeError."""
+        try:
+            result = make(*args)
+        except TreeError:
+            self(False)
+            return None
+        self(True)
+        return result
+
     def check(self) -> None:
         assert self.total, "the property never ran"
         assert self.accepted >= self.least * self.total, (
@@ -126,12 +137,9 @@ def test_from_parents_any_input():
     valid = valid_trees().map(lambda tree: tree.parents.tolist())
 
     def attempt(parents, as_array):
-        try:
-            tree = Tree.from_parents(np.asarray(parents, dtype=np.int64) if as_array else parents)
-        except TreeError:
-            accepted(False)
+        tree = accepted.build(Tree.from_parents, np.asarray(parents, dtype=np.int64) if as_array else parents)
+        if tree is None:
             return
-        accepted(True)
         check_invariants(tree)
         assert tree.parents.tolist() == parents
 
@@ -155,12 +163,9 @@ def test_from_edges_any_input():
         return draw(st.permutations(edges))
 
     def attempt(edges):
-        try:
-            tree = Tree.from_edges(edges)
-        except TreeError:
-            accepted(False)
+        tree = accepted.build(Tree.from_edges, edges)
+        if tree is None:
             return
-        accepted(True)
         check_invariants(tree)
         labels = tree.labels.tolist()
         for child, parent in edges:  # every edge is in the tree, None marking the top level
@@ -188,12 +193,9 @@ def test_from_paths_any_input():
         return [tree.path_labels(v) + [None] * (width - len(tree.path_labels(v))) for v in picks]
 
     def attempt(paths):
-        try:
-            tree = Tree.from_paths(paths)
-        except TreeError:
-            accepted(False)
+        tree = accepted.build(Tree.from_paths, paths)
+        if tree is None:
             return
-        accepted(True)
         check_invariants(tree)
         for path in paths:  # each given path is the ancestral path of its deepest label
             given_labels = [v for v in path if v is not None]
@@ -234,12 +236,9 @@ def test_from_dict_any_input():
     valid = valid_trees("str").map(as_nested)
 
     def attempt(nested):
-        try:
-            tree = Tree.from_dict(nested)
-        except TreeError:
-            accepted(False)
+        tree = accepted.build(Tree.from_dict, nested)
+        if tree is None:
             return
-        accepted(True)
         check_invariants(tree)
         for label in tree.labels.tolist():
             assert tree.path_labels(label)[-1] == label
