@@ -98,6 +98,11 @@ def resolve_partition(requested: str, capabilities: ModuleCapabilities, forced: 
     return "sibling" if capabilities.scores_columns else "level"
 
 
+def resolve_stop(estimator: Any) -> bool:
+    """``stop``, or ``None`` resolved: stop scores exactly under terminal semantics."""
+    return (estimator.semantics == "terminal") if estimator.stop is None else bool(estimator.stop)
+
+
 def resolve_training(requested: str, partition: str, module: type, capabilities: ModuleCapabilities) -> str:
     """The training route: the one place it is decided."""
     possible = partition == "sibling" and capabilities.scores_columns
@@ -138,7 +143,7 @@ def resolve_config(
 
     capabilities = module_capabilities(module)
     partition = resolve_partition(estimator.partition, capabilities, forced_partition)
-    stop = (estimator.semantics == "terminal") if estimator.stop is None else bool(estimator.stop)
+    stop = resolve_stop(estimator)
     return FitConfig(
         module_class=module,
         capabilities=capabilities,
@@ -159,7 +164,7 @@ def config_changes(
 ) -> list[str]:
     """The settings that changed since ``config`` was resolved and that continuing cannot apply."""
     partition = resolve_partition(estimator.partition, config.capabilities, forced_partition)
-    stop = (estimator.semantics == "terminal") if estimator.stop is None else bool(estimator.stop)
+    stop = resolve_stop(estimator)
     training = config.training if estimator.training == "auto" else estimator.training
     changed = [name for name, now, then in (
         ("partition", partition, config.partition), ("stop", stop, config.stop), ("training", training, config.training),
