@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._backend import to_numpy
 from .._labels import LabelIndex, host_labels_or_paths, id_pad_mask, metric_pad_mask
 from ..exceptions import describe_some
 from ._weights import check_sample_weight
