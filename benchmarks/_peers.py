@@ -232,7 +232,7 @@ class _Batch(tuple):
 def _collate(batch: Any) -> Any:
     if isinstance(batch, _Batch):
         return tuple(batch)
-    from torch.utils.data._utils.collate import default_collate
+    from torch.utils.data import default_collate
 
     return default_collate(batch)
 

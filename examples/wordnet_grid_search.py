@@ -1,8 +1,8 @@
 """WordNet glosses with GridSearchCV and a hierarchical scorer.
 
 Hypernym placement on a WordNet subtree: TF-IDF of each synset's gloss into a
-HierarchicalClassifier, tuned with GridSearchCV on hierarchical F1 (the scorer name
-"hierarchical_f1"), then evaluated on held-out synsets with the hierarchical report.
+HierarchicalClassifier, tuned with GridSearchCV on hierarchical F1 (the scorer object
+``get_scorer("hierarchical_f1")``), then evaluated on held-out synsets with the hierarchical report.
 
 Run: ``python examples/wordnet_grid_search.py`` (``--root dog.n.01 --epochs 3`` for a quick run)
 """

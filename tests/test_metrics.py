@@ -501,27 +501,22 @@ def test_scorer_on_fake_estimator(data):
     assert repr(get_scorer("neg_mean_tree_distance")) == "make_hierarchical_scorer(mean_tree_distance, greater_is_better=False)"
 
 
-@pytest.fixture
-def registered_names():
-    """The scorer names made known to scikit-learn, as a user does: explicitly."""
-    from hiclass_parallel.metrics import register_scorers
-
-    return register_scorers()
-
-
-def test_grid_search_picks_by_hierarchical_score(data, registered_names):
+def test_grid_search_picks_by_hierarchical_score(data):
     X, y = data
     grid = {"max_depth": [0, 1, 2], "confuse": [False, True]}
     for scoring in (
-        "hierarchical_f1",  # a name: registered with scikit-learn by register_scorers()
         get_scorer("hierarchical_f1"),
         make_hierarchical_scorer(hierarchical_fbeta_score, beta=0.5),
     ):
         search = GridSearchCV(PathPredictor(), grid, scoring=scoring, cv=KFold(3)).fit(X, y)
         assert search.best_params_ == {"max_depth": 2, "confuse": False}
-    # several scorers by name (registered with scikit-learn), refit on one of them
+    # several scorers as a dict, refit on one of them
     search = GridSearchCV(
-        PathPredictor(), grid, scoring=["hierarchical_f1_macro", "neg_tree_distance"], refit="neg_tree_distance", cv=KFold(3)
+        PathPredictor(),
+        grid,
+        scoring=get_scorers(["hierarchical_f1_macro", "neg_tree_distance"]),
+        refit="neg_tree_distance",
+        cv=KFold(3),
     ).fit(X, y)
     assert search.best_params_ == {"max_depth": 2, "confuse": False}
     # the precision of a truncated prediction is perfect: hP alone prefers shallow models
@@ -531,22 +526,22 @@ def test_grid_search_picks_by_hierarchical_score(data, registered_names):
     assert get_scorer("hierarchical_f1")(search, X, y) == 1.0
 
 
-def test_cross_validate_with_several_scorers(data, registered_names):
+def test_cross_validate_with_several_scorers(data):
     X, y = data
     names = ["hierarchical_f1", "hierarchical_precision_macro", "exact_path_accuracy", "neg_tree_distance"]
     PREDICT_CALLS["n"] = 0
-    result = cross_validate(PathPredictor(max_depth=1), X, y, scoring=names, cv=KFold(3))
+    result = cross_validate(PathPredictor(max_depth=1), X, y, scoring=get_scorers(names), cv=KFold(3))
     # predictions are computed once per split and shared by the scorers
     assert PREDICT_CALLS["n"] == 3
     assert result["test_hierarchical_precision_macro"].tolist() == [1.0, 1.0, 1.0]
     assert np.all(result["test_exact_path_accuracy"] < 1.0)
     assert np.all(result["test_neg_tree_distance"] < 0)
-    as_dict = cross_validate(PathPredictor(max_depth=1), X, y, scoring=get_scorers(names), cv=KFold(3))
+    one_by_one = {name: cross_val_score(PathPredictor(max_depth=1), X, y, scoring=get_scorer(name), cv=KFold(3)) for name in names}
     for name in names:
-        np.testing.assert_allclose(as_dict[f"test_{name}"], result[f"test_{name}"])
+        np.testing.assert_allclose(one_by_one[name], result[f"test_{name}"])
     scores = cross_val_score(PathPredictor(), X, y, scoring=get_scorer("hierarchical_f1_macro"), cv=KFold(3))
     assert scores.tolist() == [1.0, 1.0, 1.0]
-    scores = cross_val_score(PathPredictor(confuse=True), X, y, scoring="neg_mistake_severity", cv=KFold(3))
+    scores = cross_val_score(PathPredictor(confuse=True), X, y, scoring=get_scorer("neg_mistake_severity"), cv=KFold(3))
     assert np.all(scores < 0)
     top_level = make_hierarchical_scorer(level_accuracy_score, level=0)
     scores = cross_val_score(PathPredictor(max_depth=0), X, y, scoring=top_level, cv=KFold(3))
@@ -578,13 +573,9 @@ def test_scorer_through_pipeline_and_given_tree(data):
     assert make_scorer(hierarchical_f1_score, tree=tree)(PathPredictor().fit(X, y), X, y) == 1.0
 
 
-def test_get_scorer_lookup(registered_names):
+def test_get_scorer_lookup():
     import sys
 
-    from hiclass_parallel.metrics import register_scorers
-
-    assert set(registered_names) == set(get_scorer_names())
-    assert register_scorers() == registered_names  # idempotent
     assert "matplotlib.pyplot" not in sys.modules or "hiclass_parallel.metrics.plot" in sys.modules
     assert get_scorer("accuracy") is not None  # falls back to scikit-learn
     f = lambda est, X, y: 0.0  # noqa: E731
@@ -592,9 +583,8 @@ def test_get_scorer_lookup(registered_names):
     with pytest.raises(ValueError, match="hierarchical_f1"):
         get_scorer("hierarchical_f2")
     assert get_scorer("hierarchical_f1") is not get_scorer("hierarchical_f1")  # copies
-    from sklearn.metrics import get_scorer as sk_get_scorer
-
-    assert repr(sk_get_scorer("hierarchical_recall_macro")) == repr(get_scorer("hierarchical_recall_macro"))
+    assert set(get_scorers()) <= set(get_scorer_names())
+    assert sorted(get_scorers(["accuracy", "hierarchical_f1"])) == ["accuracy", "hierarchical_f1"]
 
 
 def test_ragged_lists_of_paths_read_as_in_the_path_encoder(tree):
@@ -615,35 +605,19 @@ def test_ragged_lists_of_paths_read_as_in_the_path_encoder(tree):
     assert without_tree == pytest.approx(2 * 4 / (6 + 5))
 
 
-def test_importing_the_package_registers_nothing():
-    """Registration is explicit: a fresh interpreter that imports the package leaves
-    scikit-learn's scorer table and its parameter constraints as they were."""
-    import subprocess
-    import sys
+def test_register_scorers_is_deprecated_and_registers_nothing(data):
+    """scikit-learn's scorer names stay its own: register_scorers warns, names what to use
+    instead and writes nothing, so a package name is still refused as a string."""
+    from sklearn.metrics import get_scorer_names as sk_get_scorer_names
 
-    code = (
-        "import sklearn.metrics, sklearn.model_selection as ms, hiclass_parallel, hiclass_parallel.metrics;"
-        "from sklearn.metrics import get_scorer_names;"
-        "assert 'hierarchical_f1' not in get_scorer_names();"
-        "assert not any('hierarchical_f1' in c.options for c in ms.GridSearchCV._parameter_constraints['scoring'] "
-        "if hasattr(c, 'options'))"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    from hiclass_parallel.metrics import register_scorers
 
-
-def test_registration_fails_loudly_when_sklearn_internals_change(monkeypatch):
-    from sklearn.metrics import _scorer as sk_scorer
-
-    from hiclass_parallel.metrics import _scorers, register_scorers
-
-    monkeypatch.delattr(sk_scorer, "_SCORERS")
-    with pytest.raises(RuntimeError, match="_SCORERS"):
-        register_scorers()
-    monkeypatch.undo()
-    monkeypatch.setattr(_scorers, "_SCORING_MODULES", ())  # as if no module had the constraints
-    monkeypatch.setattr(_scorers, "_SCORING_MODULES_IF_LOADED", ())
-    with pytest.raises(RuntimeError, match="StrOptions"):
-        register_scorers()
+    with pytest.warns(FutureWarning, match=r"get_scorer\('hierarchical_f1'\)"):
+        assert register_scorers() == []
+    assert "hierarchical_f1" not in sk_get_scorer_names()
+    X, y = data
+    with pytest.raises(ValueError, match="scoring"):
+        GridSearchCV(PathPredictor(), {"max_depth": [0, 1]}, scoring="hierarchical_f1", cv=KFold(3)).fit(X, y)
 
 
 # ----------------------------------------------------------------------------- sample weights

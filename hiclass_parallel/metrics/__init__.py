@@ -15,9 +15,9 @@ arrays (moved to the host once). Node identity is the node, never its name. See
 - :func:`tree_distance`, :func:`mean_tree_distance`, :func:`mistake_severity`
   (Bertinetto et al., 2020);
 - :func:`hierarchical_classification_report`;
-- scorers for ``scoring=``: :func:`get_scorer`, :func:`get_scorers`,
-  :func:`make_hierarchical_scorer`; :func:`register_scorers` (called explicitly, never on
-  import) makes the names known to scikit-learn, so ``scoring="hierarchical_f1"`` works;
+- scorer objects for ``scoring=``: :func:`get_scorer` (the package's scorer names, else
+  scikit-learn's), :func:`get_scorers` (a dict of several), :func:`get_scorer_names`,
+  :func:`make_hierarchical_scorer`; :func:`register_scorers` is deprecated and does nothing;
 - plots in :mod:`hiclass_parallel.metrics.plot` (needs matplotlib).
 """
 

@@ -11,6 +11,10 @@ precision, recall and F-scores (:mod:`._dag`) instead.
 They subclass scikit-learn's scorer base class, so :func:`~sklearn.model_selection.cross_validate`
 and :class:`~sklearn.model_selection.GridSearchCV` with several of them call ``predict``
 once per split, and ``sample_weight`` and metadata routing work as for built-in scorers.
+
+The scorer names (``"hierarchical_f1"``, ...) are the package's own: :func:`get_scorer`
+resolves them into scorer objects, which scikit-learn's ``scoring=`` takes alone, in a list
+or in a dict. Nothing is written into scikit-learn's tables.
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ from ._hierarchical import (
     mistake_severity,
 )
 
-try:  # private in scikit-learn, stable since 1.4; without it scorers still work, uncached
+# scikit-learn has no public scorer base class; subclassing its private one is what lets
+# several scorers share one predict per split and take sample_weight through routing.
+# Without it (a version that moved it) scorers still work, each calling predict itself.
+try:
     from sklearn.metrics._scorer import _BaseScorer, _cached_call
 except ImportError:  # pragma: no cover
     _BaseScorer = None
@@ -258,7 +265,7 @@ def _registry() -> dict[str, HierarchicalScorer]:
     return scorers
 
 
-_SCORERS = _registry()
+_BY_NAME = _registry()
 
 
 def get_scorer_names() -> list[str]:
@@ -273,7 +280,7 @@ def get_scorer_names() -> list[str]:
     >>> "hierarchical_f1" in get_scorer_names()
     True
     """
-    return sorted(_SCORERS)
+    return sorted(_BY_NAME)
 
 
 def get_scorer(scoring: str | Callable[..., float]) -> Callable[..., float]:
@@ -299,8 +306,8 @@ def get_scorer(scoring: str | Callable[..., float]) -> Callable[..., float]:
     >>> get_scorer("hierarchical_f1_macro")
     make_hierarchical_scorer(hierarchical_f1_score, average='macro')
     """
-    if isinstance(scoring, str) and scoring in _SCORERS:
-        return copy.deepcopy(_SCORERS[scoring])
+    if isinstance(scoring, str) and scoring in _BY_NAME:
+        return copy.deepcopy(_BY_NAME[scoring])
     from sklearn.metrics import get_scorer as sk_get_scorer
 
     try:
@@ -324,6 +331,7 @@ def get_scorers(names: Iterable[str] | None = None) -> dict[str, Callable[..., f
     Returns
     -------
     dict
+        Pass it as ``scoring=``; ``refit=`` (of a search) names one of its keys.
 
     Examples
     --------
@@ -343,122 +351,45 @@ def get_scorers(names: Iterable[str] | None = None) -> dict[str, Callable[..., f
     return {name: get_scorer(name) for name in names}
 
 
-#: scikit-learn modules whose functions and estimators take ``scoring=`` names: always
-#: patched, then those patched only when already imported (importing them costs ~0.3 s).
-_SCORING_MODULES = (
-    "sklearn.metrics",
-    "sklearn.metrics._scorer",
-    "sklearn.model_selection",
-    "sklearn.model_selection._search",
-    "sklearn.model_selection._validation",
-)
-_SCORING_MODULES_IF_LOADED = (
-    "sklearn.model_selection._search_successive_halving",
-    "sklearn.model_selection._classification_threshold",
-    "sklearn.inspection",
-    "sklearn.inspection._permutation_importance",
-    "sklearn.feature_selection",
-    "sklearn.feature_selection._sequential",
-)
-
-
-def _allow_scoring_names(names: list[str]) -> int:
-    """Let scikit-learn's parameter validation accept ``names`` as ``scoring=`` strings.
-
-    scikit-learn validates a ``scoring`` string against ``StrOptions(set(get_scorer_names()))``
-    built when each module was imported. Those sets are what "a known scorer name" means, so
-    the names are added to every such set of the public callables of the modules above.
-    Returns how many constraint sets were extended.
-    """
-    import importlib
-    import sys
-
-    from sklearn.utils._param_validation import StrOptions
-
-    seen: set[int] = set()
-    for module_name in _SCORING_MODULES + _SCORING_MODULES_IF_LOADED:
-        if module_name in _SCORING_MODULES:
-            module = importlib.import_module(module_name)
-        elif module_name in sys.modules:
-            module = sys.modules[module_name]
-        else:
-            continue
-        for obj in list(vars(module).values()):
-            constraints = getattr(obj, "_parameter_constraints", None)
-            if not isinstance(constraints, dict):
-                constraints = getattr(obj, "_skl_parameter_constraints", None)
-            if not isinstance(constraints, dict):
-                continue
-            for constraint in constraints.get("scoring", ()) or ():
-                if (
-                    isinstance(constraint, StrOptions)
-                    and isinstance(constraint.options, set)
-                    and "accuracy" in constraint.options
-                    and id(constraint) not in seen
-                ):
-                    seen.add(id(constraint))
-                    constraint.options.update(names)
-    return len(seen)
-
-
 def register_scorers() -> list[str]:
-    """Make the hierarchical scorer names known to scikit-learn, on request.
+    """Deprecated, and does nothing: pass scorer objects instead of names.
 
-    Afterwards a name works wherever scikit-learn takes one:
-    ``GridSearchCV(..., scoring="hierarchical_f1")``,
-    ``cross_validate(..., scoring=["hierarchical_f1", "exact_path_accuracy"])``,
-    ``sklearn.metrics.get_scorer("hierarchical_f1")``. Importing the package does not call
-    it: call it once, before passing names; calling it again does nothing more. Names
-    scikit-learn already has are left alone. Without it, pass scorer objects
-    (:func:`get_scorer`, :func:`get_scorers`), which always work, or ``scoring=None`` with
-    :class:`~hiclass_parallel.estimators.HierarchicalClassifier`, whose ``score`` is the
-    hierarchical F1.
+    Earlier versions wrote the hierarchical scorers into scikit-learn's private scorer
+    table so that their names worked as ``scoring=`` strings. scikit-learn has no public
+    registry of scorer names, so the package no longer does that; scikit-learn's
+    ``scoring=`` takes scorer objects, lists and dicts of them everywhere:
+    ``scoring=get_scorer("hierarchical_f1")`` for one metric,
+    ``scoring=get_scorers(["hierarchical_f1", "neg_tree_distance"])`` for several (a dict,
+    so ``refit=`` names one of them). The names stay the package's own: :func:`get_scorer`
+    resolves them (and falls back to :func:`sklearn.metrics.get_scorer` for the others).
 
-    scikit-learn has no public registry of scorer names, so this adds the scorers to its
-    private table of scorers and their names to the sets its parameter validation checks
-    ``scoring`` strings against: those of :mod:`sklearn.model_selection` and
-    :mod:`sklearn.metrics`, and of :mod:`sklearn.inspection` and
-    :mod:`sklearn.feature_selection` if they are imported already (else call this again
-    after importing them). The tests check it against the scikit-learn in use.
+    This function will be removed in a future release.
 
     Returns
     -------
     list of str
-        The names now registered.
+        An empty list: no name is registered with scikit-learn.
 
-    Raises
-    ------
-    RuntimeError
-        When scikit-learn's internals are not what this relies on (a version that moved
-        them): use scorer objects from :func:`get_scorer` instead.
+    Warns
+    -----
+    FutureWarning
+        Always, naming what to use instead.
 
     Examples
     --------
-    >>> from sklearn.metrics import get_scorer as sklearn_get_scorer
-    >>> "hierarchical_f1" in register_scorers()
-    True
-    >>> sklearn_get_scorer("hierarchical_f1")
-    make_hierarchical_scorer(hierarchical_f1_score)
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", FutureWarning)
+    ...     register_scorers()
+    []
     """
-    import sklearn
-    from sklearn.metrics import _scorer as sk_scorer
+    import warnings
 
-    registry = getattr(sk_scorer, "_SCORERS", None)
-    if not isinstance(registry, dict):
-        raise RuntimeError(
-            f"scikit-learn {sklearn.__version__} has no scorer table sklearn.metrics._scorer._SCORERS: "
-            "scorer names cannot be registered; pass scoring=hiclass_parallel.metrics.get_scorer(name)"
-        )
-    names: list[str] = []
-    for name, scorer in _SCORERS.items():
-        if name not in registry:
-            registry[name] = scorer
-        if registry[name] is scorer:
-            names.append(name)
-    if _allow_scoring_names(names) == 0:
-        raise RuntimeError(
-            f"scikit-learn {sklearn.__version__} validates scoring= differently than expected: no "
-            "StrOptions of scorer names found in sklearn.model_selection; pass "
-            "scoring=hiclass_parallel.metrics.get_scorer(name)"
-        )
-    return names
+    warnings.warn(
+        "register_scorers() is deprecated and registers nothing (scikit-learn has no public registry of "
+        "scorer names); pass scorer objects instead: scoring=hiclass_parallel.metrics.get_scorer("
+        "'hierarchical_f1'), or scoring=hiclass_parallel.metrics.get_scorers([...]) for several",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return []
