@@ -317,10 +317,9 @@ def warm_up(method: str, params: dict | None = None, n_features: int = 8) -> Non
     Users pay these once per process, not per fit, so the benchmark pays them before the
     timer starts. The toy tree is not the benchmark's tree: no cache of it is warmed.
     """
-    from hiclass_parallel import Tree
-
     from benchmarks._text_methods import TEXT_METHODS
     from benchmarks._text_methods import warm_up as warm_up_text
+    from hiclass_parallel import Tree
 
     if method in TEXT_METHODS:
         return warm_up_text(method, params, n_features)

@@ -12,14 +12,17 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import Pipeline
 
 from hiclass_parallel import HierarchicalClassifier
 from hiclass_parallel.datasets import load_wordnet_glosses
-from hiclass_parallel.metrics import get_scorer, hierarchical_classification_report, hierarchical_f1_score
+from hiclass_parallel.metrics import (
+    get_scorer,
+    hierarchical_classification_report,
+    hierarchical_f1_score,
+)
 
 
 def main(root: str = "mammal.n.01", epochs: int = 15, cv: int = 3, seed: int = 0) -> dict:

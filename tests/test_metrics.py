@@ -81,7 +81,7 @@ def test_hand_computed_macro(tree):
     p = [2 / 2, 1 / 3, 1 / 1, 0 / 1]
     r = [2 / 3, 1 / 2, 1 / 1, 0 / 1]
     f = [4 / 5, 2 / 5, 2 / 2, 0 / 2]
-    kw = dict(average="macro")
+    kw = {"average": "macro"}
     assert hierarchical_precision_score(Y_TRUE, Y_PRED, tree, **kw) == pytest.approx(np.mean(p))
     assert hierarchical_recall_score(Y_TRUE, Y_PRED, tree, **kw) == pytest.approx(np.mean(r))
     assert hierarchical_f1_score(Y_TRUE, Y_PRED, tree, **kw) == pytest.approx(np.mean(f))
@@ -350,7 +350,7 @@ def _reference(tree_parents, names, t_ids, p_ids):
     per_r = [i / len(a) for i, a in zip(inter, T)]
     per_f = [2 * p * r / (p + r) if p + r else 0.0 for p, r in zip(per_p, per_r)]
     dist = [len(a ^ b) for a, b in zip(T, P)]
-    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    mean = lambda v: sum(v) / len(v)
     return {
         "micro": (micro_p, micro_r, micro_f),
         "macro": (mean(per_p), mean(per_r), mean(per_f)),
@@ -396,7 +396,7 @@ def test_matches_set_based_reference(case):
         ref["macro"][2],
         atol=1e-12,
     )
-    label_paths = lambda ids: np.where(  # noqa: E731
+    label_paths = lambda ids: np.where(
         tree.paths[ids] >= 0, np.asarray(names, dtype=object)[np.maximum(tree.paths[ids], 0)], ""
     )
     t_paths, p_paths = label_paths(np.array(t_ids)), label_paths(np.array(p_ids))
@@ -412,7 +412,11 @@ def test_plots(tree):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hiclass_parallel.metrics.plot import plot_hierarchical_summary, plot_level_accuracy, plot_tree_distance
+    from hiclass_parallel.metrics.plot import (
+        plot_hierarchical_summary,
+        plot_level_accuracy,
+        plot_tree_distance,
+    )
 
     ax = plot_level_accuracy(Y_TRUE, Y_PRED, tree, level_names=["kind", "size", "mood"])
     assert [float(b.get_height()) for b in ax.patches] == [0.75, 0.5, 0.0]
@@ -578,7 +582,7 @@ def test_get_scorer_lookup():
 
     assert "matplotlib.pyplot" not in sys.modules or "hiclass_parallel.metrics.plot" in sys.modules
     assert get_scorer("accuracy") is not None  # falls back to scikit-learn
-    f = lambda est, X, y: 0.0  # noqa: E731
+    f = lambda est, X, y: 0.0
     assert get_scorer(f) is f
     with pytest.raises(ValueError, match="hierarchical_f1"):
         get_scorer("hierarchical_f2")
@@ -593,7 +597,7 @@ def test_ragged_lists_of_paths_read_as_in_the_path_encoder(tree):
 
     ragged = [["dog", "big dog"], ["cat"], ["dog", "big dog", "happy big dog"]]
     pred = ["big dog", "dog", "big dog"]
-    true_ids, pred_ids, _ = check_paths(ragged, pred, tree)
+    true_ids, _, _ = check_paths(ragged, pred, tree)
     encoded = PathEncoder(tree).fit(LABELS).transform(ragged)
     np.testing.assert_array_equal(true_ids, encoded)
     # sets: {dog, big} vs {dog, big}: 2/2; {cat} vs {dog}: 0; {dog, big, happy} vs {dog, big}: 2
@@ -636,7 +640,10 @@ def test_one_weight_check_for_the_tree_and_the_dag_metrics(tree, weight, message
     """X09 (issue 24): the DAG metrics took weights [1, -1] and returned an F1 of 1.43; the
     tree and DAG metrics now share one check, with one message naming the weight."""
     from hiclass_parallel.dag import Dag
-    from hiclass_parallel.metrics import hierarchical_f1_score_dag, hierarchical_precision_score_dag
+    from hiclass_parallel.metrics import (
+        hierarchical_f1_score_dag,
+        hierarchical_precision_score_dag,
+    )
 
     dag = Dag.from_tree(tree)
     for metric, hierarchy in [(hierarchical_f1_score, tree), (hierarchical_f1_score_dag, dag),

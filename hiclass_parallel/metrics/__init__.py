@@ -21,6 +21,13 @@ arrays (moved to the host once). Node identity is the node, never its name. See
 - plots in :mod:`hiclass_parallel.metrics.plot` (needs matplotlib).
 """
 
+from ._dag import (
+    dag_node_set_counts,
+    hierarchical_f1_score_dag,
+    hierarchical_fbeta_score_dag,
+    hierarchical_precision_score_dag,
+    hierarchical_recall_score_dag,
+)
 from ._hierarchical import (
     LevelAccuracy,
     exact_path_accuracy_score,
@@ -33,13 +40,6 @@ from ._hierarchical import (
     mistake_severity,
     tree_distance,
 )
-from ._dag import (
-    dag_node_set_counts,
-    hierarchical_f1_score_dag,
-    hierarchical_fbeta_score_dag,
-    hierarchical_precision_score_dag,
-    hierarchical_recall_score_dag,
-)
 from ._paths import check_paths
 from ._report import hierarchical_classification_report
 from ._scorers import (
@@ -50,7 +50,6 @@ from ._scorers import (
     make_hierarchical_scorer,
     register_scorers,
 )
-
 
 __all__ = [
     "HierarchicalScorer",
