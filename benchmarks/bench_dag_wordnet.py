@@ -96,7 +96,7 @@ def measure(keys, hyper, inst, rule: str, max_nodes: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hiclass_parallel.datasets.wordnet import find_wordnet_data
+    from hiclass_parallel.datasets.build_wordnet import find_wordnet_data
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--path", default=None, help="WordNet dict folder (default: search)")

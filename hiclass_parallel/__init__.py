@@ -12,8 +12,6 @@ import of the package against this list; modules on one line do not import each 
 7. :mod:`~hiclass_parallel.estimators` -- the path transformer and the classifier;
 8. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;
 9. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
-
-(:mod:`~hiclass_parallel.wordnet` is the former import path of :mod:`hiclass_parallel.datasets.wordnet`.)
 """
 
 from .exceptions import TreeError, UnknownLabelError

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from hiclass_parallel import Tree, UnknownLabelError
-from hiclass_parallel.datasets import _wordnet, load_wordnet_glosses, load_wordnet_tree
-from hiclass_parallel.datasets.wordnet import PARENT_RULE, WordNetNotFoundError, find_wordnet_data
+from hiclass_parallel.datasets import load_wordnet, load_wordnet_glosses, load_wordnet_tree
+from hiclass_parallel.datasets.build_wordnet import PARENT_RULE, WordNetNotFoundError, find_wordnet_data
 
 # The ancestral paths documented in docs/wordnet.md. dog.n.01 takes the paper's path (a);
 # rock_hind.n.01 is the one synset at the 20th level.
@@ -107,15 +107,15 @@ def test_parent_rule_on_known_synsets():
 
 
 def test_shipped_file_is_small_documented_and_cached():
-    assert _wordnet.WORDNET_FILE.stat().st_size < 6e6
-    meta = _wordnet._field("meta")
+    assert load_wordnet.WORDNET_FILE.stat().st_size < 6e6
+    meta = load_wordnet._field("meta")
     assert meta["wordnet_version"] == "3.0" and meta["n_classes"] == 117_659
     assert meta["parent_rule"] == PARENT_RULE
-    notice = _wordnet.WORDNET_LICENSE_FILE.read_text()
+    notice = load_wordnet.WORDNET_LICENSE_FILE.read_text()
     assert "WordNet 3.0 Copyright 2006 by Princeton University" in notice
     assert "Permission to use, copy, modify and distribute" in notice
     assert load_wordnet_tree() is load_wordnet_tree()
-    fields = [_wordnet._field(name) for name in ("names", "definitions", "examples", "lemmas")]
+    fields = [load_wordnet._field(name) for name in ("names", "definitions", "examples", "lemmas")]
     assert {len(f) for f in fields} == {117_659}
 
 
@@ -174,8 +174,8 @@ def _build_in_subprocesses(source: Path, folder: Path) -> list[Path]:
     """The builder's output, written by two processes with different PYTHONHASHSEED."""
     code = """
         import sys
-        from hiclass_parallel.datasets._wordnet import _write_wordnet_file
-        from hiclass_parallel.datasets.wordnet import read_wordnet
+        from hiclass_parallel.datasets.build_wordnet import _write_wordnet_file
+        from hiclass_parallel.datasets.build_wordnet import read_wordnet
         _write_wordnet_file(read_wordnet(sys.argv[1]), sys.argv[2])
     """
     jobs = {seed: folder / f"seed{seed}.npz" for seed in ("0", "987654321")}
@@ -196,7 +196,7 @@ def test_nltk_builder_equals_the_shipped_file_whatever_the_hash_seed(tmp_path):
     # One test (not a fixture shared by several) so that pytest-xdist builds only once.
     source = _wordnet_source()
     files = _build_in_subprocesses(source, tmp_path)
-    trees = [Tree.from_parents(_wordnet._read_member(f, "parents"), _wordnet._read_member(f, "names")) for f in files]
+    trees = [Tree.from_parents(load_wordnet._read_member(f, "parents"), load_wordnet._read_member(f, "names")) for f in files]
     for tree in trees:
         assert (tree.n_classes, tree.n_levels) == (117_659, 20)
         assert _path_of(tree, "dog.n.01") == DOG_PATH
@@ -204,14 +204,14 @@ def test_nltk_builder_equals_the_shipped_file_whatever_the_hash_seed(tmp_path):
     assert trees[0] == trees[1] == load_wordnet_tree()
     # Field by field, the shipped file is what nltk reads from the data found here; byte for
     # byte when the same nltk version built both.
-    shipped_meta = _wordnet._read_member(_wordnet.WORDNET_FILE, "meta")
+    shipped_meta = load_wordnet._read_member(load_wordnet.WORDNET_FILE, "meta")
     for file in files:
-        if _wordnet._read_member(file, "meta")["built_with"] == shipped_meta["built_with"]:
-            assert file.read_bytes() == _wordnet.WORDNET_FILE.read_bytes()
+        if load_wordnet._read_member(file, "meta")["built_with"] == shipped_meta["built_with"]:
+            assert file.read_bytes() == load_wordnet.WORDNET_FILE.read_bytes()
     for field in ("names", "parents", "definitions", "examples", "lemmas", "meta"):
-        shipped = _wordnet._read_member(_wordnet.WORDNET_FILE, field)
+        shipped = load_wordnet._read_member(load_wordnet.WORDNET_FILE, field)
         for file in files:
-            built = _wordnet._read_member(file, field)
+            built = load_wordnet._read_member(file, field)
             if field == "parents":
                 np.testing.assert_array_equal(built, shipped)
             elif field == "meta":
@@ -228,7 +228,7 @@ def test_nltk_builder_equals_the_shipped_file_whatever_the_hash_seed(tmp_path):
 @pytest.mark.slow
 def test_builder_copes_with_crlf_missing_lexnames_and_shared_files(tmp_path):
     """nltk's quirks: byte offsets (CRLF breaks them), a lexnames file, private files only."""
-    from hiclass_parallel.datasets.wordnet import _nltk_reader
+    from hiclass_parallel.datasets.build_wordnet import _nltk_reader
 
     source = _wordnet_source()
     if source.suffix == ".zip":
@@ -274,8 +274,8 @@ def test_gloss_targets_are_the_parents_in_the_subtree():
 
 
 def test_gloss_text_options():
-    names, lemmas = _wordnet._field("names"), _wordnet._field("lemmas")
-    definitions, examples = _wordnet._field("definitions"), _wordnet._field("examples")
+    names, lemmas = load_wordnet._field("names"), load_wordnet._field("lemmas")
+    definitions, examples = load_wordnet._field("definitions"), load_wordnet._field("examples")
     index = {name: i for i, name in enumerate(names)}
     X, y = load_wordnet_glosses("change.v.01", pos="v", include_lemmas=True, include_examples=True, return_X_y=True)
     plain = load_wordnet_glosses("change.v.01", pos="v")
@@ -328,12 +328,21 @@ def test_paper_table_benchmark_runs(tmp_path):
         assert r["buffers_bytes"] <= 12e6  # the issue's target for the library's fixed memory
 
 
-def test_former_module_path_reexports_every_builder_name():
-    import hiclass_parallel.datasets.wordnet as builder
-    import hiclass_parallel.wordnet as former
+def test_the_loader_never_imports_the_builder():
+    """Loading the shipped file needs neither nltk nor the builder: the builder imports the
+    loader (for the file's place and format), never the other way round."""
+    import ast
+    import importlib.util
 
-    assert former.__all__ == builder.__all__ and "build_wordnet_dag" in former.__all__
-    assert all(getattr(former, name) is getattr(builder, name) for name in builder.__all__)
+    tree = ast.parse(Path(load_wordnet.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported |= {node.module or ""} | {alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+    assert not {name for name in imported if "build_wordnet" in name or name.startswith("nltk")}
+    assert importlib.util.find_spec("hiclass_parallel.wordnet") is None  # the unreleased former path is gone
 
 
 # ---------------------------------------------------------------------------- bad and extreme input

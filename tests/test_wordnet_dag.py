@@ -20,8 +20,8 @@ import pytest
 
 from hiclass_parallel import UnknownLabelError
 from hiclass_parallel.dag import Dag
-from hiclass_parallel.datasets import _wordnet, load_wordnet_dag, load_wordnet_glosses, load_wordnet_tree
-from hiclass_parallel.datasets.wordnet import ALL_PARENTS_RULE, PARENT_RULE, WordNetNotFoundError, find_wordnet_data
+from hiclass_parallel.datasets import load_wordnet, load_wordnet_dag, load_wordnet_glosses, load_wordnet_tree
+from hiclass_parallel.datasets.build_wordnet import ALL_PARENTS_RULE, PARENT_RULE, WordNetNotFoundError, find_wordnet_data
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,13 +48,13 @@ ALL_SIZES = {
 
 @functools.lru_cache(maxsize=1)
 def _index() -> dict[str, int]:
-    return {name: i for i, name in enumerate(_wordnet._field("names"))}
+    return {name: i for i, name in enumerate(load_wordnet._field("names"))}
 
 
 def _file_order(name: str) -> tuple[str, ...]:
     """The parents of a synset in data-file order, straight from the shipped file."""
-    names = _wordnet._field("names")
-    return tuple(names[p] for p in _wordnet._hypernyms()[_index()[name]])
+    names = load_wordnet._field("names")
+    return tuple(names[p] for p in load_wordnet._hypernyms()[_index()[name]])
 
 
 # --------------------------------------------------------------------------- the DAG
@@ -73,7 +73,7 @@ def test_dag_sizes(pos):
 
 def test_first_parents_are_the_tree_and_the_rest_are_every_hypernym():
     tree, dag = load_wordnet_tree(), load_wordnet_dag()
-    hypernyms = _wordnet._hypernyms()
+    hypernyms = load_wordnet._hypernyms()
     assert dag.labels.tolist() == tree.labels.tolist()
     firsts = np.array([ids[0] if ids else -1 for ids in hypernyms])
     np.testing.assert_array_equal(firsts, tree.parents)
@@ -81,7 +81,7 @@ def test_first_parents_are_the_tree_and_the_rest_are_every_hypernym():
     expected = np.concatenate([sorted(ids) if ids else [-1] for ids in hypernyms])
     np.testing.assert_array_equal(dag.parent_ids, expected)
     assert sum(len(ids) > 1 for ids in hypernyms) == 2_239
-    assert _wordnet._field("extra_parents").shape == (sum(len(ids) - 1 for ids in hypernyms if ids), 2)
+    assert load_wordnet._field("extra_parents").shape == (sum(len(ids) - 1 for ids in hypernyms if ids), 2)
 
 
 def test_known_synsets_keep_their_parents_in_file_order():
@@ -115,10 +115,10 @@ def test_dag_has_no_cycle_and_depth_grows_along_every_link():
 
 
 def test_shipped_file_records_the_rule():
-    meta = _wordnet._field("meta")
+    meta = load_wordnet._field("meta")
     assert meta["format"] == 2 and meta["all_parents_rule"] == ALL_PARENTS_RULE
     assert meta["parent_rule"] == PARENT_RULE and meta["n_extra_parents"] == 2_339
-    assert _wordnet.WORDNET_FILE.stat().st_size < 3.7e6  # the extra parents cost about 7 kB
+    assert load_wordnet.WORDNET_FILE.stat().st_size < 3.7e6  # the extra parents cost about 7 kB
 
 
 def test_dag_errors():
@@ -131,7 +131,7 @@ def test_dag_errors():
 # --------------------------------------------------------------------------- multi-label glosses
 def _descendants(root: str) -> set[str]:
     """Synsets under ``root`` through any parent: a breadth-first walk down, from the file."""
-    names, hypernyms = _wordnet._field("names"), _wordnet._hypernyms()
+    names, hypernyms = load_wordnet._field("names"), load_wordnet._hypernyms()
     children: dict[int, list[int]] = {}
     for child, ids in enumerate(hypernyms):
         for p in ids:
@@ -236,7 +236,7 @@ def test_same_dag_and_targets_in_every_process():
 
 # --------------------------------------------------------------------------- the builder
 def test_pointer_rule_on_data_file_lines():
-    from hiclass_parallel.datasets.wordnet import _hypernym_pointers
+    from hiclass_parallel.datasets.build_wordnet import _hypernym_pointers
 
     # offset lex_filenum ss_type w_cnt word lex_id ... p_cnt pointers | gloss
     line = ("00000001 03 n 02 a 0 b 0 005 ~ 00000009 n 0000 @ 00000005 n 0000 @i 00000007 n 0000 "
@@ -255,10 +255,10 @@ def test_nltk_builder_reads_every_hypernym_as_shipped():
     except WordNetNotFoundError as exc:
         pytest.skip("no WordNet 3.0 data files: `apt-get install -y wordnet-base` (or set WNSEARCHDIR) "
                     f"to check the shipped hypernyms against nltk's reading [{str(exc).splitlines()[0]}]")
-    from hiclass_parallel.datasets.wordnet import read_wordnet
+    from hiclass_parallel.datasets.build_wordnet import read_wordnet
 
     data = read_wordnet(source)  # checks every parent against nltk's hypernyms()
-    assert [tuple(ids) for ids in data.hypernyms] == list(_wordnet._hypernyms())
+    assert [tuple(ids) for ids in data.hypernyms] == list(load_wordnet._hypernyms())
     dag = data.to_dag()
     np.testing.assert_array_equal(dag.parent_ids, load_wordnet_dag().parent_ids)
     assert dag.parents_of("person.n.01") == ["organism.n.01", "causal_agent.n.01"]

@@ -2,10 +2,10 @@
 hypernym, and a gloss data set.
 
 The file ``data/wordnet30.npz`` holds, for every synset of WordNet 3.0, its nltk name, its
-parent under :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`, its other parents under
-:data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE`, its definition, its examples and
-its lemma names. It is built by ``python -m hiclass_parallel.datasets.wordnet`` with
-:func:`hiclass_parallel.datasets.wordnet.read_wordnet`; loading it needs neither nltk nor a network.
+parent under :data:`hiclass_parallel.datasets.build_wordnet.PARENT_RULE`, its other parents under
+:data:`hiclass_parallel.datasets.build_wordnet.ALL_PARENTS_RULE`, its definition, its examples and
+its lemma names. It is built by ``python -m hiclass_parallel.datasets.build_wordnet`` with
+:func:`hiclass_parallel.datasets.build_wordnet.read_wordnet`; loading it needs neither nltk nor a network.
 The WordNet licence, which allows this redistribution with its notice, is in
 ``data/WORDNET_LICENSE.txt``.
 
@@ -15,7 +15,7 @@ LZMA-compressed UTF-8 text of one field, one line per synset in class-id order:
 (the examples of a synset separated by tabs); ``lemmas`` (separated by spaces); ``meta`` (JSON);
 and, since format 2, ``extra_parents``: little-endian int32 ``(child, parent)`` id pairs, the
 second and later parents of every synset under
-:data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE`, by child id and then in data-file
+:data:`hiclass_parallel.datasets.build_wordnet.ALL_PARENTS_RULE`, by child id and then in data-file
 order (a synset's first parent is its entry in ``parents``). Format 1 lacked ``extra_parents``;
 the other members are unchanged, byte for byte.
 """
@@ -23,13 +23,11 @@ the other members are unchanged, byte for byte.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import lzma
 import os
-import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sklearn.utils import Bunch
@@ -37,10 +35,7 @@ from sklearn.utils import Bunch
 from ..dag import Dag
 from ..tree import Tree
 
-if TYPE_CHECKING:  # the nltk builder is only needed to write the file
-    from .wordnet import WordNetData
-
-__all__ = ["load_wordnet_tree", "load_wordnet_dag", "load_wordnet_glosses", "WORDNET_FILE", "WORDNET_LICENSE_FILE"]
+__all__ = ["WORDNET_FILE", "WORDNET_LICENSE_FILE", "load_wordnet_dag", "load_wordnet_glosses", "load_wordnet_tree"]
 
 _DATA = Path(__file__).resolve().parent / "data"
 WORDNET_FILE = _DATA / "wordnet30.npz"
@@ -54,69 +49,14 @@ _POS_NAMES = {"n": "nouns", "v": "verbs", None: "synsets"}
 
 
 # --------------------------------------------------------------------------- the file
-def _pack(data: bytes) -> np.ndarray:
-    return np.frombuffer(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME), dtype=np.uint8)
-
-
-def _write_wordnet_file(data: WordNetData, path: str | os.PathLike = WORDNET_FILE) -> None:
-    """Write ``data`` (from :func:`hiclass_parallel.datasets.wordnet.read_wordnet`) as the shipped file."""
-    lines = {
-        "names": data.names,
-        "definitions": data.definitions,
-        "examples": ["\t".join(ex) for ex in data.examples],
-        "lemmas": [" ".join(lem) for lem in data.lemmas],
-    }
-    for field, values in lines.items():
-        # One synset per line: the separators must not occur inside the values.
-        bad = [v for v in values if "\n" in v]
-        if bad:
-            raise ValueError(f"{field} contain line breaks, which the file format cannot hold: {bad[:3]!r}")
-    if any("\t" in e for ex in data.examples for e in ex) or any(" " in w for lem in data.lemmas for w in lem):
-        raise ValueError("an example contains a tab or a lemma a space; the file format cannot hold them")
-    import nltk  # the file records which nltk built it
-
-    firsts = [ids[0] if ids else -1 for ids in data.hypernyms]
-    if firsts != np.asarray(data.parents).tolist():
-        # The DAG's first parents must be the tree, whose member stays as it was in format 1.
-        raise ValueError("the first of each synset's hypernyms must be its parent (PARENT_RULE)")
-    extra = [(child, parent) for child, ids in enumerate(data.hypernyms) for parent in ids[1:]]
-
-    meta = {
-        "format": _FORMAT,
-        "wordnet_version": data.version,
-        "n_classes": len(data),
-        "parent_rule": _parent_rule(),
-        "all_parents_rule": _parent_rule("ALL_PARENTS_RULE"),
-        "n_extra_parents": len(extra),
-        "built_with": f"nltk {nltk.__version__}",
-    }
-    members = {field: _pack("\n".join(values).encode("utf-8")) for field, values in lines.items()}
-    members["parents"] = _pack(np.asarray(data.parents, dtype="<i4").tobytes())
-    members["extra_parents"] = _pack(np.asarray(extra, dtype="<i4").reshape(-1, 2).tobytes())
-    members["meta"] = _pack(json.dumps(meta, indent=1).encode("utf-8"))
-    # What np.savez writes (members are compressed already), with fixed timestamps so that a
-    # rebuild from the same data gives the same bytes.
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
-        for name, array in members.items():
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, array, allow_pickle=False)
-            zf.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
-
-
-def _parent_rule(name: str = "PARENT_RULE") -> str:
-    from . import wordnet  # lazy: the builder is only needed to describe the file
-
-    return getattr(wordnet, name)
-
-
 def _missing_file_error() -> FileNotFoundError:
     return FileNotFoundError(
         f"the shipped WordNet file {WORDNET_FILE} is missing: reinstall hiclass_parallel, or rebuild it "
-        "with `python -m hiclass_parallel.datasets.wordnet` (needs nltk and WordNet 3.0 data)"
+        "with `python -m hiclass_parallel.datasets.build_wordnet` (needs nltk and WordNet 3.0 data)"
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _field(name: str) -> Any:
     """One field of the shipped file, decompressed once per process."""
     if not WORDNET_FILE.is_file():
@@ -129,7 +69,7 @@ def _read_member(path: str | os.PathLike, name: str) -> Any:
     with np.load(path, allow_pickle=False) as npz:
         if name not in npz.files:
             raise ValueError(f"{path} has no {name!r} member: it is an older format of the WordNet file; "
-                             "rebuild it with `python -m hiclass_parallel.datasets.wordnet`")
+                             "rebuild it with `python -m hiclass_parallel.datasets.build_wordnet`")
         raw = lzma.decompress(npz[name].tobytes())
     if name in ("parents", "extra_parents"):
         ids = np.frombuffer(raw, dtype="<i4").astype(np.int32)
@@ -153,11 +93,11 @@ def load_wordnet_tree() -> Tree:
     """The WordNet 3.0 tree of the paper: 117,659 synsets in 20 levels, from the package.
 
     Every synset (nouns, verbs, adjectives, adverbs) is a class labelled by its nltk name
-    (``"dog.n.01"``), with one parent chosen by :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`
+    (``"dog.n.01"``), with one parent chosen by :data:`hiclass_parallel.datasets.build_wordnet.PARENT_RULE`
     (the first hypernym pointer in data-file order, else the first instance hypernym). The
     22,337 synsets without hypernyms (``entity.n.01``, most verbs' roots, all adjectives and
     adverbs) are top-level classes under the implicit root. Needs no nltk and no network;
-    :func:`hiclass_parallel.datasets.wordnet.build_wordnet_tree` builds the same tree from WordNet files.
+    :func:`hiclass_parallel.datasets.build_wordnet.build_wordnet_tree` builds the same tree from WordNet files.
     :func:`load_wordnet_dag` keeps every hypernym instead.
 
     Returns
@@ -201,7 +141,7 @@ def _check_pos(pos: str | None) -> None:
         raise ValueError(f"pos must be 'n', 'v' or None, got {pos!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dag_of(pos: str | None) -> Dag:
     dag = Dag(_field("names"), _hypernyms())
     return dag if pos is None else dag.subgraph(_pos_of(_field("names")) == pos)
@@ -211,7 +151,7 @@ def load_wordnet_dag(pos: str | None = None) -> Dag:
     """WordNet 3.0 with every hypernym: a :class:`~hiclass_parallel.dag.Dag` of its synsets.
 
     The same classes as :func:`load_wordnet_tree`, each with *all* its parents under
-    :data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE` (every hypernym pointer; the
+    :data:`hiclass_parallel.datasets.build_wordnet.ALL_PARENTS_RULE` (every hypernym pointer; the
     instance-hypernym pointers when there is none) instead of the first one: 2,239 synsets
     have several parents (2,208 nouns, 31 verbs), ``person.n.01`` for one is both an
     ``organism.n.01`` and a ``causal_agent.n.01``. The tree is this DAG with each synset's
@@ -298,7 +238,7 @@ def load_wordnet_glosses(
 
     One sample per synset that has a parent in the chosen part of the tree: ``X`` is the
     synset's gloss (its definition; optionally with its lemma names and examples), ``y`` its
-    parent (hypernym) under :data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`, a label at any depth
+    parent (hypernym) under :data:`hiclass_parallel.datasets.build_wordnet.PARENT_RULE`, a label at any depth
     of the tree. Every target is an internal node (it has the sample's synset as a child) and
     is the answer, not a coarse label: train with ``semantics="terminal"`` (the animal.n.01
     demo: hF1 0.88 against 0.77 with the default ``"partial"``, which predicts leaves only).
@@ -320,7 +260,7 @@ def load_wordnet_glosses(
     (``docs/wordnet.md`` lists more roots; ``tests/test_wordnet.py`` checks these figures.)
 
     With ``hypernyms="all"`` the target of a sample is the tuple of *all* its parents
-    (:data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE`, in data-file order, the
+    (:data:`hiclass_parallel.datasets.build_wordnet.ALL_PARENTS_RULE`, in data-file order, the
     first being the ``"first"`` target), a multi-label target, and the hierarchy is a
     :class:`~hiclass_parallel.dag.Dag` (unrolled: classes of the unrolled tree, and its
     levels; 2+: samples with several labels; dropped: parents left out because they lie
@@ -366,9 +306,9 @@ def load_wordnet_glosses(
         (as :func:`~hiclass_parallel.datasets.make_hierarchical_classification` does); with
         ``hypernyms="all"``, ``(data, target, dag)``.
     hypernyms : {"first", "all"}, default="first"
-        ``"first"``: one parent per synset (:data:`hiclass_parallel.datasets.wordnet.PARENT_RULE`),
+        ``"first"``: one parent per synset (:data:`hiclass_parallel.datasets.build_wordnet.PARENT_RULE`),
         a label per sample and a :class:`~hiclass_parallel.tree.Tree`. ``"all"``: every parent
-        (:data:`hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE`), a tuple of labels per
+        (:data:`hiclass_parallel.datasets.build_wordnet.ALL_PARENTS_RULE`), a tuple of labels per
         sample and a :class:`~hiclass_parallel.dag.Dag` (``.dag`` in the Bunch). The texts and
         samples do not depend on it, except that with a ``root`` the ``"all"`` subset may hold
         more synsets (the ``"first"`` samples are among them, in the same order).
@@ -458,7 +398,7 @@ def load_wordnet_glosses(
     descr = _describe(
         "Given the definition of a concept, predict its parent in the WordNet 3.0 taxonomy (its\n"
         "hypernym, at any depth). One sample per synset with a parent; the tree keeps one parent\n"
-        "per synset (hiclass_parallel.datasets.wordnet.PARENT_RULE).\n\n"
+        "per synset (hiclass_parallel.datasets.build_wordnet.PARENT_RULE).\n\n"
         f"Subset: {where}.\n"
         f"Samples: {len(texts):,}; classes of the tree: {sub.n_classes:,}; levels: {sub.n_levels}; "
         f"distinct targets: {np.unique(parents).size:,}.\n",
@@ -543,7 +483,7 @@ def _glosses_with_every_hypernym(
     descr = _describe(
         "Given the definition of a concept, predict its parents in the WordNet 3.0 taxonomy (its\n"
         "hypernyms, at any depth). One sample per synset with a parent; its target is the tuple of\n"
-        "all its parents (hiclass_parallel.datasets.wordnet.ALL_PARENTS_RULE), a multi-label target,\n"
+        "all its parents (hiclass_parallel.datasets.build_wordnet.ALL_PARENTS_RULE), a multi-label target,\n"
         "and the hierarchy is the DAG of every hypernym.\n\n"
         f"Subset: {where}.\n"
         f"Samples: {len(texts):,}; classes of the DAG: {dag.n_nodes:,} ({dag.n_unrolled():,} unrolled); "

@@ -1,7 +1,7 @@
 """Build the WordNet 3.0 class tree with nltk: every synset a class, one parent per synset.
 
 This is the builder behind the shipped file of :func:`hiclass_parallel.datasets.load_wordnet_tree`
-(rebuilt by ``python -m hiclass_parallel.datasets.wordnet``). Most users want that function instead: it needs
+(rebuilt by ``python -m hiclass_parallel.datasets.build_wordnet``). Most users want that function instead: it needs
 neither nltk nor WordNet data files. Use this module to rebuild or check the shipped file, or to
 build the tree from your own WordNet 3.0 copy.
 
@@ -68,6 +68,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
+import json
+import lzma
 import os
 import re
 import sys
@@ -81,6 +84,8 @@ import numpy as np
 
 from ..dag import Dag
 from ..tree import Tree
+from . import load_wordnet
+from .load_wordnet import _FORMAT, WORDNET_FILE, WORDNET_LICENSE_FILE
 
 __all__ = [
     "ALL_PARENTS_RULE",
@@ -291,7 +296,7 @@ def find_wordnet_data(path: str | os.PathLike | None = None, version: str = "3.0
 
     Examples
     --------
-    >>> from hiclass_parallel.datasets.wordnet import find_wordnet_data, WordNetNotFoundError
+    >>> from hiclass_parallel.datasets.build_wordnet import find_wordnet_data, WordNetNotFoundError
     >>> try:
     ...     folder = find_wordnet_data()
     ... except WordNetNotFoundError:
@@ -447,7 +452,7 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
 
     Examples
     --------
-    >>> from hiclass_parallel.datasets.wordnet import read_wordnet, WordNetNotFoundError
+    >>> from hiclass_parallel.datasets.build_wordnet import read_wordnet, WordNetNotFoundError
     >>> try:  # 20-50 s  # doctest: +SKIP
     ...     data = read_wordnet()
     ... except (ImportError, WordNetNotFoundError):
@@ -522,7 +527,7 @@ def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
 
     Examples
     --------
-    >>> from hiclass_parallel.datasets.wordnet import build_wordnet_tree, WordNetNotFoundError
+    >>> from hiclass_parallel.datasets.build_wordnet import build_wordnet_tree, WordNetNotFoundError
     >>> try:  # 20-50 s  # doctest: +SKIP
     ...     tree = build_wordnet_tree()
     ... except (ImportError, WordNetNotFoundError):
@@ -552,7 +557,7 @@ def build_wordnet_dag(path: str | os.PathLike | None = None) -> Dag:
 
     Examples
     --------
-    >>> from hiclass_parallel.datasets.wordnet import build_wordnet_dag, WordNetNotFoundError
+    >>> from hiclass_parallel.datasets.build_wordnet import build_wordnet_dag, WordNetNotFoundError
     >>> try:  # 20-50 s  # doctest: +SKIP
     ...     dag = build_wordnet_dag()
     ... except (ImportError, WordNetNotFoundError):
@@ -564,6 +569,58 @@ def build_wordnet_dag(path: str | os.PathLike | None = None) -> Dag:
 
 
 # ---------------------------------------------------------------------------- the shipped file
+def _pack(data: bytes) -> np.ndarray:
+    return np.frombuffer(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME), dtype=np.uint8)
+
+
+def _write_wordnet_file(data: WordNetData, path: str | os.PathLike = WORDNET_FILE) -> None:
+    """Write ``data`` (from :func:`read_wordnet`) in the format of the shipped file.
+
+    The format is described, and read, in :mod:`hiclass_parallel.datasets.load_wordnet`.
+    """
+    lines = {
+        "names": data.names,
+        "definitions": data.definitions,
+        "examples": ["\t".join(ex) for ex in data.examples],
+        "lemmas": [" ".join(lem) for lem in data.lemmas],
+    }
+    for field, values in lines.items():
+        # One synset per line: the separators must not occur inside the values.
+        bad = [v for v in values if "\n" in v]
+        if bad:
+            raise ValueError(f"{field} contain line breaks, which the file format cannot hold: {bad[:3]!r}")
+    if any("\t" in e for ex in data.examples for e in ex) or any(" " in w for lem in data.lemmas for w in lem):
+        raise ValueError("an example contains a tab or a lemma a space; the file format cannot hold them")
+    import nltk  # the file records which nltk built it
+
+    firsts = [ids[0] if ids else -1 for ids in data.hypernyms]
+    if firsts != np.asarray(data.parents).tolist():
+        # The DAG's first parents must be the tree, whose member stays as it was in format 1.
+        raise ValueError("the first of each synset's hypernyms must be its parent (PARENT_RULE)")
+    extra = [(child, parent) for child, ids in enumerate(data.hypernyms) for parent in ids[1:]]
+
+    meta = {
+        "format": _FORMAT,
+        "wordnet_version": data.version,
+        "n_classes": len(data),
+        "parent_rule": PARENT_RULE,
+        "all_parents_rule": ALL_PARENTS_RULE,
+        "n_extra_parents": len(extra),
+        "built_with": f"nltk {nltk.__version__}",
+    }
+    members = {field: _pack("\n".join(values).encode("utf-8")) for field, values in lines.items()}
+    members["parents"] = _pack(np.asarray(data.parents, dtype="<i4").tobytes())
+    members["extra_parents"] = _pack(np.asarray(extra, dtype="<i4").reshape(-1, 2).tobytes())
+    members["meta"] = _pack(json.dumps(meta, indent=1).encode("utf-8"))
+    # What np.savez writes (members are compressed already), with fixed timestamps so that a
+    # rebuild from the same data gives the same bytes.
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, array in members.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, array, allow_pickle=False)
+            zf.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
+
+
 _NOTICE = """\
 hiclass_parallel ships {file}, derived from WordNet 3.0: the synset names, the hypernyms,
 the glosses and the lemma names of all synsets. WordNet is distributed under the
@@ -580,18 +637,15 @@ Christiane Fellbaum (1998). WordNet: An Electronic Lexical Database. Cambridge, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rebuild the shipped WordNet 3.0 file (``python -m hiclass_parallel.datasets.wordnet``):
+    """Rebuild the shipped WordNet 3.0 file (``python -m hiclass_parallel.datasets.build_wordnet``):
     ``datasets/data/wordnet30.npz`` and the licence beside it, then check that it loads back to
     the same tree. Needs nltk and WordNet 3.0 files (``--wordnet PATH``, else searched for)."""
     import argparse
     import time
-    from pathlib import Path
-
-    from . import _wordnet
 
     parser = argparse.ArgumentParser(description="Rebuild the shipped WordNet 3.0 file of hiclass_parallel with nltk.")
     parser.add_argument("--wordnet", default=None, help="WordNet 3.0 dict folder, nltk data root or wordnet.zip (default: search)")
-    parser.add_argument("--out", default=str(_wordnet.WORDNET_FILE), help="output .npz (default: the package's file)")
+    parser.add_argument("--out", default=str(WORDNET_FILE), help="output .npz (default: the package's file)")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
@@ -602,15 +656,15 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _wordnet._write_wordnet_file(data, out)
-    license_path = out.parent / _wordnet.WORDNET_LICENSE_FILE.name
+    _write_wordnet_file(data, out)
+    license_path = out.parent / WORDNET_LICENSE_FILE.name
     license_path.write_text(_NOTICE.format(file=out.name) + data.license, encoding="utf-8")
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB) and {license_path}")
 
-    if out.resolve() == _wordnet.WORDNET_FILE.resolve():
-        _wordnet._field.cache_clear()
-        _wordnet.load_wordnet_tree.cache_clear()
-        if _wordnet.load_wordnet_tree() != tree:
+    if out.resolve() == WORDNET_FILE.resolve():
+        load_wordnet._field.cache_clear()
+        load_wordnet.load_wordnet_tree.cache_clear()
+        if load_wordnet.load_wordnet_tree() != tree:
             raise SystemExit("the file does not load back to the tree just built")
         print("checked: load_wordnet_tree() equals the tree just built")
     return 0
