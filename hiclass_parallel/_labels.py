@@ -24,7 +24,7 @@ import numpy as np
 
 from ._backend import array_namespace, device, is_cupy_array, is_torch_array, to_numpy
 from .exceptions import UnknownLabelError, describe_some
-from .ops.paper import labels_to_paths
+from .ops.dense import labels_to_paths
 from .tree import PAD, Tree
 
 

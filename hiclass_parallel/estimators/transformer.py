@@ -29,7 +29,7 @@ from .._labels import (
     labels_to_ids,
     learn_tree,
 )
-from ..ops.paper import labels_to_paths
+from ..ops.dense import labels_to_paths
 from ..tree import PAD, Tree
 
 __all__ = ["PathEncoder"]

@@ -1,4 +1,4 @@
-"""The paper's two tensor methods, faithful, for any array namespace.
+"""Dense level tensors: the paper's tensor methods, faithful, for any array namespace.
 
 - :func:`partition_scores`: eq. (masked_fill), scores ``(..., C)`` -> ``(..., L, C)``;
 - :func:`labels_to_paths`: eq. (y_tree), node ids ``(...)`` -> ancestral paths ``(..., L)``;
@@ -7,7 +7,8 @@
 
 Inputs may be NumPy arrays, torch tensors (CPU or CUDA), CuPy arrays or any array-API array;
 results are of the same kind on the same device. These materialise ``(..., L, C)`` exactly
-as the paper does; the lean engine in :mod:`hiclass_parallel.ops.groups` avoids it.
+as the paper does (hence the module's name); the lean engine in
+:mod:`hiclass_parallel.ops.groups` avoids it and is tested against these.
 """
 
 from __future__ import annotations
@@ -15,10 +16,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._backend import array_namespace, device, is_cupy_array, is_numpy_array, is_torch_array, tree_buffer
+from .._backend import (
+    array_namespace,
+    device,
+    is_cupy_array,
+    is_numpy_array,
+    is_torch_array,
+    tree_buffer,
+)
 from ..tree import PAD, Tree
 
-__all__ = ["partition_scores", "labels_to_paths", "flatten_for_training"]
+__all__ = ["flatten_for_training", "labels_to_paths", "partition_scores"]
 
 
 def _check_scores(scores: Any, tree: Tree, name: str = "scores") -> None:

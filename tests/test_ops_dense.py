@@ -1,4 +1,4 @@
-"""The paper's tensor methods on NumPy, torch, array-api-strict (and CUDA/CuPy when present)."""
+"""The dense level tensors of ``ops.dense`` (the paper's tensor methods) on NumPy, torch, array-api-strict (and CUDA/CuPy when present)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hiclass_parallel import (
+    Tree,
+    flatten_for_training,
+    labels_to_paths,
+    partition_scores,
+)
 from hiclass_parallel._backend import to_numpy as host
-from hiclass_parallel import Tree, flatten_for_training, labels_to_paths, partition_scores
 
 MU = -99.0  # a finite masking value keeps the paper's matrices comparable with ==
 
