@@ -271,7 +271,7 @@ def test_torch_input(small):
 
 
 def test_torch_sparse_input_is_read_as_a_scipy_csr_matrix(small):
-    """S14 (issue 24): a torch sparse COO tensor as X gave torch's NotImplementedError. Sparse
+    """A torch sparse COO tensor as X gave torch's NotImplementedError. Sparse
     torch layouts are read as the scipy CSR matrix of the same values: same model, same answers."""
     X, y, tree = small
     X = np.where(X > 0.5, X, 0.0).astype(np.float32)
@@ -565,8 +565,8 @@ def test_cuda_fit_loads_on_cpu(small, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- bad and extreme input
-# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
-# misleading error; it asserts the correct result or the named error now.
+# Regression probes: each once gave a wrong result, a bare crash or a misleading error; each
+# asserts the correct result or the named error now.
 @pytest.fixture(scope="module")
 def probe_data():
     from hiclass_parallel.datasets import make_hierarchical_classification

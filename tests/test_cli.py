@@ -87,7 +87,7 @@ def test_readme_test_command_is_what_ci_runs():
     assert tests in ci.splitlines()
 
 
-# ---------------------------------------------------------------------------- issue 24
+# ----------------------------------------------------- first use: --root, the demo's plan, usage errors
 def _run_cli(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hiclass_parallel", *argv], capture_output=True, text=True)
 
@@ -289,8 +289,8 @@ def test_readme_use_snippet_prints_what_it_shows(tmp_path):
 
 
 # ---------------------------------------------------------------------------- bad and extreme input
-# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
-# misleading error; it asserts the correct result or the named error now.
+# Regression probes: each once gave a wrong result, a bare crash or a misleading error; each
+# asserts the correct result or the named error now.
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -173,7 +173,7 @@ def test_a_tree_unrolls_to_the_same_tree(edges):
 def test_entries_are_the_tops_of_each_nodes_region(edges):
     """``UnrolledDag.entries``: for every node, the copies whose path meets the node or one
     of its descendants are exactly the subtrees under its entry copies, and those subtrees
-    are disjoint (so their path probabilities add up; issue 24 M02)."""
+    are disjoint (so their path probabilities add up)."""
     parents = parent_map(edges)
     unrolled = unroll_dag(edges)
     tree, labels = unrolled.tree, unrolled.labels.tolist()
@@ -249,7 +249,7 @@ def test_errors_name_the_input():
         Dag.from_edges([])
     with pytest.raises(TreeError, match="unhashable"):
         Dag.from_edges([(["a"], None)])
-    # None pads y (D13, issue 24): it cannot name a class; as a parent it still marks the top level
+    # None pads y: it cannot name a class; as a parent it still marks the top level
     with pytest.raises(TreeError, match=r"edge \(None, 'a'\): None cannot be a class label"):
         Dag.from_edges([("b", "a"), (None, "a")])
     with pytest.raises(TreeError, match=r"label 1 is None"):

@@ -1,4 +1,4 @@
-"""The DAG loss equals brute-force enumeration of every path to the label (issue 16's target)."""
+"""The DAG loss equals brute-force enumeration of every path to the label."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def test_subgraph_of_everything_is_the_same_dag_and_errors_name_the_input():
 
 
 def test_subgraph_of_no_ids_or_of_non_integer_ids_is_a_tree_error():
-    """D19 (issue 24): ``subgraph([])`` read ``[]`` as float64 and NumPy's casting raised a
+    """``subgraph([])`` read ``[]`` as float64 and NumPy's casting raised a
     TypeError; the docstring promises a TreeError."""
     dag = Dag.from_edges([("b", "a")])
     for empty in ([], (), np.array([], dtype=np.float64), np.array([], dtype=np.int64)):

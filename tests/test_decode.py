@@ -250,8 +250,8 @@ def test_cuda_matches_cpu(random_tree):
 
 
 # ---------------------------------------------------------------------------- bad and extreme input
-# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
-# misleading error; it asserts the correct result or the named error now.
+# Regression probes: each once gave a wrong result, a bare crash or a misleading error; each
+# asserts the correct result or the named error now.
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_plus_inf_same_on_c_kernel_and_numpy(native):
     code = """

@@ -1,4 +1,4 @@
-"""Distributed hyper-parameter search on dask (issue 13 item 2): same best parameters as n_jobs=1.
+"""Distributed hyper-parameter search on dask: same best parameters as n_jobs=1.
 
 The test starts a local dask cluster of 2 worker processes (1 thread each, ``OMP_NUM_THREADS=1``
 in their environment) and stops it; the package itself never imports dask or ray.

@@ -32,7 +32,7 @@ class Printed:
 
     def assert_stages(self, *stages: str) -> None:
         """A flushed line starting with each stage word, in this order, the first one first:
-        a long example shows where it is while it runs, also under a pipe (issue 24)."""
+        a long example shows where it is while it runs, also under a pipe."""
         assert self.lines and self.lines[0][0].strip().startswith(stages[0]), self.lines[:1]
         where = []
         for stage in stages:

@@ -1,4 +1,4 @@
-"""Export for serving (issue 13 item 4): network + exact decoder as one exportable torch module.
+"""Export for serving: network + exact decoder as one exportable torch module.
 
 Checked for identical paths against ``HierarchicalClassifier.predict`` on random trees with
 shuffled node ids (both partitions, partial and terminal semantics, the best-first route of
@@ -118,7 +118,7 @@ def test_threshold_decoding_and_terminal_without_stops_are_refused():
         serving_module(clf, semantics="terminal")
 
 
-# ---------------------------------------------------------------------------- non-finite rows (issue 24 E06)
+# ---------------------------------------------------------------------------- non-finite rows
 @pytest.mark.parametrize("partition", ["level", "sibling"])
 @pytest.mark.parametrize("semantics", ["partial", "terminal"])
 def test_decoder_blanks_undecidable_rows_as_best_paths_does(partition, semantics, random_tree):
@@ -177,7 +177,7 @@ def test_exported_routes_agree_on_non_finite_rows(partition, semantics, tmp_path
 
 
 def test_a_multi_label_classifier_is_refused_by_name():
-    """M19 (issue 24): its network scores the DAG's unrolled tree, so exported ids are copies,
+    """Its network scores the DAG's unrolled tree, so exported ids are copies,
     not indices into ``classes_``; it is refused, naming the class and what to do instead."""
     from hiclass_parallel.dag import Dag
     from hiclass_parallel.estimators import MultiLabelHierarchicalClassifier

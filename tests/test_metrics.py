@@ -637,7 +637,7 @@ def test_register_scorers_is_deprecated_and_registers_nothing(data):
     ],
 )
 def test_one_weight_check_for_the_tree_and_the_dag_metrics(tree, weight, message):
-    """X09 (issue 24): the DAG metrics took weights [1, -1] and returned an F1 of 1.43; the
+    """The DAG metrics took weights [1, -1] and returned an F1 of 1.43; the
     tree and DAG metrics now share one check, with one message naming the weight."""
     from hiclass_parallel.dag import Dag
     from hiclass_parallel.metrics import (
@@ -662,8 +662,8 @@ def test_one_weight_check_for_the_tree_and_the_dag_metrics(tree, weight, message
 
 
 # ---------------------------------------------------------------------------- bad and extreme input
-# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
-# misleading error; it asserts the correct result or the named error now.
+# Regression probes: each once gave a wrong result, a bare crash or a misleading error; each
+# asserts the correct result or the named error now.
 def test_metrics_nan_pad_with_tree():
     tree = Tree.from_edges([("dog", "animal"), ("cat", "animal")])
     y_true = np.array([["animal", "dog"], ["animal", np.nan]], dtype=object)

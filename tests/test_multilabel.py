@@ -1,5 +1,5 @@
 """Several labels per sample and DAG hierarchies: the reader, the path-local DAG loss, the
-multi-label metrics and ``MultiLabelHierarchicalClassifier`` (issue 16)."""
+multi-label metrics and ``MultiLabelHierarchicalClassifier``."""
 
 from __future__ import annotations
 
@@ -307,7 +307,7 @@ def test_class_text_of_a_dag_class_reaches_every_copy():
         MultiLabelHierarchicalClassifier(dag, module__class_features=full.tocsr(), **kw).fit(Xs, y)
 
 
-# ---------------------------------------------------------------------------- partial semantics on DAGs (issue 24)
+# ---------------------------------------------------------------------------- partial semantics on DAGs
 M02_EDGES = [("b", "a"), ("c", "a"), ("d", "b"), ("d", "c"), ("e", "d"), ("f", "c"), ("g", None)]
 
 

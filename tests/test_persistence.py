@@ -1,4 +1,4 @@
-"""Saving a fitted classifier without pickle (safetensors + tree .npz + JSON), issue 13 item 5."""
+"""Saving a fitted classifier without pickle (safetensors + tree .npz + JSON)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Streaming and out-of-core training (issue 13 item 3): torch data sets in fit, sparse chunks in partial_fit."""
+"""Streaming and out-of-core training: torch data sets in fit, sparse chunks in partial_fit."""
 
 from __future__ import annotations
 

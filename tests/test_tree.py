@@ -204,8 +204,8 @@ def test_memory_at_wordnet_scale():
 
 
 # ---------------------------------------------------------------------------- bad and extreme input
-# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
-# misleading error; it asserts the correct result or the named error now.
+# Regression probes: each once gave a wrong result, a bare crash or a misleading error; each
+# asserts the correct result or the named error now.
 def test_labels_are_read_only():
     tree = Tree.from_edges([("dog", "animal")])
     with pytest.raises(ValueError, match="read-only"):

@@ -346,8 +346,8 @@ def test_the_loader_never_imports_the_builder():
 
 
 # ---------------------------------------------------------------------------- bad and extreme input
-# The probes of issue 15 (formerly tests/test_probes.py): each once gave a wrong result, a bare crash or a
-# misleading error; it asserts the correct result or the named error now.
+# Regression probes: each once gave a wrong result, a bare crash or a misleading error; each
+# asserts the correct result or the named error now.
 def test_wordnet_glosses_give_the_tree_with_return_x_y():
     from hiclass_parallel.datasets import load_wordnet_glosses
 
