@@ -22,8 +22,9 @@ __all__ = ["run_demo", "build_demo_pipeline", "prepare_out_dir", "estimate_train
 
 #: The recorded main job, the base of the time estimate printed before training: all noun
 #: synsets with a parent (82,115 classes), 80% of them trained on, the classifier's default of
-#: 3 epochs for that many rows, 2 idle cores (CPU). Training took 79.5-92 s in the README's
-#: runs and 116 s on a fresh clone in issue 24, so the range is the measured spread, not a bound.
+#: 3 epochs for that many rows, 2 idle cores (CPU). RECORDED_SECONDS spans the fastest and the
+#: slowest recorded training time (the README's demo runs), so the estimate shows the spread of
+#: real runs, not a bound.
 RECORDED_TRAIN_ROWS = 65_691
 RECORDED_CLASSES = 82_115
 RECORDED_EPOCHS = 3
@@ -142,9 +143,8 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
     The recorded main job (:data:`RECORDED_SECONDS` for :data:`RECORDED_TRAIN_ROWS` rows,
     :data:`RECORDED_EPOCHS` epochs and :data:`RECORDED_CLASSES` classes) scaled by rows x
     epochs x sqrt(classes). A row costs less in a smaller tree (a smaller vocabulary, fewer
-    output rows to update): the square root fits the recorded text benchmark
-    (``docs/_static/bench_text.json``: 93 us per row and epoch under animal.n.01, 4,017
-    classes; 163-200 us under artifact.n.01 and person.n.01, ~10,400; 451 us on all nouns).
+    output rows to update): the square root fits the cost per row and epoch of the recorded
+    text benchmark (``docs/benchmark-text.md``) from 4,017 to 82,115 classes.
     Rough all the same: a small subtree is dominated by fixed costs, and other processes on
     the same cores make it several times slower.
 
@@ -166,7 +166,7 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
     --------
     >>> estimate_training_seconds(65_691, 3, 82_115)
     (79.5, 116.0)
-    >>> [round(t, 1) for t in estimate_training_seconds(3_212, 10, 4_017)]  # animal.n.01: 3.0 s recorded
+    >>> [round(t, 1) for t in estimate_training_seconds(3_212, 10, 4_017)]  # animal.n.01's defaults
     [2.9, 4.2]
     """
     scale = (n_rows * epochs) / (RECORDED_TRAIN_ROWS * RECORDED_EPOCHS) * math.sqrt(n_classes / RECORDED_CLASSES)
@@ -215,8 +215,8 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     Parameters
     ----------
     root : str or None, default=None
-        Synset whose subtree is the task (``None``: all 82,115 nouns; about 1.5 minutes of
-        training on 2 cores).
+        Synset whose subtree is the task (``None``: all 82,115 nouns; the time it takes is
+        estimated and printed before training).
     epochs : int, default=None
         Training epochs, at least 1; ``None``: the classifier's default.
     device : str, default="cpu"

@@ -453,7 +453,7 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
     Examples
     --------
     >>> from hiclass_parallel.datasets.build_wordnet import read_wordnet, WordNetNotFoundError
-    >>> try:  # 20-50 s  # doctest: +SKIP
+    >>> try:  # reads all of WordNet: slow  # doctest: +SKIP
     ...     data = read_wordnet()
     ... except (ImportError, WordNetNotFoundError):
     ...     data = None  # nltk or WordNet data missing
@@ -512,7 +512,7 @@ def read_wordnet(path: str | os.PathLike | None = None) -> WordNetData:
 def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
     """The WordNet 3.0 tree built with nltk: 117,659 classes in 20 levels (:data:`PARENT_RULE`).
 
-    Takes 20-50 s; :func:`hiclass_parallel.datasets.load_wordnet_tree` loads the same tree
+    Slow (nltk reads every synset); :func:`hiclass_parallel.datasets.load_wordnet_tree` loads the same tree
     from the package in well under a second, without nltk.
 
     Parameters
@@ -528,7 +528,7 @@ def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
     Examples
     --------
     >>> from hiclass_parallel.datasets.build_wordnet import build_wordnet_tree, WordNetNotFoundError
-    >>> try:  # 20-50 s  # doctest: +SKIP
+    >>> try:  # reads all of WordNet: slow  # doctest: +SKIP
     ...     tree = build_wordnet_tree()
     ... except (ImportError, WordNetNotFoundError):
     ...     tree = None  # nltk or WordNet data missing
@@ -542,7 +542,7 @@ def build_wordnet_tree(path: str | os.PathLike | None = None) -> Tree:
 def build_wordnet_dag(path: str | os.PathLike | None = None) -> Dag:
     """The WordNet 3.0 DAG built with nltk: 117,659 classes, every hypernym (:data:`ALL_PARENTS_RULE`).
 
-    Takes 20-50 s; :func:`hiclass_parallel.datasets.load_wordnet_dag` loads the same DAG from
+    Slow (nltk reads every synset); :func:`hiclass_parallel.datasets.load_wordnet_dag` loads the same DAG from
     the package in about a second, without nltk.
 
     Parameters
@@ -558,7 +558,7 @@ def build_wordnet_dag(path: str | os.PathLike | None = None) -> Dag:
     Examples
     --------
     >>> from hiclass_parallel.datasets.build_wordnet import build_wordnet_dag, WordNetNotFoundError
-    >>> try:  # 20-50 s  # doctest: +SKIP
+    >>> try:  # reads all of WordNet: slow  # doctest: +SKIP
     ...     dag = build_wordnet_dag()
     ... except (ImportError, WordNetNotFoundError):
     ...     dag = None  # nltk or WordNet data missing

@@ -57,8 +57,8 @@ class FiniteLossGuard(Callback):
     nothing is copied then. Only while continuing a fitted network (``warm_start``,
     ``partial_fit``), whose weights are the user's, is ``snapshot`` set: the module's and the
     optimizer's states are copied at the start of every epoch and put back before raising.
-    (A copy per epoch doubles the memory of the weights: 1.5 GB for a text model of WordNet's
-    nouns, which is why fresh fits skip it.)
+    (A copy per epoch doubles the memory of the weights, gigabytes for a text model of a large
+    tree, which is why fresh fits skip it.)
 
     Parameters
     ----------

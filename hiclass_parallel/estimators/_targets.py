@@ -28,8 +28,8 @@ from ._guards import suggest_terminal
 __all__ = ["PathTargets", "LabelSetTargets", "LEVEL_CONTRAST"]
 
 #: ``level_contrast`` of path-local training (the in-batch level softmax term of
-#: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`): it added 0.019-0.023 hF1 on WordNet
-#: glosses; 0.3 of 0.1/0.3/1/3 measured best (docs/benchmark-text.md).
+#: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`): the best of the weights tried on
+#: WordNet glosses (measured in docs/benchmark-text.md).
 LEVEL_CONTRAST = 0.3
 
 

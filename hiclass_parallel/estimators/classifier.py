@@ -111,9 +111,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Optimizer class; ``optimizer__*`` parameters pass to it. ``None`` means
         :class:`LazyAdam` for modules with sparse gradients (:class:`SparseMLP`: only the
         rows of the features and classes in a batch are updated) and ``torch.optim.Adam``
-        otherwise. Adam and AdamW use torch's fused kernel on CPU and CUDA (about 10x faster
-        per step on large output layers) unless ``optimizer__fused`` or
-        ``optimizer__foreach`` is given.
+        otherwise. Adam and AdamW use torch's fused kernel on CPU and CUDA (much faster per
+        step on large output layers; measured in ``docs/benchmark-peers.md``) unless
+        ``optimizer__fused`` or ``optimizer__foreach`` is given.
     lr : float, default=None
         Learning rate. ``None``: 0.005 for modules with sparse input (:class:`SparseMLP`,
         trained by :class:`LazyAdam`), 0.003 otherwise.

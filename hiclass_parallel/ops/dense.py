@@ -101,10 +101,10 @@ def partition_scores(scores: Any, tree: Tree, mask_value: float = -math.inf, out
         rows = xp.reshape(out, (n_rows, tree.n_levels * tree.n_classes))
         source = xp.reshape(scores, (n_rows, tree.n_classes))
         if is_numpy_array(scores):
-            # NumPy runs one thread: fill and scatter a block of rows of about 8 MB while it is
-            # in cache, so the output travels to memory once (the scattered writes of a
-            # separate pass each fetch a cache line: 1.4-1.6x the plain fill instead of ~1.8x
-            # for WordNet). A loop over memory blocks: ~100 for WordNet's batch of 100.
+            # NumPy runs one thread: fill and scatter a block of rows while it is in cache, so
+            # the output travels to memory once; a separate scatter pass would fetch a cache
+            # line per write (measured in docs/benchmark-paper-table.md). The loop runs over
+            # memory blocks, not over samples.
             step = max(1, _BLOCK_BYTES // max(1, rows.shape[1] * rows.itemsize))
             for start in range(0, n_rows, step):
                 block = rows[start : start + step]
@@ -239,11 +239,11 @@ def _flat_level_index(tree: Tree, like: Any) -> Any:
 def _empty_output(xp: Any, shape: tuple[int, ...], scores: Any) -> Any:
     """An uninitialised output of ``shape`` like ``scores``.
 
-    A fresh CPU output of the paper's size (941 MB for WordNet) costs more to fault in page by
-    page than to write: Linux maps it 4 KiB at a time unless asked for transparent huge pages,
-    which NumPy does for large arrays and torch's allocator does not (unless the process
-    starts with ``THP_MEM_ALLOC_ENABLE=1``). Large torch CPU outputs therefore wrap a NumPy
-    allocation (zero copy; the tensor owns it): about 2x faster for WordNet's batch of 100.
+    A fresh CPU output of the paper's size costs more to fault in page by page than to write:
+    Linux maps it 4 KiB at a time unless asked for transparent huge pages, which NumPy does for
+    large arrays and torch's allocator does not (unless the process starts with
+    ``THP_MEM_ALLOC_ENABLE=1``). Large torch CPU outputs therefore wrap a NumPy allocation
+    (zero copy; the tensor owns it); measured in ``docs/benchmark-paper-table.md``.
     """
     if is_torch_array(scores) and scores.device.type == "cpu" and math.prod(shape) * scores.element_size() >= _HUGE:
         import numpy as np
