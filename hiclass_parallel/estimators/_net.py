@@ -18,6 +18,8 @@ from skorch import NeuralNet
 from skorch.dataset import unpack_data
 from skorch.utils import to_tensor
 
+from ._fused_step import fused_step, fused_step_refusal
+
 __all__ = ["TreeNet", "module_kwargs"]
 
 
@@ -69,9 +71,15 @@ class TreeNet(NeuralNet):
         # path), instead of producing all n_scores scores; y_pred is the hidden representation.
         self._set_training(training)
         Xi, yi = unpack_data(batch)
+        X, y = to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device)
+        if training:
+            refusal = fused_step_refusal(self.module_, self.criterion_, X)
+            self.step_engine_ = "torch" if refusal else "fused"
+            if refusal is None:
+                return fused_step(self.module_, self.criterion_, X, y)
         with torch.set_grad_enabled(training):
-            hidden = self.module_.encode(to_tensor(Xi, device=self.device))
-            loss = self.criterion_(self.module_.scorer(hidden), to_tensor(yi, device=self.device))
+            hidden = self.module_.encode(X)
+            loss = self.criterion_(self.module_.scorer(hidden), y)
         if training:
             loss.backward()
         return {"loss": loss, "y_pred": hidden}

@@ -16,7 +16,20 @@ from typing import Any
 import torch
 from torch.optim.adam import adam as _adam
 
+from ..ops._native_path_step import adam_rows
+
 __all__ = ["LazyAdam"]
+
+
+def _native_rows(p: torch.Tensor, *tensors: torch.Tensor) -> bool:
+    """Whether the C row update serves: float32 CPU tensors, the state contiguous, the kernel built."""
+    from ..ops import _native_path_step
+
+    return (
+        p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous() and p.dim() >= 1
+        and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
+        and all(t.is_contiguous() for t in tensors[:2]) and _native_path_step.available()
+    )
 
 
 class LazyAdam(torch.optim.Optimizer):
@@ -96,11 +109,17 @@ class LazyAdam(torch.optim.Optimizer):
         step = float(state["step"])
         grad = p.grad.coalesce()
         rows, values = grad.indices()[0], grad.values()
-        if wd:
-            values = values + wd * p[rows]
         m, v = state["exp_avg"], state["exp_avg_sq"]
+        if _native_rows(p, m, v, values):
+            # one pass over the touched rows instead of six torch ops (the optimizer step was
+            # about a third of a text model's training step)
+            adam_rows(p, m, v, rows, values, lr_t=lr / (1 - b1**step), beta1=b1, beta2=b2, eps=eps,
+                      weight_decay=wd, bias_correction2=1 - b2**step, threads=torch.get_num_threads())
+            return
         # index_select / index_copy_: a coalesced gradient has each row once, and these are
         # several times faster than advanced indexing on the CPU.
+        if wd:
+            values = values + wd * p[rows]
         m_rows = m.index_select(0, rows).mul_(b1).add_(values, alpha=1 - b1)
         v_rows = v.index_select(0, rows).mul_(b2).addcmul_(values, values, value=1 - b2)
         m.index_copy_(0, rows, m_rows)

@@ -1,0 +1,99 @@
+"""The fused training step: path-local training of the default text model in one native call.
+
+:func:`fused_step_refusal` is the one place that decides whether a path-local training step
+runs fused (:class:`~hiclass_parallel.ops._native_path_step.PathLocalStep`: forward, backward
+and coalesced sparse gradients in C) or through torch (the module's ``encode``/``scorer``, the
+criterion, autograd). The fused step serves exactly the model it was written for:
+
+- the module is :class:`~hiclass_parallel.estimators.SparseMLP` itself (not a subclass), linear
+  (``activation=None``), without dropout or input dropout and without class text;
+- the criterion is :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` itself, ``"mean"``;
+- the batch is a torch sparse CSR tensor, the weights float32 on the CPU, all trainable;
+- the C kernel was built and ``HICLASS_PARALLEL_NATIVE`` is not ``0``.
+
+Anything else trains through torch, which stays the reference the fused step is tested equal to
+(``tests/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
+COO, already coalesced, for the input and output rows) and leaves the update to the optimizer,
+so skorch's loop, callbacks that read gradients, gradient clipping, learning-rate schedules and
+data-parallel all-reduces see what they see on the torch route.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..ops import _native_path_step as native
+from ..ops.sibling_paths import sibling_plan
+
+__all__ = ["fused_step", "fused_step_refusal"]
+
+#: One workspace per module (weakly held: it goes with the module).
+_WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
+    """Why this path-local step cannot run fused, or ``None`` when it can."""
+    from ..losses import PathLocalCrossEntropy
+    from ._modules import SparseMLP
+
+    if type(module) is not SparseMLP:
+        return f"the module is {type(module).__name__}, not SparseMLP"
+    if not isinstance(module.activation, nn.Identity) or module.dropout.p > 0 or module.input_dropout.p > 0:
+        return "the module has an activation or dropout"
+    if module.head.has_text:
+        return "the module has class_features"
+    if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
+        return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
+    if not isinstance(X, torch.Tensor) or X.layout != torch.sparse_csr or X.device.type != "cpu":
+        return "the batch is not a torch sparse CSR tensor on the CPU"
+    params = _params(module)
+    if any(p.dtype != torch.float32 or p.device.type != "cpu" or not p.is_contiguous() or not p.requires_grad
+           for p in params):
+        return "the weights are not trainable float32 CPU tensors"
+    if not native.available():
+        return "the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)"
+    return None
+
+
+def _params(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``W_in (F, H)``, ``b_in (H)``, ``W_out (N, H)``, ``b_out (N, 1)`` of a SparseMLP."""
+    return (module.input.embedding.weight, module.input.bias, module.head.weight.weight, module.head.bias.weight)
+
+
+def _workspace(module: nn.Module, criterion: nn.Module) -> native.PathLocalStep:
+    plan = sibling_plan(criterion.tree, criterion.stop)
+    step = _WORKSPACES.get(module)
+    if step is None or step.plan is not plan or step.n_features != module.n_features:
+        step = _WORKSPACES[module] = native.PathLocalStep(plan, module.n_features)
+    return step
+
+
+def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
+    # skorch zeroes gradients (to None) before each step; a callback that accumulates over
+    # batches finds them set and gets the sum, as with autograd.
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+def _rows_grad(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), values.reshape(-1, *param.shape[1:]), param.shape,
+                                   is_coalesced=True, check_invariants=False)
+
+
+def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    """One training step's loss and gradients (in ``p.grad``): ``{"loss", "y_pred"}`` as skorch's
+    ``train_step_single`` returns (``y_pred`` is the hidden representation)."""
+    W_in, b_in, W_out, b_out = _params(module)
+    level = criterion.level_contrast if criterion.training else 0.0
+    out = _workspace(module, criterion)(
+        X, y, W_in.detach(), b_in.detach(), W_out.detach(), b_out.detach().reshape(-1),
+        stop_rows=criterion.semantics == "terminal", level_weight=level, threads=torch.get_num_threads(),
+    )
+    _accumulate(W_in, _rows_grad(W_in, out.input_rows, out.input_grad))
+    _accumulate(b_in, out.input_bias_grad)
+    _accumulate(W_out, _rows_grad(W_out, out.output_rows, out.output_grad))
+    _accumulate(b_out, _rows_grad(b_out, out.output_rows, out.output_bias_grad))
+    return {"loss": torch.tensor(out.loss, dtype=torch.float32), "y_pred": out.hidden}

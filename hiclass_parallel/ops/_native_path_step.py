@@ -1,0 +1,187 @@
+"""The optional C kernel (``_path_step.c``) of one fused path-local training step, and of Adam
+on the rows a sparse gradient touches; loaded with ctypes.
+
+:class:`PathLocalStep` computes, for a sparse batch, a linear model ``h = X W_in + b_in``,
+``score(b, c) = h_b . W_out[c] + b_out[c]``, the exact path-local sibling loss over the groups
+on each labelled path (:func:`~hiclass_parallel.ops.sibling_paths.path_rows`) plus the weighted
+in-batch level term (:func:`~hiclass_parallel.losses.in_batch_level_loss`), and every gradient,
+in one call: forward, backward and the coalesced sparse gradients (distinct rows, ascending).
+It is the reference-checked fast route of ``PathLocalCrossEntropy`` over ``SparseMLP``; the
+torch route stays the reference (``tests/test_fused_step.py``). :func:`adam_rows` is
+``LazyAdam``'s sparse update in one pass over the touched rows.
+
+``HICLASS_PARALLEL_NATIVE=0`` turns it off with the other kernels. ctypes releases the GIL during
+each call; the kernel runs its own threads (as many as asked), started and joined per phase, so
+nothing spins between steps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._native import load_library
+from .sibling_paths import SiblingPlan
+
+__all__ = ["PathLocalStep", "StepResult", "adam_rows", "available"]
+
+_MODULE = "hiclass_parallel.ops._path_step_c"
+_p, _i, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+
+
+def _lib(names: tuple[str, ...], restype: Any, argtypes: tuple) -> Any:
+    return load_library(_MODULE, names, restype, argtypes)
+
+
+def _new() -> Any:
+    return _lib(("ps_new",), _p, (_i, _i, _i))
+
+
+def _free() -> Any:
+    return _lib(("ps_free",), None, (_p,))
+
+
+def _prepare() -> Any:
+    return _lib(("ps_prepare",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _p, _p, _i, _i, _p))
+
+
+def _run() -> Any:
+    return _lib(("ps_run",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _f, _p, _p, _p, _p, _p, _p, _p, _p))
+
+
+def _adam() -> Any:
+    return _lib(("adam_rows",), None, (_p, _p, _p, _p, _p, _i, _i, _f, _f, _f, _f, _f, _f, _i))
+
+
+def available() -> bool:
+    """Whether the kernel was built and may be used (``HICLASS_PARALLEL_NATIVE`` not ``0``)."""
+    return _new() is not None
+
+
+def _ptr(t: torch.Tensor | np.ndarray) -> int:
+    return t.ctypes.data if isinstance(t, np.ndarray) else t.data_ptr()
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one fused step computed.
+
+    Attributes
+    ----------
+    loss : float
+        ``path + level_weight * level`` (NaN if a score was not finite).
+    path_loss, level_loss : float
+        Mean over the path rows; mean over the level rows (unweighted).
+    hidden : torch.Tensor of shape (B, H)
+    input_rows, input_grad : torch.Tensor of shape (NF,) and (NF, H)
+        The distinct input features of the batch (ascending) and ``d loss / d W_in`` on them.
+    input_bias_grad : torch.Tensor of shape (H,)
+    output_rows, output_grad, output_bias_grad : torch.Tensor of shape (U,), (U, H), (U,)
+        The distinct score columns the loss read (ascending) and the gradients of their rows.
+    """
+
+    loss: float
+    path_loss: float
+    level_loss: float
+    hidden: torch.Tensor
+    input_rows: torch.Tensor
+    input_grad: torch.Tensor
+    input_bias_grad: torch.Tensor
+    output_rows: torch.Tensor
+    output_grad: torch.Tensor
+    output_bias_grad: torch.Tensor
+
+
+class PathLocalStep:
+    """The fused step's workspace for one ``(plan, n_features)``: marks sized to the columns,
+    classes and features, kept between steps so a step costs what its batch touches.
+
+    Parameters
+    ----------
+    plan : SiblingPlan
+        The sibling groups (with or without stop columns).
+    n_features : int
+        Rows of ``W_in``.
+    """
+
+    def __init__(self, plan: SiblingPlan, n_features: int):
+        if not available():
+            raise RuntimeError("the fused path-local step's C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
+        self.plan = plan
+        self.n_features = int(n_features)
+        self._free = _free().ps_free  # held: at interpreter exit the module's globals may be gone
+        self._handle = _new().ps_new(plan.n_classes, plan.n_outputs, self.n_features)
+        if not self._handle:
+            raise MemoryError("could not allocate the fused step's workspace")
+        self._lock = threading.Lock()  # one workspace, one step at a time
+        # host copies of the plan, contiguous int64 (the plan's arrays are read-only views)
+        self._arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=np.int64)
+                        for name in ("paths", "group_of", "child_group", "group_ptr", "group_cols", "col_pos")}
+
+    def __del__(self) -> None:
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            self._free(handle)
+
+    def __call__(
+        self, X: torch.Tensor, target: torch.Tensor, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor,
+        b_out: torch.Tensor, *, stop_rows: bool, level_weight: float, threads: int,
+    ) -> StepResult:
+        """One step on a torch sparse CSR float32 batch ``X (B, F)`` and node ids ``target (B,)``
+        (``-1``: unlabelled). Weights are float32, C-contiguous, on the CPU; ``b_out`` has
+        ``n_outputs`` entries. ``stop_rows``: terminal semantics with stop columns.
+        ``level_weight > 0`` adds the in-batch level term."""
+        crow = X.crow_indices().to(torch.int64).contiguous()
+        col = X.col_indices().to(torch.int64).contiguous()
+        val = X.values().to(torch.float32).contiguous()
+        target = target.to(torch.int64).contiguous()
+        B, H = int(X.shape[0]), int(W_in.shape[1])
+        a = self._arrays
+        sizes = np.zeros(6, dtype=np.int64)
+        with self._lock:
+            rc = _prepare().ps_prepare(
+                self._handle, B, _ptr(target), _ptr(crow), _ptr(col), self.plan.n_levels, _ptr(a["paths"]),
+                _ptr(a["group_of"]), _ptr(a["child_group"]), _ptr(a["group_ptr"]), _ptr(a["group_cols"]),
+                _ptr(a["col_pos"]), int(bool(stop_rows) and self.plan.stop), int(level_weight > 0), _ptr(sizes),
+            )
+            if rc == -2:
+                bad = target[(target < -1) | (target >= self.plan.n_classes)]
+                raise IndexError(f"target ids {sorted(set(bad.tolist()))[:5]} are out of range "
+                                 f"[0, {self.plan.n_classes}) (-1: unlabelled)")
+            if rc == -3:
+                raise IndexError(f"X has a column index outside [0, {self.n_features})")
+            if rc != 0:
+                raise MemoryError("the fused step ran out of memory")
+            U, NF = int(sizes[0]), int(sizes[1])
+            f32 = {"dtype": torch.float32}
+            hidden, input_grad, input_bias = torch.empty(B, H, **f32), torch.empty(NF, H, **f32), torch.empty(H, **f32)
+            output_grad, output_bias = torch.empty(U, H, **f32), torch.empty(U, **f32)
+            input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
+            loss = np.zeros(3, dtype=np.float64)
+            rc = _run().ps_run(
+                self._handle, max(1, int(threads)), _ptr(crow), _ptr(col), _ptr(val), H, _ptr(W_in), _ptr(b_in),
+                _ptr(W_out), _ptr(b_out), float(level_weight), _ptr(hidden), _ptr(input_grad), _ptr(input_bias),
+                _ptr(output_grad), _ptr(output_bias), _ptr(input_rows), _ptr(output_rows), _ptr(loss),
+            )
+            if rc != 0:
+                raise MemoryError("the fused step ran out of memory")
+        return StepResult(float(loss[0]), float(loss[1]), float(loss[2]), hidden, input_rows, input_grad,
+                          input_bias, output_rows, output_grad, output_bias)
+
+
+def adam_rows(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, rows: torch.Tensor,
+              grad: torch.Tensor, *, lr_t: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+              bias_correction2: float, threads: int) -> None:
+    """Adam on ``rows`` (distinct) of a float32 C-contiguous CPU ``param`` and its moments, in
+    place: ``grad (len(rows), ...)``; ``lr_t = lr / (1 - beta1**step)``,
+    ``bias_correction2 = 1 - beta2**step``."""
+    width = int(param[0].numel()) if param.shape[0] else 0
+    rows = rows.to(torch.int64).contiguous()
+    grad = grad.to(torch.float32).contiguous()
+    _adam().adam_rows(_ptr(param), _ptr(exp_avg), _ptr(exp_avg_sq), _ptr(rows), _ptr(grad), int(rows.shape[0]),
+                      width, lr_t, beta1, beta2, eps, weight_decay, bias_correction2, max(1, int(threads)))

@@ -1,0 +1,623 @@
+/* One path-local training step of a sparse linear text model, forward and backward, fused.
+ *
+ * The model (SparseMLP with its defaults): h = X W_in + b_in (X sparse), score(b, c) =
+ * h_b . W_out[c] + b_out[c]. The loss (PathLocalCrossEntropy, reduction "mean"): for each
+ * labelled sample, one softmax row per group on its ancestral path (its sibling group; under
+ * terminal semantics with stops, its children's group for its stop column), averaged over the
+ * rows; plus, while training, `level_weight` times the in-batch level term: for every labelled
+ * sample b and depth d < depth(b), a softmax over the distinct depth-d ancestors of the batch's
+ * targets, target b's own ancestor, averaged over those rows.
+ *
+ * Why C: the torch route runs this as a chain of small ops (unique, index_select, a block
+ * product of the batch against every distinct column, segment reductions, autograd, sparse
+ * gradient coalescing); on WordNet subsets most of a step is that overhead, not arithmetic. Here
+ * each (sample, column) pair the loss needs is one dot product, organised by column so that a
+ * weight row is read once per step for all the samples that need it, and the gradients come
+ * out already coalesced: the distinct rows touched, ascending, with their summed values.
+ *
+ * Not a Python module: hiclass_parallel/estimators/_fused_step.py loads it with ctypes. Threads:
+ * plain pthreads started per phase and joined (no spinning waits between steps; the count is
+ * the caller's). Built by setup.py as an optional extension; without it the torch route runs.
+ *
+ * Compiled with -ffast-math (vectorised dot products and exp). Non-finite scores are detected
+ * through their bits (the compiler may assume finite floats) and make the loss NaN, which the
+ * classifier's finite-loss guard turns into a named error. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define CLONES
+#endif
+
+#define MAX_THREADS 64
+
+#ifdef PS_TIMING
+#include <stdio.h>
+#include <time.h>
+static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+#define TICK(name) do { double t_ = now_ms(); fprintf(stderr, "%s %.2f  ", name, t_ - tick_); tick_ = t_; } while (0)
+#else
+#define TICK(name) do { } while (0)
+#endif
+
+static inline int is_nonfinite(float v) { uint32_t u; memcpy(&u, &v, 4); return (u & 0x7f800000u) == 0x7f800000u; }
+
+/* ---------------------------------------------------------------- growable buffers */
+
+typedef struct { void *p; size_t cap; } Buf;
+
+static int reserve(Buf *b, size_t bytes) {
+    if (bytes <= b->cap) return 0;
+    size_t cap = bytes + bytes / 2 + 64;
+    void *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p; b->cap = cap;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the workspace of one model */
+
+typedef struct {
+    int64_t C, N, F;           /* classes, score columns, input features */
+    int64_t *col_mark;         /* (N) -1, or a column's position among the step's distinct columns */
+    int64_t *node_mark;        /* (C) -1, or a node's position in its depth's in-batch ancestor list */
+    int64_t *feat_mark;        /* (F) -1, or a feature's position among the step's distinct features */
+    uint64_t *col_bits, *feat_bits;
+    /* the step's structure (prepare) */
+    int64_t B, R, LR, P, U, NF, NNZ;
+    Buf row_start, row_target, pair_sample, pair_u, u_ptr, u_pairs, ucol, feat, f_ptr, f_ent, f_row;
+    Buf level_nodes, level_ptr;
+    /* distinct (sample, column) entries: a pair's score is its entry's; e_ptr (U + 1) the entries
+     * of each column, e_sample (E) their sample, pair_entry (P) each pair's entry */
+    Buf e_ptr, e_sample, pair_entry, s_mark;
+    int64_t E;
+    /* per-pair scores and their gradients, per-thread hidden gradients */
+    Buf score, grad, dh, escore, egrad, hpad;
+} Work;
+
+void *ps_new(int64_t C, int64_t N, int64_t F) {
+    Work *w = calloc(1, sizeof(Work));
+    if (!w) return NULL;
+    w->C = C; w->N = N; w->F = F;
+    w->col_mark = malloc(sizeof(int64_t) * (size_t)(N > 0 ? N : 1));
+    w->node_mark = malloc(sizeof(int64_t) * (size_t)(C > 0 ? C : 1));
+    w->feat_mark = malloc(sizeof(int64_t) * (size_t)(F > 0 ? F : 1));
+    w->col_bits = calloc((size_t)(N / 64 + 1), 8);
+    w->feat_bits = calloc((size_t)(F / 64 + 1), 8);
+    if (!w->col_mark || !w->node_mark || !w->feat_mark || !w->col_bits || !w->feat_bits) {
+        free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
+        free(w);
+        return NULL;
+    }
+    for (int64_t i = 0; i < N; i++) w->col_mark[i] = -1;
+    for (int64_t i = 0; i < C; i++) w->node_mark[i] = -1;
+    for (int64_t i = 0; i < F; i++) w->feat_mark[i] = -1;
+    return w;
+}
+
+void ps_free(void *handle) {
+    Work *w = handle;
+    if (!w) return;
+    Buf *bufs[] = {&w->row_start, &w->row_target, &w->pair_sample, &w->pair_u, &w->u_ptr, &w->u_pairs,
+                   &w->ucol, &w->feat, &w->f_ptr, &w->f_ent, &w->f_row, &w->level_nodes, &w->level_ptr,
+                   &w->score, &w->grad, &w->dh, &w->hpad, &w->escore, &w->egrad, &w->e_ptr, &w->e_sample,
+                   &w->pair_entry, &w->s_mark};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
+    free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
+    free(w);
+}
+
+#define I64(buf) ((int64_t *)(buf).p)
+
+/* Append a softmax row: its candidates become pairs (sample, column). */
+static int add_pairs(Work *w, int64_t sample, const int64_t *cols, int64_t n, int64_t target_pos) {
+    int64_t P = w->P;
+    if (reserve(&w->pair_sample, 8 * (size_t)(P + n)) || reserve(&w->pair_u, 8 * (size_t)(P + n))) return -1;
+    int64_t *ps = I64(w->pair_sample), *pu = I64(w->pair_u);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c = cols[i];
+        ps[P + i] = sample;
+        pu[P + i] = c; /* a column for now; mapped to its distinct position below */
+        w->col_bits[c >> 6] |= 1ull << (c & 63);
+    }
+    int64_t r = w->R + w->LR;
+    if (reserve(&w->row_start, 8 * (size_t)(r + 2)) || reserve(&w->row_target, 8 * (size_t)(r + 1))) return -1;
+    I64(w->row_start)[r] = P;
+    I64(w->row_target)[r] = P + target_pos;
+    w->P = P + n;
+    return 0;
+}
+
+/* Distinct set bits of `bits` (n_bits wide), ascending, into out; clears the bits. */
+static int64_t drain_bits(uint64_t *bits, int64_t n_bits, int64_t *out) {
+    int64_t k = 0;
+    for (int64_t i = 0; i <= n_bits / 64; i++) {
+        uint64_t word = bits[i];
+        while (word) {
+            int t = __builtin_ctzll(word);
+            out[k++] = i * 64 + t;
+            word &= word - 1;
+        }
+        bits[i] = 0;
+    }
+    return k;
+}
+
+/* ps_prepare: the structure of one step from the batch's targets and input columns.
+ *   target (B) node ids, -1 unlabelled; xptr (B + 1), xidx (nnz) the batch's CSR columns;
+ *   paths ((C + 1) x L) ancestral paths, -1 padded; group_of (C); child_group (C);
+ *   group_ptr, group_cols, col_pos: the sibling groups (hiclass_parallel.ops.sibling_paths);
+ *   stop_rows: add the stop row of an internal target (terminal semantics with stops);
+ *   level: add the in-batch level rows.
+ *   sizes (out, 6): U distinct columns, NF distinct features, P pairs, R path rows, LR level
+ *   rows, nnz.
+ * Returns 0; -1 out of memory; -2 a target outside [-1, C); -3 a feature outside [0, F). */
+int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t *xptr, const int64_t *xidx,
+                   int64_t L, const int64_t *paths, const int64_t *group_of, const int64_t *child_group,
+                   const int64_t *group_ptr, const int64_t *group_cols, const int64_t *col_pos,
+                   int64_t stop_rows, int64_t level, int64_t *sizes) {
+    Work *w = handle;
+    const int64_t C = w->C;
+    w->B = B; w->R = 0; w->LR = 0; w->P = 0;
+    for (int64_t b = 0; b < B; b++)
+        if (target[b] < -1 || target[b] >= C) return -2;
+    /* path rows */
+    for (int64_t b = 0; b < B; b++) {
+        int64_t t = target[b];
+        if (t < 0) continue;
+        const int64_t *path = paths + t * L;
+        for (int64_t d = 0; d < L && path[d] >= 0; d++) {
+            int64_t node = path[d], g = group_of[node];
+            int64_t lo = group_ptr[g], n = group_ptr[g + 1] - lo;
+            if (add_pairs(w, b, group_cols + lo, n, col_pos[node])) return -1;
+            w->R++;
+        }
+        if (stop_rows && child_group[t] >= 0) {
+            int64_t g = child_group[t], lo = group_ptr[g], n = group_ptr[g + 1] - lo;
+            if (add_pairs(w, b, group_cols + lo, n, col_pos[C + g - 1])) return -1;
+            w->R++;
+        }
+    }
+    /* level rows: the distinct ancestors of each depth, in order of first appearance */
+    if (level) {
+        if (reserve(&w->level_nodes, 8 * (size_t)(B * L + 1)) || reserve(&w->level_ptr, 8 * (size_t)(L + 1)))
+            return -1;
+        int64_t *nodes = I64(w->level_nodes), *lptr = I64(w->level_ptr), n = 0;
+        for (int64_t d = 0; d < L; d++) {
+            lptr[d] = n;
+            for (int64_t b = 0; b < B; b++) {
+                int64_t t = target[b];
+                if (t < 0) continue;
+                int64_t a = paths[t * L + d];
+                if (a >= 0 && w->node_mark[a] < 0) {
+                    w->node_mark[a] = n - lptr[d];
+                    nodes[n++] = a;
+                }
+            }
+        }
+        lptr[L] = n;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t t = target[b];
+            if (t < 0) continue;
+            const int64_t *path = paths + t * L;
+            for (int64_t d = 0; d < L && path[d] >= 0; d++) {
+                if (add_pairs(w, b, nodes + lptr[d], lptr[d + 1] - lptr[d], w->node_mark[path[d]])) return -1;
+                w->LR++;
+            }
+        }
+        for (int64_t i = 0; i < n; i++) w->node_mark[nodes[i]] = -1;
+    }
+    int64_t rows = w->R + w->LR, P = w->P;
+    if (reserve(&w->row_start, 8 * (size_t)(rows + 1))) return -1;
+    I64(w->row_start)[rows] = P;
+    /* distinct columns, ascending, and each pair's position among them (a CSC of the pairs) */
+    if (reserve(&w->ucol, 8 * (size_t)(P + 1)) || reserve(&w->u_pairs, 8 * (size_t)(P + 1))) return -1;
+    int64_t *ucol = I64(w->ucol);
+    int64_t U = drain_bits(w->col_bits, w->N, ucol);
+    if (reserve(&w->u_ptr, 8 * (size_t)(U + 1))) return -1;
+    int64_t *uptr = I64(w->u_ptr), *pu = I64(w->pair_u), *upairs = I64(w->u_pairs);
+    for (int64_t u = 0; u < U; u++) { w->col_mark[ucol[u]] = u; uptr[u] = 0; }
+    uptr[U] = 0;
+    for (int64_t p = 0; p < P; p++) { pu[p] = w->col_mark[pu[p]]; uptr[pu[p] + 1]++; }
+    for (int64_t u = 0; u < U; u++) uptr[u + 1] += uptr[u];
+    for (int64_t p = 0; p < P; p++) upairs[uptr[pu[p]]++] = p;
+    for (int64_t u = U; u > 0; u--) uptr[u] = uptr[u - 1];
+    uptr[0] = 0;
+    for (int64_t u = 0; u < U; u++) w->col_mark[ucol[u]] = -1;
+    w->U = U;
+    /* a sample meets a column at most twice (once in a path row, once in a level row); both
+     * pairs share one entry, scored once, so the blocked loops below never see a sample twice */
+    if (reserve(&w->e_ptr, 8 * (size_t)(U + 1)) || reserve(&w->e_sample, 8 * (size_t)(P + 1))
+        || reserve(&w->pair_entry, 8 * (size_t)(P + 1)) || reserve(&w->s_mark, 8 * (size_t)(B + 1)))
+        return -1;
+    int64_t *eptr = I64(w->e_ptr), *esample = I64(w->e_sample), *pe = I64(w->pair_entry), *smark = I64(w->s_mark);
+    const int64_t *psample = I64(w->pair_sample);
+    for (int64_t b = 0; b < B; b++) smark[b] = -1;
+    int64_t E = 0;
+    for (int64_t u = 0; u < U; u++) {
+        eptr[u] = E;
+        for (int64_t q = uptr[u]; q < uptr[u + 1]; q++) {
+            const int64_t p = upairs[q], b = psample[p];
+            if (smark[b] >= eptr[u]) { pe[p] = smark[b]; continue; }
+            smark[b] = E;
+            esample[E] = b;
+            pe[p] = E++;
+        }
+    }
+    eptr[U] = E;
+    w->E = E;
+    /* distinct input features, ascending, and the batch entries of each (a CSC of X) */
+    int64_t nnz = xptr[B] - xptr[0];
+    w->NNZ = nnz;
+    if (reserve(&w->feat, 8 * (size_t)(nnz + 1)) || reserve(&w->f_ent, 8 * (size_t)(nnz + 1))
+        || reserve(&w->f_row, 8 * (size_t)(nnz + 1)))
+        return -1;
+    for (int64_t k = xptr[0]; k < xptr[B]; k++) {
+        int64_t f = xidx[k];
+        if (f < 0 || f >= w->F) {
+            drain_bits(w->feat_bits, w->F, I64(w->feat));
+            return -3;
+        }
+        w->feat_bits[f >> 6] |= 1ull << (f & 63);
+    }
+    int64_t *feat = I64(w->feat);
+    int64_t NF = drain_bits(w->feat_bits, w->F, feat);
+    if (reserve(&w->f_ptr, 8 * (size_t)(NF + 1))) return -1;
+    int64_t *fptr = I64(w->f_ptr), *fent = I64(w->f_ent), *frow = I64(w->f_row);
+    for (int64_t i = 0; i <= NF; i++) fptr[i] = 0;
+    for (int64_t i = 0; i < NF; i++) w->feat_mark[feat[i]] = i;
+    for (int64_t k = xptr[0]; k < xptr[B]; k++) fptr[w->feat_mark[xidx[k]] + 1]++;
+    for (int64_t i = 0; i < NF; i++) fptr[i + 1] += fptr[i];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = xptr[b]; k < xptr[b + 1]; k++) {
+            int64_t e = fptr[w->feat_mark[xidx[k]]]++;
+            fent[e] = k;
+            frow[e] = b;
+        }
+    for (int64_t i = NF; i > 0; i--) fptr[i] = fptr[i - 1];
+    fptr[0] = 0;
+    for (int64_t i = 0; i < NF; i++) w->feat_mark[feat[i]] = -1;
+    w->NF = NF;
+    sizes[0] = U; sizes[1] = NF; sizes[2] = P; sizes[3] = w->R; sizes[4] = w->LR; sizes[5] = nnz;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- threads */
+
+typedef struct Step Step;
+typedef void (*task_fn)(const Step *s, int tid, int64_t lo, int64_t hi);
+typedef struct { task_fn fn; const Step *s; int tid; int64_t lo, hi; } Job;
+
+static void *job_main(void *arg) {
+    Job *j = arg;
+    j->fn(j->s, j->tid, j->lo, j->hi);
+    return NULL;
+}
+
+/* Run fn over [0, n) in T chunks; with `weight` (n + 1 cumulative costs) the chunks hold equal
+ * cost, else equal counts. A thread that cannot start runs in the caller. */
+static void parallel(const Step *s, int T, task_fn fn, int64_t n, const int64_t *weight) {
+    Job jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started[MAX_THREADS];
+    int64_t prev = 0;
+    for (int t = 0; t < T; t++) {
+        int64_t hi = n;
+        if (t < T - 1) {
+            if (weight) {
+                int64_t goal = weight[0] + (weight[n] - weight[0]) * (t + 1) / T, a = prev, z = n;
+                while (a < z) { int64_t m = (a + z) / 2; if (weight[m] < goal) a = m + 1; else z = m; }
+                hi = a;
+            } else {
+                hi = n * (t + 1) / T;
+            }
+        }
+        jobs[t] = (Job){fn, s, t, prev, hi};
+        prev = hi;
+    }
+    for (int t = 1; t < T; t++) started[t] = pthread_create(&th[t], NULL, job_main, &jobs[t]) == 0;
+    job_main(&jobs[0]);
+    for (int t = 1; t < T; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        else job_main(&jobs[t]);
+    }
+}
+
+/* ---------------------------------------------------------------- the step */
+
+struct Step {
+    const Work *w;
+    int64_t H, HS; /* width; row stride of the step's own (B, H) blocks, padded (see ps_run) */
+    const int64_t *xptr, *xidx;
+    const float *xval, *W_in, *b_in, *W_out, *b_out;
+    float *h, *score, *grad, *dh, *escore, *egrad, *dW_in, *dW_out, *db_out;
+    float path_scale, level_scale;
+    int T;
+    double loss[MAX_THREADS][2];
+    int nonfinite[MAX_THREADS];
+};
+
+/* The inner loops, as functions so that their restrict parameters hold (GCC does not vectorise
+ * them through restrict locals); inlined into each target clone of their callers. */
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE void dot4(const float *restrict row, const float *restrict h0, const float *restrict h1,
+                 const float *restrict h2, const float *restrict h3, int64_t H, float *out) {
+    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int64_t j = 0; j < H; j++) {
+        const float r = row[j];
+        a0 += h0[j] * r; a1 += h1[j] * r; a2 += h2[j] * r; a3 += h3[j] * r;
+    }
+    out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;
+}
+
+INLINE float dot1(const float *restrict row, const float *restrict h, int64_t H) {
+    float a = 0;
+    for (int64_t j = 0; j < H; j++) a += h[j] * row[j];
+    return a;
+}
+
+/* gw += sum_k g_k h_k and d_k += g_k row, for four distinct samples k */
+INLINE void back4(const float *restrict row, float *restrict gw, const float *restrict h0, const float *restrict h1,
+                  const float *restrict h2, const float *restrict h3, float *restrict d0, float *restrict d1,
+                  float *restrict d2, float *restrict d3, float g0, float g1, float g2, float g3, int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        const float r = row[j];
+        gw[j] += g0 * h0[j] + g1 * h1[j] + g2 * h2[j] + g3 * h3[j];
+        d0[j] += g0 * r; d1[j] += g1 * r; d2[j] += g2 * r; d3[j] += g3 * r;
+    }
+}
+
+INLINE void back1(const float *restrict row, float *restrict gw, const float *restrict h, float *restrict d, float g,
+                  int64_t H) {
+    for (int64_t j = 0; j < H; j++) { gw[j] += g * h[j]; d[j] += g * row[j]; }
+}
+
+INLINE void axpy(float *restrict out, const float *restrict x, float a, int64_t H) {
+    for (int64_t j = 0; j < H; j++) out[j] += a * x[j];
+}
+
+CLONES static void hidden_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    (void)tid;
+    const int64_t H = s->H;
+    for (int64_t b = lo; b < hi; b++) {
+        float *restrict out = s->h + b * s->HS;
+        for (int64_t j = 0; j < H; j++) out[j] = 0.0f;
+        for (int64_t k = s->xptr[b]; k < s->xptr[b + 1]; k++) {
+            axpy(out, s->W_in + s->xidx[k] * H, s->xval[k], H);
+        }
+        for (int64_t j = 0; j < H; j++) out[j] += s->b_in[j];
+    }
+}
+
+/* Scores of the entries of distinct columns [lo, hi): each weight row read once, for four
+ * samples at a time. */
+CLONES static void score_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    (void)tid;
+    const Work *w = s->w;
+    const int64_t H = s->H, HS = s->HS, *eptr = w->e_ptr.p, *es = w->e_sample.p, *ucol = w->ucol.p;
+    const float *restrict h = s->h;
+    float *restrict out = s->escore;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *restrict row = s->W_out + ucol[u] * H;
+        const float bias = s->b_out[ucol[u]];
+        int64_t e = eptr[u];
+        for (; e + 4 <= eptr[u + 1]; e += 4) {
+            float a[4];
+            dot4(row, h + es[e] * HS, h + es[e + 1] * HS, h + es[e + 2] * HS, h + es[e + 3] * HS, H, a);
+            out[e] = a[0] + bias; out[e + 1] = a[1] + bias; out[e + 2] = a[2] + bias; out[e + 3] = a[3] + bias;
+        }
+        for (; e < eptr[u + 1]; e++) {
+            out[e] = dot1(row, h + es[e] * HS, H) + bias;
+        }
+    }
+}
+
+/* Softmax rows [lo, hi): their loss, and d loss / d score of every pair. */
+CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    Step *m = (Step *)s;
+    const Work *w = s->w;
+    const int64_t *start = w->row_start.p, *tgt = w->row_target.p, *pe = w->pair_entry.p;
+    double path = 0.0, level = 0.0;
+    int bad = 0;
+    for (int64_t r = lo; r < hi; r++) {
+        const int64_t a = start[r], z = start[r + 1];
+        float *restrict x = s->score + a;
+        for (int64_t i = 0; i < z - a; i++) x[i] = s->escore[pe[a + i]];
+        float top = x[0];
+        for (int64_t i = 1; i < z - a; i++) top = x[i] > top ? x[i] : top;
+        if (is_nonfinite(top)) { bad = 1; continue; }
+        float total = 0.0f;
+        for (int64_t i = 0; i < z - a; i++) total += expf(x[i] - top);
+        const float lse = logf(total) + top;
+        const float scale = r < w->R ? s->path_scale : s->level_scale;
+        float *g = s->grad + a;
+        for (int64_t i = 0; i < z - a; i++) g[i] = scale * expf(x[i] - lse);
+        s->grad[tgt[r]] -= scale;
+        const double row_loss = (double)lse - (double)s->score[tgt[r]];
+        if (r < w->R) path += row_loss; else level += row_loss;
+    }
+    m->loss[tid][0] = path;
+    m->loss[tid][1] = level;
+    m->nonfinite[tid] = bad;
+}
+
+/* Backward of distinct columns [lo, hi): the pairs' gradients summed per entry, then each
+ * column's weight and bias gradient (its own row of the output) and the hidden gradient, into
+ * this thread's own (B, H) block, four entries (four distinct samples) at a time. */
+CLONES static void back_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    const Work *w = s->w;
+    const int64_t H = s->H, HS = s->HS, *uptr = w->u_ptr.p, *upairs = w->u_pairs.p, *pe = w->pair_entry.p;
+    const int64_t *eptr = w->e_ptr.p, *es = w->e_sample.p, *ucol = w->ucol.p;
+    const float *restrict h = s->h;
+    float *restrict eg = s->egrad;
+    float *restrict dh = s->dh + (int64_t)tid * w->B * HS;
+    for (int64_t u = lo; u < hi; u++) {
+        for (int64_t e = eptr[u]; e < eptr[u + 1]; e++) eg[e] = 0.0f;
+        for (int64_t q = uptr[u]; q < uptr[u + 1]; q++) eg[pe[upairs[q]]] += s->grad[upairs[q]];
+        const float *restrict row = s->W_out + ucol[u] * H;
+        float *restrict gw = s->dW_out + u * H;
+        float gb = 0.0f;
+        for (int64_t j = 0; j < H; j++) gw[j] = 0.0f;
+        int64_t e = eptr[u];
+        for (; e + 4 <= eptr[u + 1]; e += 4) {
+            const float g0 = eg[e], g1 = eg[e + 1], g2 = eg[e + 2], g3 = eg[e + 3];
+            back4(row, gw, h + es[e] * HS, h + es[e + 1] * HS, h + es[e + 2] * HS, h + es[e + 3] * HS,
+                  dh + es[e] * HS, dh + es[e + 1] * HS, dh + es[e + 2] * HS, dh + es[e + 3] * HS, g0, g1, g2, g3, H);
+            gb += g0 + g1 + g2 + g3;
+        }
+        for (; e < eptr[u + 1]; e++) {
+            const float g = eg[e];
+            back1(row, gw, h + es[e] * HS, dh + es[e] * HS, g, H);
+            gb += g;
+        }
+        s->db_out[u] = gb;
+    }
+}
+
+/* The threads' hidden gradients summed into block 0, samples [lo, hi). */
+CLONES static void reduce_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    (void)tid;
+    const int64_t HS = s->HS, stride = s->w->B * HS;
+    float *restrict dst = s->dh;
+    for (int t = 1; t < s->T; t++) {
+        const float *restrict src = s->dh + t * stride;
+        for (int64_t i = lo * HS; i < hi * HS; i++) dst[i] += src[i];
+    }
+}
+
+/* Input-layer gradient of the distinct features [lo, hi): the sum of value x hidden gradient
+ * over the batch entries of each feature. */
+CLONES static void input_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    (void)tid;
+    const Work *w = s->w;
+    const int64_t H = s->H, *fptr = w->f_ptr.p, *fent = w->f_ent.p, *frow = w->f_row.p;
+    for (int64_t f = lo; f < hi; f++) {
+        float *restrict out = s->dW_in + f * H;
+        for (int64_t j = 0; j < H; j++) out[j] = 0.0f;
+        for (int64_t e = fptr[f]; e < fptr[f + 1]; e++) {
+            axpy(out, s->dh + frow[e] * s->HS, s->xval[fent[e]], H);
+        }
+    }
+}
+
+/* ps_run: the step prepared by ps_prepare (same batch), with T threads.
+ *   xptr, xidx, xval: the batch's CSR input; W_in (F, H), b_in (H), W_out (N, H), b_out (N):
+ *   the weights (C-contiguous float32); level_weight: the in-batch level term's weight.
+ *   Out: h (B, H) the hidden rows; dW_in (NF, H) the input rows' gradients (rows: feat_out, NF);
+ *   db_in (H); dW_out (U, H), db_out (U) the output rows' gradients (rows: col_out, U);
+ *   loss (3): the loss, its path part (mean over path rows), its level part (mean over level
+ *   rows, unweighted). NaN loss where a score was not finite.
+ * Returns 0, or -1 when out of memory. */
+int64_t ps_run(void *handle, int64_t T, const int64_t *xptr, const int64_t *xidx, const float *xval, int64_t H,
+               const float *W_in, const float *b_in, const float *W_out, const float *b_out, float level_weight,
+               float *h, float *dW_in, float *db_in, float *dW_out, float *db_out, int64_t *feat_out,
+               int64_t *col_out, double *loss) {
+    Work *w = handle;
+    if (T < 1) T = 1;
+    if (T > MAX_THREADS) T = MAX_THREADS;
+    const int64_t B = w->B, P = w->P, rows = w->R + w->LR;
+    /* Rows of the (B, H) blocks are HS apart, not H: with H = 256 floats every row starts at a
+     * multiple of 1 KiB, so the four h rows, four dh rows and the weight row a blocked loop
+     * streams all map to the same L1 sets and evict each other (measured 3x slower). */
+    const int64_t HS = H + 16;
+    if (reserve(&w->score, 4 * (size_t)(P + 1)) || reserve(&w->grad, 4 * (size_t)(P + 1))
+        || reserve(&w->hpad, 4 * (size_t)(B * HS + 1)) || reserve(&w->dh, 4 * (size_t)(T * B * HS + 1)) || reserve(&w->escore, 4 * (size_t)(w->E + 1))
+        || reserve(&w->egrad, 4 * (size_t)(w->E + 1)))
+        return -1;
+    static const double NaN = __builtin_nan("");
+    Step *s = calloc(1, sizeof(Step));
+    if (!s) return -1;
+    *s = (Step){.w = w, .H = H, .HS = HS, .xptr = xptr, .xidx = xidx, .xval = xval, .W_in = W_in, .b_in = b_in,
+                .W_out = W_out, .b_out = b_out, .h = w->hpad.p, .score = w->score.p, .grad = w->grad.p, .dh = w->dh.p,
+                .escore = w->escore.p, .egrad = w->egrad.p,
+                .dW_in = dW_in, .dW_out = dW_out, .db_out = db_out, .T = (int)T,
+                .path_scale = 1.0f / (float)(w->R > 0 ? w->R : 1),
+                .level_scale = level_weight / (float)(w->LR > 0 ? w->LR : 1)};
+#ifdef PS_TIMING
+    double tick_ = now_ms();
+#endif
+    memset(s->dh, 0, sizeof(float) * (size_t)(T * B * HS));
+    int Tb = (int)(B < T ? (B > 0 ? B : 1) : T);
+    parallel(s, Tb, hidden_task, B, NULL); TICK("hidden");
+    parallel(s, (int)T, score_task, w->U, w->e_ptr.p); TICK("score");
+    parallel(s, (int)T, loss_task, rows, w->row_start.p); TICK("loss");
+    parallel(s, (int)T, back_task, w->U, w->u_ptr.p); TICK("back");
+    parallel(s, Tb, reduce_task, B, NULL); TICK("reduce");
+    parallel(s, (int)T, input_task, w->NF, w->f_ptr.p); TICK("input");
+    for (int64_t j = 0; j < H; j++) db_in[j] = 0.0f;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < H; j++) db_in[j] += s->dh[b * HS + j];
+    for (int64_t b = 0; b < B; b++) memcpy(h + b * H, s->h + b * HS, sizeof(float) * (size_t)H);
+    TICK("bias");
+#ifdef PS_TIMING
+    fprintf(stderr, "P %ld E %ld U %ld\n", (long)w->P, (long)w->E, (long)w->U);
+#endif
+    double path = 0.0, level = 0.0;
+    int bad = 0;
+    for (int t = 0; t < T; t++) { path += s->loss[t][0]; level += s->loss[t][1]; bad |= s->nonfinite[t]; }
+    path /= (double)(w->R > 0 ? w->R : 1);
+    level /= (double)(w->LR > 0 ? w->LR : 1);
+    loss[0] = bad ? NaN : path + (double)level_weight * level;
+    loss[1] = path;
+    loss[2] = level;
+    memcpy(feat_out, w->feat.p, sizeof(int64_t) * (size_t)w->NF);
+    memcpy(col_out, w->ucol.p, sizeof(int64_t) * (size_t)w->U);
+    free(s);
+    return 0;
+}
+
+/* adam_rows: Adam on the given rows of a float32 parameter (LazyAdam's sparse step).
+ *   p, m, v (n_param_rows, H): the parameter and its moments; rows (n) distinct row ids; g (n, H)
+ *   their gradients; lr_t = lr / (1 - b1^step), bc2 = 1 - b2^step.
+ * The same operations, in the same order, as LazyAdam's torch route. */
+typedef struct {
+    float *p, *m, *v;
+    const int64_t *rows;
+    const float *g;
+    int64_t H;
+    float lr_t, b1, b2, eps, wd, bc2;
+} AdamJob;
+typedef struct { const AdamJob *a; int64_t lo, hi; } AdamChunk;
+
+CLONES static void *adam_chunk(void *arg) {
+    const AdamChunk *c = arg;
+    const AdamJob *a = c->a;
+    const int64_t H = a->H;
+    for (int64_t i = c->lo; i < c->hi; i++) {
+        float *p = a->p + a->rows[i] * H, *m = a->m + a->rows[i] * H, *v = a->v + a->rows[i] * H;
+        const float *g = a->g + i * H;
+        for (int64_t j = 0; j < H; j++) {
+            const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
+            const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
+            const float vj = v[j] * a->b2 + (1.0f - a->b2) * gj * gj;
+            m[j] = mj;
+            v[j] = vj;
+            p[j] -= a->lr_t * (mj / (sqrtf(vj / a->bc2) + a->eps));
+        }
+    }
+    return NULL;
+}
+
+void adam_rows(float *p, float *m, float *v, const int64_t *rows, const float *g, int64_t n, int64_t H,
+               float lr_t, float b1, float b2, float eps, float wd, float bc2, int64_t T) {
+    AdamJob a = {p, m, v, rows, g, H, lr_t, b1, b2, eps, wd, bc2};
+    if (T < 1) T = 1;
+    if (T > MAX_THREADS) T = MAX_THREADS;
+    if (n < 64 * T) T = 1; /* a thread start costs more than a few rows */
+    AdamChunk chunks[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started[MAX_THREADS];
+    for (int64_t t = 0; t < T; t++) chunks[t] = (AdamChunk){&a, n * t / T, n * (t + 1) / T};
+    for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&th[t], NULL, adam_chunk, &chunks[t]) == 0;
+    adam_chunk(&chunks[0]);
+    for (int64_t t = 1; t < T; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        else adam_chunk(&chunks[t]);
+    }
+}

@@ -1,0 +1,130 @@
+"""The fused path-local training step (C) against the torch route it replaces.
+
+The torch route (``SparseMLP.encode`` / ``scorer``, ``PathLocalCrossEntropy``, autograd) is the
+reference: the fused step must give the same loss and the same gradients, on random trees with
+shuffled ids, with and without stops, both semantics, with and without the in-batch level term
+and unlabelled rows; ``LazyAdam``'s C row update must give the torch route's weights.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from hiclass_parallel.estimators import HierarchicalClassifier, LazyAdam, SparseMLP
+from hiclass_parallel.estimators._data import csr_tensor
+from hiclass_parallel.estimators._fused_step import fused_step, fused_step_refusal
+from hiclass_parallel.losses import PathLocalCrossEntropy
+from hiclass_parallel.ops import _native_path_step
+from hiclass_parallel.ops.groups import n_outputs
+
+pytestmark = pytest.mark.skipif(not _native_path_step.available(),
+                                reason="the fused step's C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
+
+
+def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int = 23, n: int = 60, H: int = 8):
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, n)
+    torch.manual_seed(seed)
+    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H)
+    with torch.no_grad():
+        module.head.bias.weight.normal_()  # zero at the start: give the bias gradient something to check
+    criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level)
+    module.train()
+    criterion.train()
+    X = csr_tensor(sp.random(B, 30, density=0.2, random_state=seed, format="csr", dtype=np.float32))
+    y = torch.as_tensor(rng.integers(-1, n, B))  # -1: unlabelled rows
+    return module, criterion, X, y
+
+
+def _grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).clone() for k, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("stop", "semantics"), [(False, "partial"), (True, "partial"), (True, "terminal")])
+@pytest.mark.parametrize("level", [0.0, 0.3])
+def test_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, level):
+    module, criterion, X, y = _case(random_tree, seed, stop, semantics, level)
+    assert fused_step_refusal(module, criterion, X) is None
+    loss = criterion(module.scorer(module.encode(X)), y)
+    loss.backward()
+    reference = _grads(module)
+    module.zero_grad(set_to_none=True)
+    out = fused_step(module, criterion, X, y)
+    assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+    for name, grad in _grads(module).items():
+        torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
+    # the sparse gradients come out coalesced: distinct rows, ascending
+    for p in (module.input.embedding.weight, module.head.weight.weight):
+        rows = p.grad.indices()[0]
+        assert p.grad.is_coalesced() and bool((rows[1:] > rows[:-1]).all())
+
+
+def test_a_batch_without_labels_has_zero_loss_and_gradients(random_tree):
+    module, criterion, X, _ = _case(random_tree, 0, True, "terminal", 0.3)
+    out = fused_step(module, criterion, X, torch.full((X.shape[0],), -1))
+    assert float(out["loss"]) == 0.0
+    assert all(float(g.abs().max()) == 0.0 for g in _grads(module).values() if g.numel())
+
+
+def test_out_of_range_targets_are_a_named_error(random_tree):
+    module, criterion, X, y = _case(random_tree, 1, False, "partial", 0.0)
+    y[3] = 10_000
+    with pytest.raises(IndexError, match="10000"):
+        fused_step(module, criterion, X, y)
+
+
+def test_the_fused_step_refuses_what_it_was_not_written_for(random_tree):
+    module, criterion, X, _y = _case(random_tree, 2, True, "terminal", 0.3)
+    assert "dropout" in fused_step_refusal(SparseMLP(30, module.n_outputs, dropout=0.5), criterion, X)
+    dense = X.to_dense()
+    assert "sparse CSR" in fused_step_refusal(module, criterion, dense)
+    summed = PathLocalCrossEntropy(criterion.tree, stop=True, reduction="sum")
+    assert "reduction 'sum'" in fused_step_refusal(module, summed, X)
+
+
+def test_lazy_adam_row_update_equals_the_torch_route(monkeypatch):
+    torch.manual_seed(0)
+    weights = []
+    for native in (True, False):
+        if not native:
+            monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(50, 16, sparse=True)
+        opt = LazyAdam(emb.parameters(), lr=0.05, weight_decay=0.01)
+        for step in range(5):
+            idx = torch.randint(0, 50, (12,), generator=torch.Generator().manual_seed(step))
+            opt.zero_grad()
+            (emb(idx) ** 2).sum().backward()
+            opt.step()
+        weights.append(emb.weight.detach().clone())
+    # fast-math rounding (a reciprocal for the division) differs from torch by an ulp or so
+    torch.testing.assert_close(weights[0], weights[1], rtol=1e-4, atol=1e-5)
+
+
+def test_the_classifier_trains_fused_and_reports_it():
+    from hiclass_parallel import Tree
+
+    rng = np.random.default_rng(0)
+    tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 10), rng.integers(2, 12, 30)])
+    X = sp.random(300, 40, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    y = rng.integers(0, tree.n_classes, 300)
+    runs = {}
+    for native in ("1", "0"):
+        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+            warnings.simplefilter("ignore")
+            if native == "0":
+                mp.setattr("hiclass_parallel.estimators._fused_step.native.available", lambda: False)
+            clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64).fit(X, y)
+        runs[native] = clf
+    assert runs["1"].net_.step_engine_ == "fused"
+    assert runs["0"].net_.step_engine_ == "torch"
+    # the same training, step for step, within float tolerance
+    losses = [np.array(c.net_.history[:, "train_loss"]) for c in runs.values()]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+    np.testing.assert_array_equal(runs["1"].predict(X[:50]), runs["0"].predict(X[:50]))
