@@ -33,27 +33,36 @@ def shards(X, y, world):
 
 
 def _params(sparse: bool):
-    common = dict(max_epochs=3, batch_size=BATCH, random_state=0, iterator_train__shuffle=False)
+    common = {"max_epochs": 3, "batch_size": BATCH, "random_state": 0, "iterator_train__shuffle": False}
     # The in-batch level term draws its negatives from each rank's own half batch, so only
     # without it do two ranks equal one process with the double batch.
     sparse_params = dict(common, module__hidden_units=16, criterion__level_contrast=0.0)
-    return sparse_params if sparse else dict(common, module__dropout=0.0)
+    # MLP scores every class ("full"): dense gradients only, and no in-batch level term.
+    return sparse_params if sparse else dict(common, module__dropout=0.0, training="full")
 
 
-def _data(sparse: bool):
+def _data(sparse: bool, silent_rank: int | None = None):
+    """The data; ``silent_rank``: that rank's rows have no features (its input gradient has no rows)."""
     X, y, tree = make_hierarchical_classification(n_samples=256, n_features=12, branching=3, depth=2, random_state=0)
     if sparse:
         import scipy.sparse as sp
 
-        X = sp.csr_matrix(np.where(X > 0.5, X, 0.0).astype(np.float32))
+        X = np.where(X > 0.5, X, 0.0).astype(np.float32)
+        if silent_rank is not None:
+            X[np.arange(X.shape[0]) // BATCH % 2 == silent_rank] = 0.0
+        X = sp.csr_matrix(X)
     return X, y, tree
 
 
-def _worker(rank: int, world: int, port: int, out: str, sparse: bool) -> None:
+def _init(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def _worker(rank: int, world: int, port: int, out: str, sparse: bool, silent_rank: int | None) -> None:
+    _init(rank, world, port)
     try:
-        X, y, tree = _data(sparse)
+        X, y, tree = _data(sparse, silent_rank)
         Xr, yr = shards(X, y, world)[rank]
         clf = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params(sparse)).fit(Xr, yr)
         state = {k: v.detach().clone() for k, v in clf.net_.module_.state_dict().items()}
@@ -71,16 +80,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("sparse", [False, True], ids=["MLP", "SparseMLP-path-local"])
-def test_two_cpu_processes_train_identical_weights(tmp_path, sparse, one_torch_thread):
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), sparse), nprocs=2, join=True)
+@pytest.mark.parametrize("sparse, silent_rank", [(False, None), (True, None), (True, 1)],
+                         ids=["MLP", "SparseMLP-path-local", "SparseMLP-a-rank-without-features"])
+def test_two_cpu_processes_train_identical_weights(tmp_path, sparse, silent_rank, one_torch_thread):
+    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), sparse, silent_rank), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert ranks[0].keys() == ranks[1].keys()
     for key in ranks[0]:
         torch.testing.assert_close(ranks[0][key], ranks[1][key], rtol=0, atol=0)
 
     # The same result as one process on all the data, with batches twice as large.
-    X, y, tree = _data(sparse)
+    X, y, tree = _data(sparse, silent_rank)
     single = HierarchicalClassifier(tree, **dict(_params(sparse), batch_size=2 * BATCH)).fit(X, y)
     for key, value in single.net_.module_.state_dict().items():
         torch.testing.assert_close(ranks[0][key], value, rtol=1e-4, atol=1e-5)
@@ -96,3 +106,120 @@ def test_without_a_process_group_the_callback_changes_nothing(one_torch_thread):
     plain = HierarchicalClassifier(tree, **_params(False)).fit(X, y)
     with_cb = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params(False)).fit(X, y)
     np.testing.assert_array_equal(plain.decision_function(X), with_cb.decision_function(X))
+
+
+# ------------------------------------------------------------------ the sparse all-reduce itself
+#: name: (shape, {rank: gradient spec}); a spec is None (no gradient), "dense", or a list of
+#: (rows, coalesced) for a sparse gradient over the first dimension ((rows, cols) pairs with a
+#: 2-D index for "grid"). Rows repeat in uncoalesced gradients (autograd's EmbeddingBag); row 7
+#: of "rows" holds zeros on rank 0 and must stay (one process keeps every touched row).
+CASES = {
+    "rows": ((10, 3), {0: ([1, 3, 3, 7], False), 1: ([3, 9], True)}),
+    "one_rank_none": ((6, 2), {0: ([2, 5], True), 1: None}),
+    "one_rank_empty": ((6, 1), {0: ([], True), 1: ([0, 4], False)}),
+    "all_empty": ((5, 4), {0: ([], True), 1: ([], False)}),
+    "all_none": ((5, 4), {0: None, 1: None}),
+    "dense": ((4, 3), {0: "dense", 1: None}),
+    "float64": ((7, 2), {0: ([6], True), 1: ([0, 6, 6], False)}),
+    "grid": ((4, 5), {0: ([(0, 1), (3, 4), (0, 1)], False), 1: ([(2, 0), (3, 4)], True)}),
+}
+
+
+def _grad(name: str, rank: int) -> torch.Tensor | None:
+    shape, specs = CASES[name]
+    spec = specs[rank]
+    dtype = torch.float64 if name == "float64" else torch.float32
+    gen = torch.Generator().manual_seed(100 * rank + len(name))
+    if spec is None:
+        return None
+    if spec == "dense":
+        return torch.randn(shape, generator=gen, dtype=dtype)
+    rows, coalesced = spec
+    k = 2 if name == "grid" else 1
+    index = torch.tensor(rows, dtype=torch.int64).reshape(-1, k).t()
+    values = torch.randn((index.shape[1], *shape[k:]), generator=gen, dtype=dtype)
+    if name == "rows" and rank == 0:
+        values[3] = 0.0  # row 7: touched, zero gradient
+    return torch.sparse_coo_tensor(index, values, shape, is_coalesced=coalesced, check_invariants=True)
+
+
+def _one_process(name: str) -> torch.Tensor | None:
+    """The gradient of one process over both ranks' batches: the mean, every touched row kept."""
+    grads = [g for g in (_grad(name, r) for r in range(2)) if g is not None]
+    if not grads:
+        return None
+    total = grads[0]
+    for g in grads[1:]:
+        total = total + g
+    return (total.coalesce() if total.is_sparse else total) / 2
+
+
+def _module() -> torch.nn.Module:
+    module = torch.nn.Module()
+    for name, (shape, _) in CASES.items():
+        weight = torch.linspace(-1, 1, int(np.prod(shape)), dtype=torch.float64 if name == "float64" else None)
+        module.register_parameter(name, torch.nn.Parameter(weight.reshape(shape)))
+    return module
+
+
+def _stepped(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters LazyAdam steps: it reads a sparse gradient's rows (one index dimension)."""
+    return [p for name, p in module.named_parameters() if name != "grid"]
+
+
+def _reduce_worker(rank: int, world: int, port: int, out: str) -> None:
+    from types import SimpleNamespace
+
+    from hiclass_parallel.estimators import LazyAdam
+
+    _init(rank, world, port)
+    try:
+        module = _module()
+        for name, param in module.named_parameters():
+            param.grad = _grad(name, rank)
+        callback = DataParallel()
+        callback.on_train_begin(SimpleNamespace(module_=module, batch_size=BATCH))
+        callback.on_grad_computed(None, list(module.named_parameters()), training=True)
+        grads = {name: p.grad for name, p in module.named_parameters()}
+        LazyAdam(_stepped(module), lr=0.1).step()
+        torch.save({"grads": grads, "weights": dict(module.state_dict()), "traffic": callback.traffic_},
+                   os.path.join(out, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sparse_gradients_average_over_the_rows_any_rank_touched(tmp_path, one_torch_thread):
+    from hiclass_parallel.estimators import LazyAdam
+
+    mp.spawn(_reduce_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    # One process with the combined batch: the mean of the ranks' gradients over the union of
+    # their rows, zeros kept; LazyAdam steps it to the same weights.
+    module = _module()
+    for name, param in module.named_parameters():
+        param.grad = _one_process(name)
+    expected = {name: p.grad for name, p in module.named_parameters()}
+    LazyAdam(_stepped(module), lr=0.1).step()
+
+    for name, want in expected.items():
+        got = [r["grads"][name] for r in ranks]
+        if want is None:
+            assert got == [None, None], name
+            continue
+        if want.is_sparse:
+            for g in got:
+                assert g.layout == torch.sparse_coo and g.is_coalesced(), name
+                torch.testing.assert_close(g.indices(), want.indices(), rtol=0, atol=0)
+            torch.testing.assert_close(got[0].values(), got[1].values(), rtol=0, atol=0)  # bit-identical
+            torch.testing.assert_close(got[0].values(), want.values())
+        else:
+            torch.testing.assert_close(got[0], got[1], rtol=0, atol=0)
+            torch.testing.assert_close(got[0], want)
+    assert expected["rows"].indices()[0].tolist() == [1, 3, 7, 9]
+    assert expected["all_empty"]._nnz() == 0
+    for name, weight in module.state_dict().items():
+        torch.testing.assert_close(ranks[0]["weights"][name], ranks[1]["weights"][name], rtol=0, atol=0)
+        torch.testing.assert_close(ranks[0]["weights"][name], weight)
+    # Only touched rows moved: the header and the padded rows, never a table.
+    assert ranks[0]["traffic"]["steps"] == 1
+    assert ranks[0]["traffic"]["rows"]["rows"] == 4

@@ -10,9 +10,10 @@ the model afterwards, and the pickle loads in a single process.
 Why a callback and not ``DistributedDataParallel``: DDP wraps a module, and the classifier
 needs its module unwrapped (``encode``/``scorer`` for path-local training and best-first
 decoding); the tree loss has no parameters, and wrapping it in DDP is an error (accelerate
-does so on multi-CPU; see ``docs/scale-out.md``). The cost is one all-reduce per parameter
-tensor per step instead of DDP's bucketed, overlapped ones: fine for the classifier's small
-networks, and the place to switch to accelerate for large ones.
+does so on multi-CPU; see ``docs/scale-out.md``). Per step, the dense gradients
+go in one all-reduce (not DDP's bucketed, overlapped ones: fine for the classifier's small
+dense layers, and the place to switch to accelerate for large ones), and each sparse gradient
+moves only the rows a rank touched (one all-gather for all of them), never the table.
 
 The process group is the caller's: ``torch.distributed.init_process_group`` (``torchrun`` sets
 the environment for it), ``"gloo"`` on CPU, ``"nccl"`` on GPUs with ``device=f"cuda:{local_rank}"``.
@@ -30,9 +31,51 @@ from skorch.callbacks import Callback
 
 __all__ = ["DataParallel"]
 
+#: A gradient's kind in the header the ranks exchange: none, dense, or sparse over ``k`` index
+#: dimensions (``_DENSE + k``).
+_NONE, _DENSE = 0, 1
+
 
 def _active(group: Any) -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
+
+
+def _local_rows(param: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's sparse gradient of ``param`` over ``k`` index dimensions, coalesced: the
+    linear index of each entry (row-major over ``param.shape[:k]``) and its values; none
+    (a batch that touched nothing) is no rows."""
+    grad = param.grad
+    if grad is None:
+        return (torch.zeros(0, dtype=torch.int64, device=param.device),
+                param.new_zeros((0, *param.shape[k:])))
+    grad = grad.coalesce()
+    index, values = grad.indices(), grad.values().to(param.dtype).contiguous()
+    if k == 1:
+        return index[0], values
+    strides = torch.ones(k, dtype=torch.int64, device=index.device)
+    for d in range(k - 2, -1, -1):
+        strides[d] = strides[d + 1] * param.shape[d + 1]
+    return (index * strides[:, None]).sum(0), values
+
+
+class _Packer:
+    """Tensors laid end to end in one byte buffer (each block 8-byte aligned), and read back."""
+
+    def __init__(self) -> None:
+        self.parts: list[torch.Tensor] = []
+        self.size = 0
+
+    def add(self, tensor: torch.Tensor) -> tuple[int, int]:
+        raw = tensor.contiguous().view(torch.uint8).reshape(-1)
+        at, pad = self.size, -raw.numel() % 8
+        self.parts += [raw, raw.new_zeros(pad)]
+        self.size += raw.numel() + pad
+        return at, raw.numel()
+
+    @staticmethod
+    def read(buffer: torch.Tensor, where: tuple[int, int], dtype: torch.dtype, tail: tuple[int, ...] = ()) -> torch.Tensor:
+        at, n = where
+        return buffer[at:at + n].view(dtype).view(-1, *tail)
 
 
 class DataParallel(Callback):
@@ -50,11 +93,25 @@ class DataParallel(Callback):
         (a rank with fewer would leave the others waiting in an all-reduce forever).
         Needs a data set with a length; streams are not checked.
 
+    Attributes
+    ----------
+    traffic_ : dict
+        Since training began: ``"steps"`` averaged, ``"bytes"`` this rank received in them
+        (all-gathers: ``(world - 1)`` times the bytes each rank sends; all-reduces: a ring's
+        ``2 (world - 1) / world`` times the buffer), and ``"rows"``: per sparse parameter, the
+        rows of the averaged gradients summed over the steps.
+
     Notes
     -----
-    Sparse gradients (:class:`SparseMLP` with :class:`LazyAdam`) are averaged densely and
-    made sparse again over the rows any rank touched: correct, but the all-reduce moves the
-    whole weight. Dropout masks and shuffling differ between ranks only through the data.
+    Dense gradients are averaged by one all-reduce per step (all of them end to end). A
+    sparse gradient (:class:`SparseMLP`'s input and output rows, trained by
+    :class:`LazyAdam`) moves only the rows its rank touched: each rank's coalesced rows (index
+    and values) go to every rank in one all-gather, and every rank sums them, in rank order,
+    into the union of the rows, coalesced, as one process would have over the combined
+    batch. So a step moves ``world x`` the largest rank's touched rows, never the table, and
+    the ranks end bit-identical. Any sparse COO gradient in ``p.grad`` is taken, coalesced or
+    not (autograd's, or one a fused step set). Dropout masks and shuffling differ between
+    ranks only through the data.
 
     Examples
     --------
@@ -83,14 +140,15 @@ class DataParallel(Callback):
         self.check_batches = check_batches
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        self.traffic_ = {"steps": 0, "bytes": 0, "rows": {}}
         if not _active(self.group):
             return
         if self.check_batches and X is not None and hasattr(X, "__len__"):
             batch = net.batch_size if net.batch_size > 0 else max(len(X), 1)
-            mine = torch.tensor([math.ceil(len(X) / batch)], dtype=torch.int64)
-            counts = [torch.zeros_like(mine) for _ in range(dist.get_world_size(self.group))]
-            dist.all_gather(counts, mine, group=self.group)
-            counts = [int(c) for c in counts]
+            device = next(net.module_.parameters(), torch.empty(0)).device  # nccl gathers GPU tensors
+            mine = torch.tensor([math.ceil(len(X) / batch)], dtype=torch.int64, device=device)
+            counts = self._all_gather(mine).tolist()
+            counts = [int(c) for (c,) in counts]
             if len(set(counts)) > 1:
                 raise ValueError(
                     f"ranks have different numbers of mini-batches per epoch ({counts}): every all-reduce "
@@ -106,15 +164,85 @@ class DataParallel(Callback):
                          **kwargs: Any) -> None:
         if not (training and _active(self.group)):
             return
+        named = list(named_parameters)
+        if not named:
+            return
+        # One header from every rank: each gradient's kind and its number of sparse entries,
+        # so that all ranks agree which gradients are sparse (a rank whose batch left a
+        # parameter untouched may have none) and how much each sends.
+        local = []
+        for _, param in named:
+            if param.grad is not None and param.grad.is_sparse:
+                param.grad = param.grad.coalesce()  # the same gradient; a no-op if built coalesced
+                local.append((_DENSE + param.grad.sparse_dim(), param.grad._nnz()))
+            else:
+                local.append((_NONE if param.grad is None else _DENSE, 0))
+        header = torch.tensor(local, dtype=torch.int64, device=named[0][1].device).t().contiguous()
+        kinds, counts = self._all_gather(header).unbind(1)  # (world, n_params) each
+        dense, sparse = [], []
+        for i, (name, param) in enumerate(named):
+            seen = set(kinds[:, i].tolist()) - {_NONE}
+            if len(seen) > 1:
+                raise ValueError(f"ranks disagree on the kind of {name}'s gradient (dense, or sparse over how "
+                                 "many dimensions): every rank must run the same model")
+            if seen == {_DENSE}:
+                dense.append(param)
+            elif seen:
+                sparse.append((name, param, seen.pop() - _DENSE, counts[:, i].tolist()))
+        if dense:
+            self._reduce_dense(dense)
+        if sparse:
+            self._reduce_sparse(sparse)
+        self.traffic_["steps"] += 1
+
+    def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``(world, *tensor.shape)``: every rank's ``tensor`` (the same shape on every rank)."""
         world = dist.get_world_size(self.group)
-        params = [param for _, param in named_parameters]
-        # Ranks agree on which gradients are sparse (a rank may have none for a parameter its
-        # batch left untouched), so that every rank's optimizer takes the same kind of step.
-        sparse = torch.tensor([p.grad is not None and p.grad.is_sparse for p in params], dtype=torch.int32)
-        dist.all_reduce(sparse, op=dist.ReduceOp.MAX, group=self.group)
-        for param, is_sparse in zip(params, sparse.tolist()):
-            grad = param.grad
-            dense = torch.zeros_like(param) if grad is None else (grad.to_dense() if grad.is_sparse else grad)
-            dist.all_reduce(dense, group=self.group)
-            dense /= world
-            param.grad = dense.to_sparse(sparse_dim=1).coalesce() if is_sparse else dense
+        out = tensor.new_empty((world, *tensor.shape))
+        dist.all_gather(list(out.unbind(0)), tensor, group=self.group)
+        self.traffic_["bytes"] += (world - 1) * tensor.numel() * tensor.element_size()
+        return out
+
+    def _reduce_dense(self, params: list[torch.Tensor]) -> None:
+        """Average dense gradients: one all-reduce of them all, end to end, per dtype (a rank
+        without a gradient adds zeros)."""
+        world = dist.get_world_size(self.group)
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for param in params:
+            by_dtype.setdefault(param.dtype, []).append(param)
+        for group in by_dtype.values():
+            flat = torch.cat([torch.zeros_like(p).view(-1) if p.grad is None else p.grad.reshape(-1) for p in group])
+            dist.all_reduce(flat, group=self.group)
+            self.traffic_["bytes"] += 2 * (world - 1) * flat.numel() * flat.element_size() // world  # a ring's
+            flat /= world
+            for param, part in zip(group, flat.split([p.numel() for p in group])):
+                param.grad = part.view_as(param)
+
+    def _reduce_sparse(self, sparse: list[tuple[str, torch.Tensor, int, list[int]]]) -> None:
+        """Average sparse gradients over the union of the entries the ranks touched.
+
+        Each rank lays its coalesced entries (linear indices and values, padded to the
+        largest count among the ranks) into one byte buffer; one all-gather moves them all,
+        and every rank sums the same blocks in rank order into the union of the entries, so
+        the ranks end bit-identical. The tables themselves never move.
+        """
+        world = dist.get_world_size(self.group)
+        packer, layout = _Packer(), []
+        for _, param, k, counts in sparse:
+            keys, values = _local_rows(param, k)
+            pad = max(counts) - keys.shape[0]
+            layout.append((packer.add(torch.cat([keys, keys.new_zeros(pad)])),
+                           packer.add(torch.cat([values, values.new_zeros((pad, *values.shape[1:]))]))))
+        gathered = self._all_gather(torch.cat(packer.parts))  # (world, bytes)
+        for (name, param, k, counts), (key_at, value_at) in zip(sparse, layout):
+            tail = tuple(param.shape[k:])
+            keys = torch.cat([_Packer.read(gathered[r], key_at, torch.int64)[:n] for r, n in enumerate(counts)])
+            values = torch.cat([_Packer.read(gathered[r], value_at, param.dtype, tail)[:n]
+                                for r, n in enumerate(counts)])
+            union, where = torch.unique(keys, sorted=True, return_inverse=True)
+            summed = values.new_zeros((union.shape[0], *tail)).index_add_(0, where, values)  # in rank order
+            summed /= world
+            index = union[None] if k == 1 else torch.stack(torch.unravel_index(union, tuple(param.shape[:k])))
+            param.grad = torch.sparse_coo_tensor(index, summed, param.shape, is_coalesced=True,
+                                                 check_invariants=False)
+            self.traffic_["rows"][name] = self.traffic_["rows"].get(name, 0) + union.shape[0]
