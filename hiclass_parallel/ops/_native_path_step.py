@@ -50,8 +50,21 @@ def _prepare() -> Any:
     return _lib(("ps_prepare",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _p, _p, _i, _i, _p))
 
 
-def _run() -> Any:
-    return _lib(("ps_run",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _f, _p, _p, _p, _p, _p, _p, _p, _p))
+def _forward() -> Any:
+    return _lib(("ps_forward",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _p, _p))
+
+
+def _backward() -> Any:
+    return _lib(("ps_backward",), _i, (_p, _i, _i, _p, _p, _f, _p, _p, _p, _p))
+
+
+def _finish() -> Any:
+    return _lib(("ps_finish",), _i, (_p, _i, _p, _p, _i, _p, _p, _p, _p, _p, _p, _p))
+
+
+def _check(rc: int) -> None:
+    if rc != 0:
+        raise MemoryError("the fused step ran out of memory")
 
 
 def _adam() -> Any:
@@ -142,7 +155,9 @@ class PathLocalStep:
         target = target.to(torch.int64).contiguous()
         B, H = int(X.shape[0]), int(W_in.shape[1])
         a = self._arrays
-        sizes = np.zeros(6, dtype=np.int64)
+        sizes = np.zeros(7, dtype=np.int64)
+        T = max(1, int(threads))
+        f32 = {"dtype": torch.float32}
         with self._lock:
             rc = _prepare().ps_prepare(
                 self._handle, B, _ptr(target), _ptr(crow), _ptr(col), self.plan.n_levels, _ptr(a["paths"]),
@@ -155,21 +170,25 @@ class PathLocalStep:
                                  f"[0, {self.plan.n_classes}) (-1: unlabelled)")
             if rc == -3:
                 raise IndexError(f"X has a column index outside [0, {self.n_features})")
-            if rc != 0:
-                raise MemoryError("the fused step ran out of memory")
-            U, NF = int(sizes[0]), int(sizes[1])
-            f32 = {"dtype": torch.float32}
-            hidden, input_grad, input_bias = torch.empty(B, H, **f32), torch.empty(NF, H, **f32), torch.empty(H, **f32)
+            _check(rc)
+            U, NF, D = int(sizes[0]), int(sizes[1]), int(sizes[6])
+            hidden, dense_cols = torch.empty(B, H, **f32), torch.empty(D, dtype=torch.int64)
+            _check(_forward().ps_forward(self._handle, T, _ptr(crow), _ptr(col), _ptr(val), H, _ptr(W_in), _ptr(b_in),
+                                         _ptr(W_out), _ptr(b_out), _ptr(hidden), _ptr(dense_cols)))
+            # The columns most rows need (the upper groups) as one dense block, through BLAS.
+            W_dense = W_out.index_select(0, dense_cols)
+            S = torch.addmm(b_out.index_select(0, dense_cols), hidden, W_dense.t())
+            G = torch.empty(B, D, **f32)
             output_grad, output_bias = torch.empty(U, H, **f32), torch.empty(U, **f32)
-            input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
             loss = np.zeros(3, dtype=np.float64)
-            rc = _run().ps_run(
-                self._handle, max(1, int(threads)), _ptr(crow), _ptr(col), _ptr(val), H, _ptr(W_in), _ptr(b_in),
-                _ptr(W_out), _ptr(b_out), float(level_weight), _ptr(hidden), _ptr(input_grad), _ptr(input_bias),
-                _ptr(output_grad), _ptr(output_bias), _ptr(input_rows), _ptr(output_rows), _ptr(loss),
-            )
-            if rc != 0:
-                raise MemoryError("the fused step ran out of memory")
+            _check(_backward().ps_backward(self._handle, T, H, _ptr(W_out), _ptr(S), float(level_weight), _ptr(G),
+                                           _ptr(output_grad), _ptr(output_bias), _ptr(loss)))
+            dh_dense, dW_dense = G @ W_dense, G.t() @ hidden
+            input_grad, input_bias = torch.empty(NF, H, **f32), torch.empty(H, **f32)
+            input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
+            _check(_finish().ps_finish(self._handle, T, _ptr(crow), _ptr(val), H, _ptr(dh_dense), _ptr(dW_dense),
+                                       _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),
+                                       _ptr(output_rows)))
         return StepResult(float(loss[0]), float(loss[1]), float(loss[2]), hidden, input_rows, input_grad,
                           input_bias, output_rows, output_grad, output_bias)
 

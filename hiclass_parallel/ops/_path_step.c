@@ -11,11 +11,13 @@
  * Why C: the torch route runs this as a chain of small ops (unique, index_select, a block
  * product of the batch against every distinct column, segment reductions, autograd, sparse
  * gradient coalescing); on WordNet subsets most of a step is that overhead, not arithmetic. Here
- * each (sample, column) pair the loss needs is one dot product, organised by column so that a
- * weight row is read once per step for all the samples that need it, and the gradients come
- * out already coalesced: the distinct rows touched, ascending, with their summed values.
+ * the (sample, column) entries the loss needs are scored once each: the columns most of the batch
+ * needs (the upper groups; the level term's upper depths) as one dense block whose three matrix
+ * products the caller runs through BLAS, the rest one dot product per entry, organised by column
+ * so that a weight row is read once per step for all the samples that need it. The gradients
+ * come out already coalesced: the distinct rows touched, ascending, with their summed values.
  *
- * Not a Python module: hiclass_parallel/estimators/_fused_step.py loads it with ctypes. Threads:
+ * Not a Python module: hiclass_parallel/ops/_native_path_step.py loads it with ctypes. Threads:
  * plain pthreads started per phase and joined (no spinning waits between steps; the count is
  * the caller's). Built by setup.py as an optional extension; without it the torch route runs.
  *
@@ -36,14 +38,6 @@
 
 #define MAX_THREADS 64
 
-#ifdef PS_TIMING
-#include <stdio.h>
-#include <time.h>
-static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
-#define TICK(name) do { double t_ = now_ms(); fprintf(stderr, "%s %.2f  ", name, t_ - tick_); tick_ = t_; } while (0)
-#else
-#define TICK(name) do { } while (0)
-#endif
 
 static inline int is_nonfinite(float v) { uint32_t u; memcpy(&u, &v, 4); return (u & 0x7f800000u) == 0x7f800000u; }
 
@@ -76,8 +70,15 @@ typedef struct {
      * of each column, e_sample (E) their sample, pair_entry (P) each pair's entry */
     Buf e_ptr, e_sample, pair_entry, s_mark;
     int64_t E;
+    /* Columns most samples of the batch need (the upper groups, the level term's upper depths)
+     * are scored as a dense (B, D) block with register tiles: D columns, dense_u (D) their
+     * positions among the distinct columns; e_at (E) where each entry's score and gradient live
+     * (b * D + k in the block, else B * D + e); sparse_u (Us) the other columns, sparse_w
+     * (Us + 1) their cumulative entry counts. */
+    Buf dense_u, e_at, sparse_u, sparse_w;
+    int64_t D, Us;
     /* per-pair scores and their gradients, per-thread hidden gradients */
-    Buf score, grad, dh, escore, egrad, hpad;
+    Buf score, grad, dh, hpad, sbuf, gbuf;
 } Work;
 
 void *ps_new(int64_t C, int64_t N, int64_t F) {
@@ -105,8 +106,9 @@ void ps_free(void *handle) {
     if (!w) return;
     Buf *bufs[] = {&w->row_start, &w->row_target, &w->pair_sample, &w->pair_u, &w->u_ptr, &w->u_pairs,
                    &w->ucol, &w->feat, &w->f_ptr, &w->f_ent, &w->f_row, &w->level_nodes, &w->level_ptr,
-                   &w->score, &w->grad, &w->dh, &w->hpad, &w->escore, &w->egrad, &w->e_ptr, &w->e_sample,
-                   &w->pair_entry, &w->s_mark};
+                   &w->score, &w->grad, &w->dh, &w->hpad, &w->e_ptr, &w->e_sample,
+                   &w->pair_entry, &w->s_mark, &w->dense_u, &w->e_at,
+                   &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
     free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
     free(w);
@@ -154,8 +156,8 @@ static int64_t drain_bits(uint64_t *bits, int64_t n_bits, int64_t *out) {
  *   group_ptr, group_cols, col_pos: the sibling groups (hiclass_parallel.ops.sibling_paths);
  *   stop_rows: add the stop row of an internal target (terminal semantics with stops);
  *   level: add the in-batch level rows.
- *   sizes (out, 6): U distinct columns, NF distinct features, P pairs, R path rows, LR level
- *   rows, nnz.
+ *   sizes (out, 7): U distinct columns, NF distinct features, P pairs, R path rows, LR level
+ *   rows, nnz, D dense columns.
  * Returns 0; -1 out of memory; -2 a target outside [-1, C); -3 a feature outside [0, F). */
 int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t *xptr, const int64_t *xidx,
                    int64_t L, const int64_t *paths, const int64_t *group_of, const int64_t *child_group,
@@ -251,6 +253,29 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
     }
     eptr[U] = E;
     w->E = E;
+    /* dense columns: at least half the batch (and 8 samples) needs them */
+    if (reserve(&w->dense_u, 8 * (size_t)(U + 1)) || reserve(&w->sparse_u, 8 * (size_t)(U + 1))
+        || reserve(&w->sparse_w, 8 * (size_t)(U + 1)) || reserve(&w->e_at, 8 * (size_t)(E + 1)))
+        return -1;
+    int64_t *du = I64(w->dense_u), *su = I64(w->sparse_u), *sw = I64(w->sparse_w), *eat = I64(w->e_at);
+    int64_t D = 0, Us = 0;
+    const int64_t dense_min = B / 2 > 8 ? B / 2 : 8;
+    for (int64_t u = 0; u < U; u++)
+        if (eptr[u + 1] - eptr[u] >= dense_min) du[D++] = u;
+    sw[0] = 0;
+    for (int64_t u = 0, k = 0; u < U; u++) {
+        if (k < D && du[k] == u) {
+            for (int64_t e = eptr[u]; e < eptr[u + 1]; e++) eat[e] = esample[e] * D + k;
+            k++;
+            continue;
+        }
+        for (int64_t e = eptr[u]; e < eptr[u + 1]; e++) eat[e] = B * D + e;
+        su[Us] = u;
+        sw[Us + 1] = sw[Us] + (eptr[u + 1] - eptr[u]);
+        Us++;
+    }
+    w->D = D;
+    w->Us = Us;
     /* distinct input features, ascending, and the batch entries of each (a CSC of X) */
     int64_t nnz = xptr[B] - xptr[0];
     w->NNZ = nnz;
@@ -283,7 +308,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
     fptr[0] = 0;
     for (int64_t i = 0; i < NF; i++) w->feat_mark[feat[i]] = -1;
     w->NF = NF;
-    sizes[0] = U; sizes[1] = NF; sizes[2] = P; sizes[3] = w->R; sizes[4] = w->LR; sizes[5] = nnz;
+    sizes[0] = U; sizes[1] = NF; sizes[2] = P; sizes[3] = w->R; sizes[4] = w->LR; sizes[5] = nnz; sizes[6] = w->D;
     return 0;
 }
 
@@ -335,7 +360,8 @@ struct Step {
     int64_t H, HS; /* width; row stride of the step's own (B, H) blocks, padded (see ps_run) */
     const int64_t *xptr, *xidx;
     const float *xval, *W_in, *b_in, *W_out, *b_out;
-    float *h, *score, *grad, *dh, *escore, *egrad, *dW_in, *dW_out, *db_out;
+    float *h, *score, *grad, *dh, *sbuf, *gbuf, *dW_in, *dW_out, *db_out;
+    const float *dh_dense;
     float path_scale, level_scale;
     int T;
     double loss[MAX_THREADS][2];
@@ -395,15 +421,17 @@ CLONES static void hidden_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     }
 }
 
-/* Scores of the entries of distinct columns [lo, hi): each weight row read once, for four
- * samples at a time. */
+/* Scores of the entries of the sparse columns [lo, hi) of sparse_u: each weight row read once,
+ * for four samples at a time. */
 CLONES static void score_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     (void)tid;
     const Work *w = s->w;
     const int64_t H = s->H, HS = s->HS, *eptr = w->e_ptr.p, *es = w->e_sample.p, *ucol = w->ucol.p;
+    const int64_t *su = w->sparse_u.p;
     const float *restrict h = s->h;
-    float *restrict out = s->escore;
-    for (int64_t u = lo; u < hi; u++) {
+    float *restrict out = s->sbuf + w->B * w->D;
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t u = su[i];
         const float *restrict row = s->W_out + ucol[u] * H;
         const float bias = s->b_out[ucol[u]];
         int64_t e = eptr[u];
@@ -412,9 +440,7 @@ CLONES static void score_task(const Step *s, int tid, int64_t lo, int64_t hi) {
             dot4(row, h + es[e] * HS, h + es[e + 1] * HS, h + es[e + 2] * HS, h + es[e + 3] * HS, H, a);
             out[e] = a[0] + bias; out[e + 1] = a[1] + bias; out[e + 2] = a[2] + bias; out[e + 3] = a[3] + bias;
         }
-        for (; e < eptr[u + 1]; e++) {
-            out[e] = dot1(row, h + es[e] * HS, H) + bias;
-        }
+        for (; e < eptr[u + 1]; e++) out[e] = dot1(row, h + es[e] * HS, H) + bias;
     }
 }
 
@@ -422,16 +448,17 @@ CLONES static void score_task(const Step *s, int tid, int64_t lo, int64_t hi) {
 CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     Step *m = (Step *)s;
     const Work *w = s->w;
-    const int64_t *start = w->row_start.p, *tgt = w->row_target.p, *pe = w->pair_entry.p;
+    const int64_t *start = w->row_start.p, *tgt = w->row_target.p, *pe = w->pair_entry.p, *eat = w->e_at.p;
     double path = 0.0, level = 0.0;
     int bad = 0;
     for (int64_t r = lo; r < hi; r++) {
         const int64_t a = start[r], z = start[r + 1];
         float *restrict x = s->score + a;
-        for (int64_t i = 0; i < z - a; i++) x[i] = s->escore[pe[a + i]];
+        int odd = 0;
+        for (int64_t i = 0; i < z - a; i++) { x[i] = s->sbuf[eat[pe[a + i]]]; odd |= is_nonfinite(x[i]); }
+        if (odd) { bad = 1; continue; }
         float top = x[0];
         for (int64_t i = 1; i < z - a; i++) top = x[i] > top ? x[i] : top;
-        if (is_nonfinite(top)) { bad = 1; continue; }
         float total = 0.0f;
         for (int64_t i = 0; i < z - a; i++) total += expf(x[i] - top);
         const float lse = logf(total) + top;
@@ -447,19 +474,32 @@ CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     m->nonfinite[tid] = bad;
 }
 
-/* Backward of distinct columns [lo, hi): the pairs' gradients summed per entry, then each
- * column's weight and bias gradient (its own row of the output) and the hidden gradient, into
- * this thread's own (B, H) block, four entries (four distinct samples) at a time. */
+/* The pairs' gradients of distinct columns [lo, hi) summed per entry (into the dense block
+ * or the sparse entries; each column's entries are its own, so threads never share one). */
+CLONES static void gsum_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    (void)tid;
+    const Work *w = s->w;
+    const int64_t *uptr = w->u_ptr.p, *upairs = w->u_pairs.p, *pe = w->pair_entry.p, *eat = w->e_at.p;
+    const int64_t *eptr = w->e_ptr.p;
+    float *G = s->gbuf;
+    for (int64_t u = lo; u < hi; u++) {
+        for (int64_t e = eptr[u]; e < eptr[u + 1]; e++) G[eat[e]] = 0.0f;
+        for (int64_t q = uptr[u]; q < uptr[u + 1]; q++) G[eat[pe[upairs[q]]]] += s->grad[upairs[q]];
+    }
+}
+
+/* Backward of the sparse columns [lo, hi) of sparse_u: each column's weight and bias gradient
+ * (its own row of the output) and the hidden gradient, into this thread's own (B, H) block,
+ * four entries (four distinct samples) at a time. */
 CLONES static void back_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     const Work *w = s->w;
-    const int64_t H = s->H, HS = s->HS, *uptr = w->u_ptr.p, *upairs = w->u_pairs.p, *pe = w->pair_entry.p;
+    const int64_t H = s->H, HS = s->HS, *su = w->sparse_u.p;
     const int64_t *eptr = w->e_ptr.p, *es = w->e_sample.p, *ucol = w->ucol.p;
     const float *restrict h = s->h;
-    float *restrict eg = s->egrad;
+    const float *restrict eg = s->gbuf + w->B * w->D;
     float *restrict dh = s->dh + (int64_t)tid * w->B * HS;
-    for (int64_t u = lo; u < hi; u++) {
-        for (int64_t e = eptr[u]; e < eptr[u + 1]; e++) eg[e] = 0.0f;
-        for (int64_t q = uptr[u]; q < uptr[u + 1]; q++) eg[pe[upairs[q]]] += s->grad[upairs[q]];
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t u = su[i];
         const float *restrict row = s->W_out + ucol[u] * H;
         float *restrict gw = s->dW_out + u * H;
         float gb = 0.0f;
@@ -472,23 +512,25 @@ CLONES static void back_task(const Step *s, int tid, int64_t lo, int64_t hi) {
             gb += g0 + g1 + g2 + g3;
         }
         for (; e < eptr[u + 1]; e++) {
-            const float g = eg[e];
-            back1(row, gw, h + es[e] * HS, dh + es[e] * HS, g, H);
-            gb += g;
+            back1(row, gw, h + es[e] * HS, dh + es[e] * HS, eg[e], H);
+            gb += eg[e];
         }
         s->db_out[u] = gb;
     }
 }
 
-/* The threads' hidden gradients summed into block 0, samples [lo, hi). */
+/* The hidden gradient of samples [lo, hi): the threads' blocks summed into block 0, plus the
+ * dense block's (dh_dense, unpadded rows, from the caller's matrix product). */
 CLONES static void reduce_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     (void)tid;
-    const int64_t HS = s->HS, stride = s->w->B * HS;
+    const int64_t H = s->H, HS = s->HS, stride = s->w->B * HS;
     float *restrict dst = s->dh;
     for (int t = 1; t < s->T; t++) {
         const float *restrict src = s->dh + t * stride;
         for (int64_t i = lo * HS; i < hi * HS; i++) dst[i] += src[i];
     }
+    if (s->dh_dense)
+        for (int64_t b = lo; b < hi; b++) axpy(dst + b * HS, s->dh_dense + b * H, 1.0f, H);
 }
 
 /* Input-layer gradient of the distinct features [lo, hi): the sum of value x hidden gradient
@@ -506,66 +548,110 @@ CLONES static void input_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     }
 }
 
-/* ps_run: the step prepared by ps_prepare (same batch), with T threads.
- *   xptr, xidx, xval: the batch's CSR input; W_in (F, H), b_in (H), W_out (N, H), b_out (N):
- *   the weights (C-contiguous float32); level_weight: the in-batch level term's weight.
- *   Out: h (B, H) the hidden rows; dW_in (NF, H) the input rows' gradients (rows: feat_out, NF);
- *   db_in (H); dW_out (U, H), db_out (U) the output rows' gradients (rows: col_out, U);
- *   loss (3): the loss, its path part (mean over path rows), its level part (mean over level
- *   rows, unweighted). NaN loss where a score was not finite.
- * Returns 0, or -1 when out of memory. */
-int64_t ps_run(void *handle, int64_t T, const int64_t *xptr, const int64_t *xidx, const float *xval, int64_t H,
-               const float *W_in, const float *b_in, const float *W_out, const float *b_out, float level_weight,
-               float *h, float *dW_in, float *db_in, float *dW_out, float *db_out, int64_t *feat_out,
-               int64_t *col_out, double *loss) {
-    Work *w = handle;
+/* The step runs in three calls around the caller's three matrix products of the dense block
+ * (BLAS does them near the machine's peak; these loops do the sparse rest):
+ *   ps_forward   hidden rows, the sparse entries' scores;       caller: S = h W_D^T + b_D
+ *   ps_backward  the loss, every pair's gradient, the dense block's G (B, D), the sparse columns'
+ *                weight, bias and hidden gradients;             caller: dW_D = G^T h, dh_D = G W_D
+ *   ps_finish    the hidden gradient, the input layer's gradients, the output rows assembled.
+ * Each takes the workspace of ps_prepare (same batch) and T threads. Weights: W_in (F, H),
+ * b_in (H), W_out (N, H), b_out (N), C-contiguous float32. Return 0, or -1 out of memory. */
+
+static Step *step_new(Work *w, int64_t T, int64_t H) {
     if (T < 1) T = 1;
     if (T > MAX_THREADS) T = MAX_THREADS;
-    const int64_t B = w->B, P = w->P, rows = w->R + w->LR;
+    const int64_t B = w->B, HS = H + 16;
     /* Rows of the (B, H) blocks are HS apart, not H: with H = 256 floats every row starts at a
      * multiple of 1 KiB, so the four h rows, four dh rows and the weight row a blocked loop
      * streams all map to the same L1 sets and evict each other (measured 3x slower). */
-    const int64_t HS = H + 16;
-    if (reserve(&w->score, 4 * (size_t)(P + 1)) || reserve(&w->grad, 4 * (size_t)(P + 1))
-        || reserve(&w->hpad, 4 * (size_t)(B * HS + 1)) || reserve(&w->dh, 4 * (size_t)(T * B * HS + 1)) || reserve(&w->escore, 4 * (size_t)(w->E + 1))
-        || reserve(&w->egrad, 4 * (size_t)(w->E + 1)))
-        return -1;
-    static const double NaN = __builtin_nan("");
+    if (reserve(&w->score, 4 * (size_t)(w->P + 1)) || reserve(&w->grad, 4 * (size_t)(w->P + 1))
+        || reserve(&w->hpad, 4 * (size_t)(B * HS + 1)) || reserve(&w->dh, 4 * (size_t)(T * B * HS + 1))
+        || reserve(&w->sbuf, 4 * (size_t)(B * w->D + w->E + 1)) || reserve(&w->gbuf, 4 * (size_t)(B * w->D + w->E + 1)))
+        return NULL;
     Step *s = calloc(1, sizeof(Step));
+    if (!s) return NULL;
+    *s = (Step){.w = w, .H = H, .HS = HS, .h = w->hpad.p, .score = w->score.p, .grad = w->grad.p, .dh = w->dh.p,
+                .sbuf = w->sbuf.p, .gbuf = w->gbuf.p, .T = (int)T};
+    return s;
+}
+
+/* ps_forward. Out: h (B, H) the hidden rows; dense_cols (D) the dense block's columns. */
+int64_t ps_forward(void *handle, int64_t T, const int64_t *xptr, const int64_t *xidx, const float *xval, int64_t H,
+                   const float *W_in, const float *b_in, const float *W_out, const float *b_out, float *h,
+                   int64_t *dense_cols) {
+    Work *w = handle;
+    Step *s = step_new(w, T, H);
     if (!s) return -1;
-    *s = (Step){.w = w, .H = H, .HS = HS, .xptr = xptr, .xidx = xidx, .xval = xval, .W_in = W_in, .b_in = b_in,
-                .W_out = W_out, .b_out = b_out, .h = w->hpad.p, .score = w->score.p, .grad = w->grad.p, .dh = w->dh.p,
-                .escore = w->escore.p, .egrad = w->egrad.p,
-                .dW_in = dW_in, .dW_out = dW_out, .db_out = db_out, .T = (int)T,
-                .path_scale = 1.0f / (float)(w->R > 0 ? w->R : 1),
-                .level_scale = level_weight / (float)(w->LR > 0 ? w->LR : 1)};
-#ifdef PS_TIMING
-    double tick_ = now_ms();
-#endif
-    memset(s->dh, 0, sizeof(float) * (size_t)(T * B * HS));
-    int Tb = (int)(B < T ? (B > 0 ? B : 1) : T);
-    parallel(s, Tb, hidden_task, B, NULL); TICK("hidden");
-    parallel(s, (int)T, score_task, w->U, w->e_ptr.p); TICK("score");
-    parallel(s, (int)T, loss_task, rows, w->row_start.p); TICK("loss");
-    parallel(s, (int)T, back_task, w->U, w->u_ptr.p); TICK("back");
-    parallel(s, Tb, reduce_task, B, NULL); TICK("reduce");
-    parallel(s, (int)T, input_task, w->NF, w->f_ptr.p); TICK("input");
-    for (int64_t j = 0; j < H; j++) db_in[j] = 0.0f;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t j = 0; j < H; j++) db_in[j] += s->dh[b * HS + j];
+    const int64_t B = w->B, HS = s->HS;
+    s->xptr = xptr; s->xidx = xidx; s->xval = xval; s->W_in = W_in; s->b_in = b_in; s->W_out = W_out; s->b_out = b_out;
+    int Tb = (int)(B < s->T ? (B > 0 ? B : 1) : s->T);
+    parallel(s, Tb, hidden_task, B, NULL);
+    parallel(s, s->T, score_task, w->Us, w->sparse_w.p);
     for (int64_t b = 0; b < B; b++) memcpy(h + b * H, s->h + b * HS, sizeof(float) * (size_t)H);
-    TICK("bias");
-#ifdef PS_TIMING
-    fprintf(stderr, "P %ld E %ld U %ld\n", (long)w->P, (long)w->E, (long)w->U);
-#endif
+    const int64_t *du = w->dense_u.p, *ucol = w->ucol.p;
+    for (int64_t k = 0; k < w->D; k++) dense_cols[k] = ucol[du[k]];
+    free(s);
+    return 0;
+}
+
+/* ps_backward. In: S (B, D) the dense block's scores. Out: G (B, D) d loss / d S; dW_out (U, H)
+ * and db_out (U) the gradients of the distinct columns' rows (the sparse columns' rows filled
+ * here, the dense ones by ps_finish; db_out all); loss (3): the loss, its path part (mean over
+ * path rows), its level part (mean over level rows, unweighted); NaN where a score was not
+ * finite. */
+int64_t ps_backward(void *handle, int64_t T, int64_t H, const float *W_out, const float *S, float level_weight,
+                    float *G, float *dW_out, float *db_out, double *loss) {
+    Work *w = handle;
+    Step *s = step_new(w, T, H);
+    if (!s) return -1;
+    const int64_t B = w->B, D = w->D, rows = w->R + w->LR;
+    s->W_out = W_out; s->dW_out = dW_out; s->db_out = db_out;
+    s->path_scale = 1.0f / (float)(w->R > 0 ? w->R : 1);
+    s->level_scale = level_weight / (float)(w->LR > 0 ? w->LR : 1);
+    memcpy(s->sbuf, S, sizeof(float) * (size_t)(B * D));
+    parallel(s, s->T, loss_task, rows, w->row_start.p);
+    memset(s->gbuf, 0, sizeof(float) * (size_t)(B * D));
+    parallel(s, s->T, gsum_task, w->U, w->u_ptr.p);
+    memset(s->dh, 0, sizeof(float) * (size_t)(s->T * B * s->HS));
+    parallel(s, s->T, back_task, w->Us, w->sparse_w.p);
+    memcpy(G, s->gbuf, sizeof(float) * (size_t)(B * D));
+    const int64_t *du = w->dense_u.p;
+    for (int64_t k = 0; k < D; k++) db_out[du[k]] = 0.0f;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < D; k++) db_out[du[k]] += G[b * D + k];
+    static const double NaN = __builtin_nan("");
     double path = 0.0, level = 0.0;
     int bad = 0;
-    for (int t = 0; t < T; t++) { path += s->loss[t][0]; level += s->loss[t][1]; bad |= s->nonfinite[t]; }
+    for (int t = 0; t < s->T; t++) { path += s->loss[t][0]; level += s->loss[t][1]; bad |= s->nonfinite[t]; }
     path /= (double)(w->R > 0 ? w->R : 1);
     level /= (double)(w->LR > 0 ? w->LR : 1);
     loss[0] = bad ? NaN : path + (double)level_weight * level;
     loss[1] = path;
     loss[2] = level;
+    free(s);
+    return 0;
+}
+
+/* ps_finish. In: dh_dense (B, H) = G W_D and dW_dense (D, H) = G^T h (the caller's products).
+ * Out: dW_in (NF, H) the input rows' gradients (rows: feat_out, NF); db_in (H); dW_out's dense
+ * rows; col_out (U) the distinct columns. */
+int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xval, int64_t H, const float *dh_dense,
+                  const float *dW_dense, float *dW_in, float *db_in, float *dW_out, int64_t *feat_out,
+                  int64_t *col_out) {
+    Work *w = handle;
+    Step *s = step_new(w, T, H);
+    if (!s) return -1;
+    const int64_t B = w->B, HS = s->HS;
+    s->T = (int)(w->dh.cap / sizeof(float) >= (size_t)(s->T * B * HS) ? s->T : 1); /* blocks of ps_backward */
+    s->xptr = xptr; s->xval = xval; s->dW_in = dW_in; s->dh_dense = dh_dense;
+    int Tb = (int)(B < s->T ? (B > 0 ? B : 1) : s->T);
+    parallel(s, Tb, reduce_task, B, NULL);
+    parallel(s, s->T, input_task, w->NF, w->f_ptr.p);
+    for (int64_t j = 0; j < H; j++) db_in[j] = 0.0f;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < H; j++) db_in[j] += s->dh[b * HS + j];
+    const int64_t *du = w->dense_u.p;
+    for (int64_t k = 0; k < w->D; k++) memcpy(dW_out + du[k] * H, dW_dense + k * H, sizeof(float) * (size_t)H);
     memcpy(feat_out, w->feat.p, sizeof(int64_t) * (size_t)w->NF);
     memcpy(col_out, w->ucol.p, sizeof(int64_t) * (size_t)w->U);
     free(s);
