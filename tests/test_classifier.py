@@ -195,7 +195,8 @@ def test_attributes(fitted, data):
     X, _, _, _, tree = data
     assert fitted.tree_ is tree and fitted.classes_ is tree.labels
     assert fitted.n_features_in_ == X.shape[1] and fitted.n_levels_ == 3
-    assert fitted.partition_ == "level" and fitted.stop_ is False and fitted.pad_label_ == ""
+    # dense X: MLP, which scores columns on demand, so the sibling partition trained path-locally
+    assert fitted.partition_ == "sibling" and fitted.path_local_ and fitted.stop_ is False and fitted.pad_label_ == ""
     assert isinstance(fitted.net_.module_, MLP)
     assert not hasattr(fitted, "feature_names_in_")
 
@@ -254,7 +255,7 @@ def test_sparse_input_is_made_dense_one_batch_at_a_time_for_dense_modules(small,
     monkeypatch.setattr(sp.csr_matrix, "toarray", spy)
     clf = HierarchicalClassifier(tree, module=MLP, **{**FAST, "batch_size": 32}).fit(X_sparse, y)
     proba = clf.predict_proba(X_sparse)
-    assert clf.partition_ == "level" and not clf.path_local_
+    assert clf.partition_ == "sibling" and clf.path_local_  # MLP's route, whatever the input's layout
     assert shapes and max(rows for rows, _ in shapes) <= 32
     monkeypatch.setattr(sp.csr_matrix, "toarray", original)
     dense = HierarchicalClassifier(tree, **{**FAST, "batch_size": 32}).fit(X_sparse.toarray(), y)
@@ -393,7 +394,7 @@ def test_partial_fit_and_warm_start(small):
     assert len(warm.net_.history) == 4 and warm.net_.optimizer_.param_groups[0]["lr"] == 0.001
     assert not torch.equal(first, warm.net_.module_.layers[0].weight)
     with pytest.raises(ValueError, match="partition changed"):
-        warm.set_params(partition="sibling").fit(X, y)
+        warm.set_params(partition="level").fit(X, y)  # the default for dense X is "sibling"
     cold = HierarchicalClassifier(tree, **{**FAST, "max_epochs": 2}).fit(X, y).fit(X, y)
     assert len(cold.net_.history) == 2
 
@@ -586,7 +587,10 @@ def test_diverging_training_raises_named_error(probe_data, one_torch_thread):
     from hiclass_parallel.estimators._guards import NonFiniteLossError
 
     X, y, tree = probe_data
-    clf = _probe_clf(tree, optimizer=torch.optim.SGD, lr=10.0, batch_size=32, max_epochs=8, module__hidden_units=256)
+    # The level route: its scores overflow to a NaN loss here (the path-local sibling loss of
+    # the dense default grows past 1e14 but stays finite: the warning below).
+    clf = _probe_clf(tree, optimizer=torch.optim.SGD, lr=10.0, batch_size=32, max_epochs=8, module__hidden_units=256,
+                     partition="level")
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch \d+, batch \d+ \(lr=10.0\).*Lower lr"):
         clf.fit(X, y)
     assert not hasattr(clf, "net_")  # a failed first fit leaves an unfitted estimator
@@ -597,7 +601,8 @@ def test_diverging_continued_training_puts_the_last_finite_weights_back(probe_da
     from hiclass_parallel.estimators._guards import NonFiniteLossError
 
     X, y, tree = probe_data
-    clf = _probe_clf(tree, optimizer=torch.optim.SGD, lr=1e-3, batch_size=32, module__hidden_units=256).fit(X, y)
+    clf = _probe_clf(tree, optimizer=torch.optim.SGD, lr=1e-3, batch_size=32, module__hidden_units=256,
+                     partition="level").fit(X, y)  # the route whose loss reaches NaN (above)
     before = {k: v.clone() for k, v in clf.net_.module_.state_dict().items()}
     clf.set_params(lr=10.0, max_epochs=8, warm_start=True)
     with pytest.raises(NonFiniteLossError, match="were put back"):
@@ -612,7 +617,10 @@ def test_diverging_continued_training_puts_the_last_finite_weights_back(probe_da
 def test_exploding_finite_loss_warns(probe_data, one_torch_thread):
     X, y, tree = probe_data
     with pytest.warns(RuntimeWarning, match="training loss grew from .* training is diverging"):
-        _probe_clf(tree, lr=1e3, batch_size=32, max_epochs=8).fit(X * 1e3, y)
+        _probe_clf(tree, lr=1e3, batch_size=32, max_epochs=8, partition="level").fit(X * 1e3, y)
+    with pytest.warns(RuntimeWarning, match="training loss grew from .* training is diverging"):
+        _probe_clf(tree, optimizer=torch.optim.SGD, lr=10.0, batch_size=32, max_epochs=8,
+                   module__hidden_units=256).fit(X, y)  # the dense default: path-local, sibling
 
 
 def test_failed_refit_keeps_the_fitted_model(probe_data, one_torch_thread):

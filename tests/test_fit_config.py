@@ -51,7 +51,8 @@ def test_config_holds_every_resolved_default(data):
     X, Xs, y, tree = data
     dense = HierarchicalClassifier(tree, random_state=0, module__hidden_units=8, max_epochs=1).fit(X, y)
     text = HierarchicalClassifier(tree, random_state=0, module__hidden_units=8).fit(Xs, y)
-    assert (dense.config_.module_class, dense.config_.partition, dense.config_.training) == (MLP, "level", "full")
+    assert (dense.config_.module_class, dense.config_.partition, dense.config_.training) == (MLP, "sibling",
+                                                                                          "path_local")
     assert dense.config_.optimizer is torch.optim.Adam and dense.config_.lr == 3e-3 and dense.config_.max_epochs == 1
     assert (text.config_.module_class, text.config_.partition, text.config_.training) == (SparseMLP, "sibling",
                                                                                          "path_local")
@@ -62,10 +63,21 @@ def test_config_holds_every_resolved_default(data):
         text.config_.lr = 1.0
 
 
+class Scores(torch.nn.Module):
+    """A module without encode/scorer: it gives every score, nothing on demand."""
+
+    def __init__(self, n_features: int, n_outputs: int, hidden_units: int = 8):
+        super().__init__()
+        self.linear = torch.nn.Linear(n_features, n_outputs)
+
+    def forward(self, X):
+        return self.linear(X)
+
+
 def test_impossible_path_local_training_is_named(data):
     X, Xs, y, tree = data
-    with pytest.raises(ValueError, match=r"training='path_local' is not possible here: .*MLP cannot score columns"):
-        HierarchicalClassifier(tree, training="path_local", partition="sibling", **FAST).fit(X, y)
+    with pytest.raises(ValueError, match=r"training='path_local' is not possible here: .*Scores cannot score columns"):
+        HierarchicalClassifier(tree, module=Scores, training="path_local", partition="sibling", **FAST).fit(X, y)
     with pytest.raises(ValueError, match=r"training='path_local' is not possible here: partition='level'"):
         HierarchicalClassifier(tree, training="path_local", partition="level", **FAST).fit(Xs, y)
 

@@ -142,8 +142,9 @@ def test_text_route_defaults(one_torch_thread, random_tree):
     assert clf.net_.lr == 0.005 and clf.lr is None
     dense = HierarchicalClassifier(tree, semantics="terminal", random_state=0, max_epochs=None)
     dense.fit(X[:200].toarray(), y[:200])
-    assert dense.net_.max_epochs == 10 and dense.partition_ == "level" and not dense.path_local_
-    assert dense.net_.lr == 0.003
+    # dense input takes the same route with MLP, with Adam's dense defaults
+    assert dense.net_.max_epochs == 10 and dense.partition_ == "sibling" and dense.path_local_
+    assert dense.net_.lr == 0.003 and type(dense.net_.optimizer_) is torch.optim.Adam
 
 
 def test_extra_predict_methods_through_a_pipeline(one_torch_thread):

@@ -137,7 +137,7 @@ def _tamper(folder, edit, redigest=True):
 @pytest.fixture()
 def saved(tmp_path, data):
     X, y, tree = data
-    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0, module__hidden_units=8).fit(X, y)
+    clf = HierarchicalClassifier(tree, partition="level", max_epochs=1, random_state=0, module__hidden_units=8).fit(X, y)
     save_classifier(clf, tmp_path / "model")
     return tmp_path / "model"
 
@@ -298,4 +298,21 @@ def test_format_1_files_still_load_with_a_warning(saved, data):
     # The allow-list holds for old files too.
     _tamper(saved, lambda c: c["fitted"].update(module_class_={"__class__": "hiclass_parallel.ops._native.ctypes.CDLL"}))
     with pytest.raises(ValueError, match="module_class_"), pytest.warns(RuntimeWarning):
+        load_classifier(saved)
+
+
+def test_a_dense_model_saved_before_mlp_scored_columns_loads_as_it_was_fitted(saved, data):
+    # MLP once had no encode/scorer: its saved capabilities say scores_columns=False.
+    # Such a model loads with those capabilities, so partition="auto" still means its level
+    # partition and continuing it keeps its route; the weights' layout never changed.
+    X, y, _ = data
+    expected = load_classifier(saved).predict(X)
+    _tamper(saved, lambda c: c["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"].update(scores_columns=False))
+    loaded = load_classifier(saved)
+    assert not loaded.config_.capabilities.scores_columns and loaded.partition_ == "level" and not loaded.path_local_
+    np.testing.assert_array_equal(loaded.predict(X), expected)
+    loaded.partial_fit(X, y)  # partition="auto" resolves to the saved level partition: nothing changed
+    assert loaded.partition_ == "level" and not loaded.path_local_
+    _tamper(saved, _edit_config_({"partition": "sibling", "training": "path_local"}))
+    with pytest.raises(ValueError, match="training='path_local' needs the sibling partition and a module that scores"):
         load_classifier(saved)

@@ -22,6 +22,7 @@ import functools
 import inspect
 import math
 from dataclasses import dataclass
+
 import torch
 
 __all__ = ["ModuleCapabilities", "module_capabilities"]
@@ -75,8 +76,11 @@ def module_capabilities(module: type[torch.nn.Module]) -> ModuleCapabilities:
 
     Examples
     --------
+    >>> from torch import nn
     >>> from hiclass_parallel.estimators import MLP, SparseMLP
-    >>> module_capabilities(SparseMLP).scores_columns, module_capabilities(MLP).scores_columns
+    >>> [module_capabilities(m).scores_columns for m in (SparseMLP, MLP, nn.Linear)]
+    [True, True, False]
+    >>> module_capabilities(SparseMLP).accepts_sparse, module_capabilities(MLP).accepts_sparse
     (True, False)
     """
     from ._optim import LazyAdam

@@ -17,11 +17,18 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-__all__ = ["MLP", "SparseLinear", "ColumnScorer", "TextBatch", "SparseMLP"]
+__all__ = ["MLP", "ColumnScorer", "SparseLinear", "SparseMLP", "TextBatch"]
 
 
 class MLP(nn.Module):
-    """A multi-layer perceptron producing one score per output of the tree.
+    """The classifier's default network for dense input: a multi-layer perceptron, columns on demand.
+
+    Hidden layers (linear, activation, dropout) then a linear output layer with one score per
+    output of the tree. ``forward`` gives every score; :meth:`encode` (every layer but the
+    last: the last hidden representation, ``X`` itself for a linear model) and :meth:`scorer`
+    (the output layer as a score function of the columns asked for) let the classifier train
+    the sibling partition path-locally (only the groups on each labelled path are scored) and
+    decode best-first (only the children of expanded nodes), as :class:`SparseMLP` does.
 
     Parameters
     ----------
@@ -43,8 +50,14 @@ class MLP(nn.Module):
     >>> import torch
     >>> from hiclass_parallel.estimators import MLP
     >>> module = MLP(n_features=4, n_outputs=9, hidden_units=8)
-    >>> module(torch.zeros(2, 4)).shape
-    torch.Size([2, 9])
+    >>> X = torch.randn(2, 4)
+    >>> with torch.no_grad():
+    ...     scores = module(X)
+    ...     some = module.scorer(module.encode(X))(torch.tensor([0, 1]), torch.tensor([7, 2]))
+    >>> scores.shape, module.encode(X).shape
+    (torch.Size([2, 9]), torch.Size([2, 8]))
+    >>> torch.allclose(some, torch.stack([scores[0, 7], scores[1, 2]]))
+    True
     """
 
     def __init__(
@@ -95,6 +108,39 @@ class MLP(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return self.layers(X)
+
+    def encode(self, X: torch.Tensor) -> torch.Tensor:
+        """The last hidden representation ``(batch, width)``: every layer but the output layer
+        (``X`` itself when ``hidden_units=0``)."""
+        for layer in self.layers[:-1]:
+            X = layer(X)
+        return X
+
+    def scorer(self, hidden: torch.Tensor) -> _ColumnScores:
+        """Score function ``(samples, columns) -> scores`` of the output layer on hidden rows:
+        one product against the distinct columns asked for, and ``linear_parts()`` for the
+        C best-first search, as :meth:`SparseMLP.scorer` (the gradients here are dense)."""
+        return _ColumnScores(_LinearColumns(self.layers[-1]), hidden)
+
+
+class _LinearColumns:
+    """An ``nn.Linear`` output layer seen as a :class:`ColumnScorer` (the ``block`` and
+    ``linear_weights`` that :class:`_ColumnScores` reads). Not a module: :class:`MLP` keeps the
+    layer in ``layers``, so its saved state is what it always was. Its gradients are dense."""
+
+    def __init__(self, linear: nn.Linear):
+        self.linear = linear
+
+    def block(self, h: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
+        """``(B, len(columns))`` scores of the rows ``h`` against ``columns`` (``None``: all)."""
+        weight, bias = self.linear.weight, self.linear.bias
+        if columns is None:
+            return nn.functional.linear(h, weight, bias)
+        return torch.addmm(bias.index_select(0, columns), h, weight.index_select(0, columns).t())
+
+    def linear_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(weight, bias)`` of the layer."""
+        return self.linear.weight, self.linear.bias
 
 
 def _csr_parts(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -234,11 +280,19 @@ class ColumnScorer(nn.Module):
         """Score function of the rows of ``h``: ``score(samples, columns) -> (T,)``."""
         return _ColumnScores(self, h)
 
+    def linear_weights(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(weight, bias)`` of the plain linear layer; ``None`` with class text (the match
+        term is no plain linear layer)."""
+        if self.has_text:
+            return None
+        return self.weight.weight, self.bias.weight[:, 0]
+
 
 class _ColumnScores:
-    """``score(samples, columns)`` of a :class:`ColumnScorer` on hidden rows ``h`` (picklable)."""
+    """``score(samples, columns)`` of a :class:`ColumnScorer` (or of :class:`MLP`'s output layer,
+    :class:`_LinearColumns`) on hidden rows ``h`` (picklable)."""
 
-    def __init__(self, head: ColumnScorer, h: torch.Tensor | TextBatch):
+    def __init__(self, head: ColumnScorer | _LinearColumns, h: torch.Tensor | TextBatch):
         self.head, self.h = head, h
         self._scored: tuple[torch.Tensor, torch.Tensor] | None = None  # (columns, block) of the last call
 
@@ -273,9 +327,10 @@ class _ColumnScores:
         """``() -> (h, weight, bias)``: best-first decoding on the CPU searches each row in C from
         these; ``None`` with class text, whose match term is no plain linear layer (the batched
         search scores it through ``__call__``)."""
-        if self.head.has_text:
+        weights = self.head.linear_weights()
+        if weights is None:
             return None
-        return lambda: (self.h, self.head.weight.weight, self.head.bias.weight[:, 0])
+        return lambda: (self.h, *weights)
 
 
 class TextBatch:

@@ -490,11 +490,19 @@ def _fitted_from_format_1(folder: Path, fitted: dict[str, Any], params: dict[str
             **({"feature_names_in_": fitted["feature_names_in_"]} if "feature_names_in_" in fitted else {})}
 
 
+def _only_gained_columns(saved: Any, now: Any) -> bool:
+    """Whether the module class's capabilities now differ from the saved ones only in scoring
+    columns on demand, which it could not when the model was saved (a gain that changes no
+    saved weight and no saved setting)."""
+    return (isinstance(saved, dict) and saved.get("scores_columns") is False and now.scores_columns
+            and saved == {**vars(now), "scores_columns": False})
+
+
 def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     """The saved :class:`FitConfig`, checked: its fields agree with each other, with the module
     class as it is now and with the tree (also for format-1 files)."""
     from ..ops.groups import n_outputs
-    from ._capabilities import module_capabilities
+    from ._capabilities import ModuleCapabilities, module_capabilities
 
     saved = fitted["config_"]
     fields = {f.name for f in dataclasses.fields(FitConfig)}
@@ -513,6 +521,10 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     if not isinstance(saved["lr"], (int, float)) or isinstance(saved["lr"], bool):
         problems.append(f"lr={saved['lr']!r} is not a number")
     capabilities = module_capabilities(saved["module_class"])
+    if _only_gained_columns(saved["capabilities"], capabilities):
+        # MLP once could not score columns on demand; a model saved then keeps the
+        # capabilities it was fitted with, so "auto" settings resolve as they did then.
+        capabilities = ModuleCapabilities(**{**saved["capabilities"], "scores_columns": False})
     if saved["capabilities"] != dict(vars(capabilities)):
         problems.append(
             f"the module {saved['module_class'].__qualname__} can do other things now than when the model was "
