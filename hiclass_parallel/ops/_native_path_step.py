@@ -31,6 +31,8 @@ from .sibling_paths import SiblingPlan
 __all__ = ["PathLocalStep", "StepResult", "adam_rows", "available"]
 
 _MODULE = "hiclass_parallel.ops._path_step_c"
+#: What ``ps_prepare`` counts, in its order (``PathLocalStep.last_counts``, for the roofline).
+_COUNTS = ("columns", "features", "pairs", "path_rows", "level_rows", "nonzeros", "dense_columns")
 _p, _i, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
 
@@ -120,6 +122,13 @@ class PathLocalStep:
         The sibling groups (with or without stop columns).
     n_features : int
         Rows of ``W_in``.
+
+    Attributes
+    ----------
+    last_counts : dict
+        The last step's sizes: distinct ``columns`` and input ``features``, softmax ``pairs``,
+        ``path_rows``, ``level_rows``, input ``nonzeros``, ``dense_columns`` (the block scored
+        through BLAS), ``batch`` and ``width`` (what ``benchmarks/bench_roofline.py`` counts).
     """
 
     def __init__(self, plan: SiblingPlan, n_features: int):
@@ -172,6 +181,7 @@ class PathLocalStep:
                 raise IndexError(f"X has a column index outside [0, {self.n_features})")
             _check(rc)
             U, NF, D = int(sizes[0]), int(sizes[1]), int(sizes[6])
+            self.last_counts = dict(zip(_COUNTS, (int(v) for v in sizes)), batch=B, width=H)
             hidden, dense_cols = torch.empty(B, H, **f32), torch.empty(D, dtype=torch.int64)
             _check(_forward().ps_forward(self._handle, T, _ptr(crow), _ptr(col), _ptr(val), H, _ptr(W_in), _ptr(b_in),
                                          _ptr(W_out), _ptr(b_out), _ptr(hidden), _ptr(dense_cols)))
