@@ -5,8 +5,10 @@ ids of the training labels (at any depth) and ``predict_paths(X)`` returning nod
 ancestral paths of shape ``(n_samples, n_levels)`` padded with ``-1``. The benchmark then
 scores every method with the same functions of :mod:`hiclass_parallel.metrics`.
 
-- ``hc-level`` / ``hc-sibling``: :class:`hiclass_parallel.HierarchicalClassifier` with the
-  level (paper) or sibling (conditional softmax) partition;
+- ``hc-auto`` / ``hc-level`` / ``hc-sibling``: :class:`hiclass_parallel.HierarchicalClassifier`
+  with its default ``partition="auto"`` (for :class:`~hiclass_parallel.estimators.MLP` and
+  :class:`~hiclass_parallel.estimators.SparseMLP` the sibling partition, trained path-locally
+  and decoded best-first), the level (paper) or the sibling (conditional softmax) partition;
 - ``flat-torch``: the classifier's default torch module trained with plain cross-entropy
   over all classes (internal nodes included); it predicts one class and returns its path;
 - ``hiclass-lcppn`` / ``hiclass-lcpn`` / ``hiclass-flat``: HiClass
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-HC_METHODS = ("hc-level", "hc-sibling")
+HC_METHODS = ("hc-auto", "hc-level", "hc-sibling")
 HICLASS_METHODS = ("hiclass-lcppn", "hiclass-lcpn", "hiclass-flat")
 TORCH_METHODS = (*HC_METHODS, "flat-torch")
 ALL_METHODS = (*HC_METHODS, "flat-torch", *HICLASS_METHODS)
