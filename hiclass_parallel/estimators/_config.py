@@ -89,8 +89,9 @@ def resolve_max_epochs(estimator: Any, capabilities: ModuleCapabilities, n_rows:
 
 
 def resolve_partition(requested: str, capabilities: ModuleCapabilities, forced: str | None = None) -> str:
-    """``"auto"``: the sibling partition for modules that score columns on demand (each row then
-    pays only for the groups on its path), else the paper's level partition."""
+    """``"auto"``: the sibling partition for modules that score columns on demand (both default
+    modules, MLP and SparseMLP: each row then pays only for the groups on its path), else the
+    paper's level partition."""
     if forced is not None:
         return forced
     if requested != "auto":
@@ -112,7 +113,7 @@ def resolve_training(requested: str, partition: str, module: type, capabilities:
         why = (
             f"partition={partition!r} (path-local training needs the sibling partition)" if partition != "sibling"
             else f"the module {module.__qualname__} cannot score columns on demand (it needs encode(X) and "
-            "scorer(hidden) methods, as SparseMLP has)"
+            "scorer(hidden) methods, as MLP and SparseMLP have)"
         )
         raise ValueError(f"training='path_local' is not possible here: {why}. Use training='auto' or 'full'")
     return requested

@@ -4,6 +4,25 @@ Modules are passed to the classifier as classes, never instances, and built by s
 ``module__*`` parameters. The classifier fills in ``n_features`` (from ``X``) and
 ``n_outputs`` (from the tree: :func:`hiclass_parallel.ops.groups.n_outputs`) when the
 module's ``__init__`` accepts them. Nothing here is a lambda, so fitted models pickle.
+
+Both default modules, :class:`MLP` (dense input) and :class:`SparseMLP` (sparse input), score
+columns on demand: ``encode(X)`` gives the hidden representation and ``scorer(hidden)`` a
+score function of (sample, column) pairs over the output layer, so the classifier trains the
+sibling partition path-locally and decodes it best-first; ``forward`` gives every score.
+
+Examples
+--------
+>>> import torch
+>>> from hiclass_parallel import Tree
+>>> from hiclass_parallel.estimators import MLP
+>>> from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
+>>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+>>> net = MLP(n_features=4, n_outputs=tree.n_classes, hidden_units=8).double()
+>>> X, y = torch.randn(3, 4, dtype=torch.float64), torch.tensor([6, 2, 5])
+>>> local = PathLocalCrossEntropy(tree)(net.scorer(net.encode(X)), y)  # the groups on each path
+>>> full = HierarchicalCrossEntropy(tree, "sibling")(net(X), y)  # every score
+>>> bool(torch.isclose(local, full))
+True
 """
 
 from __future__ import annotations

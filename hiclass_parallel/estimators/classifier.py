@@ -43,12 +43,16 @@ __all__ = ["HierarchicalClassifier"]
 class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, BaseEstimator):
     """A neural hierarchical classifier: one network, labels at any depth, valid paths out.
 
-    The module (by default a small :class:`MLP`) produces one score per class of the tree
-    (plus one "stop" score per group with ``stop=True``). Training minimises the tree
-    cross-entropy at every labelled level of every sample in parallel
-    (:class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`, memory O(batch x classes)).
-    Prediction decodes, for each sample independently, the valid ancestral path with the
-    highest joint log-probability (exact, not a beam search). Built on skorch: its parameters
+    The module (by default :class:`MLP` for dense ``X``, :class:`SparseMLP` for sparse ``X``)
+    produces one score per class of the tree (plus one "stop" score per group with
+    ``stop=True``). Training minimises the tree cross-entropy at every labelled level of every
+    sample in parallel: by default under the sibling partition and path-locally (each sample
+    scores only the softmax groups on its labelled path,
+    :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`), with ``partition="level"`` over
+    every score (:class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`, memory
+    O(batch x classes)). Prediction decodes, for each sample independently, the valid
+    ancestral path with the highest joint log-probability (exact, not a beam search;
+    best-first by default, scoring only the groups it expands). Built on skorch: its parameters
     pass through and are tunable with ``GridSearchCV``.
 
     Parameters
@@ -65,13 +69,14 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``(batch, n_features)`` to scores ``(batch, n_scores_)``. A module whose class has
         ``accepts_sparse = True`` gets sparse input as torch sparse CSR batches (others get
         dense batches); one with ``encode(X)`` and ``scorer(hidden)`` methods (as
-        :class:`SparseMLP`) is trained path-locally and decoded best-first under the
-        sibling partition.
+        :class:`MLP` and :class:`SparseMLP`) is trained path-locally and decoded best-first
+        under the sibling partition.
     partition : {"auto", "level", "sibling"}, default="auto"
         How classes are grouped into mutually exclusive softmax groups: by depth (the
         paper's method) or by parent (a conditional softmax). ``"auto"``: ``"sibling"`` for
-        a module that scores columns on demand (the default for sparse ``X``), where each
-        row then pays only for the groups on its path; ``"level"`` otherwise.
+        a module that scores columns on demand (both default modules, :class:`MLP` and
+        :class:`SparseMLP`), where each row then pays only for the groups on its path;
+        ``"level"`` otherwise.
     stop : bool, default=None
         Add one "stop" score per group (but the top level's), so that a label at an internal
         node also teaches the model that the path ends there: training then reads such
@@ -87,7 +92,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         softmax groups on its labelled path (exact sibling cross-entropy; cost per row follows
         the path, not the tree) and prediction decodes best-first; it needs the sibling
         partition and a module that scores columns on demand (``encode``/``scorer``, as
-        :class:`SparseMLP`), else it is an error. ``"full"``: every score of every sample
+        :class:`MLP` and :class:`SparseMLP`), else it is an error. ``"full"``: every score of every sample
         (:class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`, which takes
         ``criterion__level_weights`` and the other parameters of that loss). ``"auto"``:
         ``"path_local"`` where possible, else ``"full"``. A ``criterion__*`` parameter the
@@ -203,10 +208,12 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     Notes
     -----
     ``X`` may be a dense NumPy array, a torch tensor (CPU or CUDA; kept where it is), a
-    pandas DataFrame, or a scipy sparse matrix, which is made dense one mini-batch at a
-    time. The defaults (Adam, lr 0.003, batch 256, one hidden layer of 256 units,
-    10 epochs; for sparse input :class:`SparseMLP` with lr 0.005) favour speed on CPU for
-    trees of up to 100,000 classes.
+    pandas DataFrame, or a scipy sparse matrix (kept sparse by :class:`SparseMLP`; a module
+    without ``accepts_sparse`` gets it dense one mini-batch at a time). The defaults (the
+    sibling partition trained path-locally and decoded best-first; for dense input
+    :class:`MLP`, Adam, lr 0.003, batch 256, one hidden layer of 256 units, 10 epochs; for
+    sparse input :class:`SparseMLP` with LazyAdam and lr 0.005) favour speed on CPU for trees
+    of up to 100,000 classes.
 
     Outputs are batch-invariant: in evaluation mode the module treats rows independently and
     decoding runs per row, so one sample's prediction does not depend on the rest of the
