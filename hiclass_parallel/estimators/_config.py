@@ -14,7 +14,7 @@ from typing import Any
 from ..tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
-__all__ = ["FitConfig", "TRAINING", "resolve_config", "resolve_lr", "resolve_max_epochs", "config_changes"]
+__all__ = ["TRAINING", "FitConfig", "config_changes", "resolve_config", "resolve_lr", "resolve_max_epochs"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")

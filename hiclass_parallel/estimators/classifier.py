@@ -92,8 +92,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         softmax groups on its labelled path (exact sibling cross-entropy; cost per row follows
         the path, not the tree) and prediction decodes best-first; it needs the sibling
         partition and a module that scores columns on demand (``encode``/``scorer``, as
-        :class:`MLP` and :class:`SparseMLP`), else it is an error. ``"full"``: every score of every sample
-        (:class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`, which takes
+        :class:`MLP` and :class:`SparseMLP`), else it is an error. ``"full"``: every score of
+        every sample (:class:`~hiclass_parallel.losses.HierarchicalCrossEntropy`, which takes
         ``criterion__level_weights`` and the other parameters of that loss). ``"auto"``:
         ``"path_local"`` where possible, else ``"full"``. A ``criterion__*`` parameter the
         chosen route's loss does not take is an error naming it.
