@@ -2,10 +2,11 @@
 
 A text model's input layer has one row per feature (483,569 for WordNet's nouns) and its
 output layer one row per class; a batch touches a few thousand of them. Dense Adam reads and
-writes every row of the parameter and both moments at every step (about 2.3 GB per step for
-those two layers); ``torch.optim.SparseAdam`` takes only sparse gradients. ``LazyAdam`` takes
-both: sparse gradients update only the rows present (their moments decay only when touched,
-as in SparseAdam and TensorFlow's LazyAdam), dense ones get torch's fused Adam.
+writes every row of the parameter and both moments at every step; ``torch.optim.SparseAdam``
+takes only sparse gradients. ``LazyAdam`` takes both: sparse gradients update only the rows
+present (their moments decay only when touched, as in SparseAdam and TensorFlow's LazyAdam),
+in one pass per row in C where the kernel was built (``ops/_path_step.c``, ``adam_rows``), else
+in torch operations; dense ones get Adam's update in torch operations.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.optim.adam import adam as _adam
 
 from ..ops._native_path_step import adam_rows
 
@@ -128,24 +128,16 @@ class LazyAdam(torch.optim.Optimizer):
         p.index_add_(0, rows, m_rows.div_(denom), alpha=-lr / (1 - b1**step))
 
     def _dense_step(self, params: list[torch.Tensor], lr: float, b1: float, b2: float, eps: float, wd: float) -> None:
-        states = [self._state(p) for p in params]
-        fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float64) for p in params)
-        _adam(
-            params,
-            [p.grad for p in params],
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [],
-            [s["step"] for s in states],
-            amsgrad=False,
-            beta1=b1,
-            beta2=b2,
-            lr=lr,
-            weight_decay=wd,
-            eps=eps,
-            maximize=False,
-            fused=fused,
-            foreach=None if fused else False,
-            capturable=False,
-            differentiable=False,
-        )
+        # Adam's update in public tensor operations. Only the text model's small dense
+        # parameters (biases, the class-text match weights) come here; a dense model gets
+        # torch.optim.Adam itself.
+        for p in params:
+            state = self._state(p)
+            state["step"] += 1
+            step = float(state["step"])
+            grad = p.grad if not wd else p.grad.add(p, alpha=wd)
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            m.mul_(b1).add_(grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+            denom = (v / (1 - b2**step)).sqrt_().add_(eps)
+            p.addcdiv_(m, denom, value=-lr / (1 - b1**step))
