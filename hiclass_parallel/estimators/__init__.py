@@ -12,7 +12,7 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "save_classifier", "load_classifier",
            "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
-           "DivergedError"]
+           "DivergedError", "ClassTextClassifier"]
 
 
 def __getattr__(name: str) -> Any:
@@ -56,4 +56,8 @@ def __getattr__(name: str) -> Any:
         from ._distributed import DataParallel
 
         return DataParallel
+    if name == "ClassTextClassifier":
+        from .class_text import ClassTextClassifier
+
+        return ClassTextClassifier
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
