@@ -86,6 +86,7 @@ def worker(args: argparse.Namespace) -> None:
             steps = max(traffic["steps"], 1)
             result["bytes_per_step"] = traffic["bytes"] / steps
             result["rows_per_step"] = {name: n / steps for name, n in traffic["rows"].items()}
+            result["callback_s_per_step"] = traffic["seconds"] / steps
         # The dense all-reduce of every gradient (before this callback sent only touched rows).
         numel = sum(p.numel() * p.element_size() for p in clf.net_.module_.parameters() if p.requires_grad)
         result["dense_bytes_per_step"] = 2 * (world - 1) / world * numel
@@ -130,11 +131,21 @@ def launch(run: str, data: Path, epochs: int, work: Path) -> dict[str, Any]:
     return out
 
 
+def _traffic(out: dict[str, Any]) -> str:
+    if "bytes_per_step" not in out:
+        return ""
+    rows = ", ".join(f"{name} {n:,.0f}" for name, n in out["rows_per_step"].items())
+    return (f"; per step: {out['bytes_per_step'] / 2**20:.2f} MiB received per rank (a dense all-reduce: "
+            f"{out['dense_bytes_per_step'] / 2**20:.1f} MiB), {out['callback_s_per_step'] * 1e3:.0f} ms in the "
+            f"callback, rows {rows}")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--subsets", default="person,animal")
     p.add_argument("--runs", default=",".join(RUNS))
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=1, help="runs of each kind, interleaved")
     p.add_argument("--steps", type=int, default=None, help="rows for this many steps per rank (one epoch)")
     p.add_argument("--out", default=None, help="JSON file for the figures")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -150,19 +161,17 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.subsets.split(","):
             data = prepare(name, args.steps, Path(tmp))
-            runs = report["subsets"][name] = {}
-            for run in args.runs.split(","):
-                runs[run] = out = launch(run, data, epochs, Path(tmp))
-                extra = ""
-                if "bytes_per_step" in out:
-                    extra = (f", {out['bytes_per_step'] / 2**20:.2f} MiB/step received per rank "
-                             f"(dense all-reduce: {out['dense_bytes_per_step'] / 2**20:.1f} MiB), "
-                             f"rows/step {out['rows_per_step']}")
-                print(f"  {run}: {out['epoch_mean_s']:.2f} s/epoch (epochs {[round(d, 2) for d in out['epoch_s']]}), "
-                      f"load {out['load_average']}{extra}", flush=True)
+            runs: dict[str, Any] = {run: [] for run in args.runs.split(",")}
+            report["subsets"][name] = runs
+            for _ in range(args.repeat):  # interleaved, so that a change of load meets every run
+                for run in args.runs.split(","):
+                    runs[run].append(out := launch(run, data, epochs, Path(tmp)))
+                    print(f"  {run}: {out['epoch_mean_s']:.2f} s/epoch (epochs {[round(d, 2) for d in out['epoch_s']]}), "
+                          f"load {out['load_average']}{_traffic(out)}", flush=True)
             if "single" in runs and "ranks" in runs:
-                runs["ratio_ranks_to_single"] = runs["ranks"]["epoch_mean_s"] / runs["single"]["epoch_mean_s"]
-                print(f"  2 ranks / 1 process: {runs['ratio_ranks_to_single']:.2f}x", flush=True)
+                median = {run: float(np.median([o["epoch_mean_s"] for o in runs[run]])) for run in ("single", "ranks")}
+                runs["ratio_ranks_to_single"] = median["ranks"] / median["single"]
+                print(f"  2 ranks / 1 process (medians): {runs['ratio_ranks_to_single']:.2f}x", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
