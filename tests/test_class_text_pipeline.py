@@ -153,3 +153,17 @@ def test_named_errors(dogs, case, error, match):
         clf.set_params(module__class_features=sp.csr_matrix((1, 1)))
     with pytest.raises(error, match=match):
         ClassTextClassifier(TfidfVectorizer(), clf, text).fit(data.data, data.target)
+
+
+def test_example_runs():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "class_text_pipeline.py"
+    spec = importlib.util.spec_from_file_location("example_class_text_pipeline", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    result = example.main(root="dog.n.01", epochs=2, cv=2)
+    assert len(set(result["fold_vocabularies"])) == 2  # each fold fitted its own vectorizer
+    for route in ("plain pipeline", "ClassTextClassifier"):
+        assert 0.0 <= result[route]["exact"] <= result[route]["hf1"] <= 1.0
