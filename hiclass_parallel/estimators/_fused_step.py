@@ -15,7 +15,10 @@ Anything else trains through torch, which stays the reference the fused step is 
 (``tests/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
 COO, already coalesced, for the input and output rows) and leaves the update to the optimizer,
 so skorch's loop, callbacks that read gradients, gradient clipping, learning-rate schedules and
-data-parallel all-reduces see what they see on the torch route.
+data-parallel all-reduces see what they see on the torch route. The row gradients' values live
+in the step's workspace until the next step (fresh buffers each step cost page faults as long
+as the backward pass at WordNet's scale): a callback that keeps a gradient past its step copies
+it, as it would torch's in-place accumulated ``.grad``.
 """
 
 from __future__ import annotations

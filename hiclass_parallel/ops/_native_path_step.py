@@ -95,6 +95,8 @@ class StepResult:
     hidden : torch.Tensor of shape (B, H)
     input_rows, input_grad : torch.Tensor of shape (NF,) and (NF, H)
         The distinct input features of the batch (ascending) and ``d loss / d W_in`` on them.
+        ``input_grad`` and ``output_grad`` are views of the workspace's buffers, overwritten by
+        the next step (copy them to keep them).
     input_bias_grad : torch.Tensor of shape (H,)
     output_rows, output_grad, output_bias_grad : torch.Tensor of shape (U,), (U, H), (U,)
         The distinct score columns the loss read (ascending) and the gradients of their rows.
@@ -141,9 +143,21 @@ class PathLocalStep:
         if not self._handle:
             raise MemoryError("could not allocate the fused step's workspace")
         self._lock = threading.Lock()  # one workspace, one step at a time
+        self._buffers: dict[str, torch.Tensor] = {}
         # host copies of the plan, contiguous int64 (the plan's arrays are read-only views)
         self._arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=np.int64)
                         for name in ("paths", "group_of", "child_group", "group_ptr", "group_cols", "col_pos")}
+
+    def _reused(self, name: str, rows: int, width: int) -> torch.Tensor:
+        # The row gradients of a step are tens of megabytes at WordNet's scale (17,000 output
+        # rows); a fresh allocation each step is fresh pages each step, and the page faults
+        # measured as long as the rest of the backward pass. So they live in grow-only buffers,
+        # valid until the next step, as torch's accumulated .grad buffers are.
+        need = rows * width
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < need:
+            buf = self._buffers[name] = torch.empty(max(need, 1) * 3 // 2 + 1, dtype=torch.float32)
+        return buf[:need].view(rows, width)
 
     def __del__(self) -> None:
         handle, self._handle = getattr(self, "_handle", None), None
@@ -189,12 +203,12 @@ class PathLocalStep:
             W_dense = W_out.index_select(0, dense_cols)
             S = torch.addmm(b_out.index_select(0, dense_cols), hidden, W_dense.t())
             G = torch.empty(B, D, **f32)
-            output_grad, output_bias = torch.empty(U, H, **f32), torch.empty(U, **f32)
+            output_grad, output_bias = self._reused("output", U, H), torch.empty(U, **f32)
             loss = np.zeros(3, dtype=np.float64)
             _check(_backward().ps_backward(self._handle, T, H, _ptr(W_out), _ptr(S), float(level_weight), _ptr(G),
                                            _ptr(output_grad), _ptr(output_bias), _ptr(loss)))
             dh_dense, dW_dense = G @ W_dense, G.t() @ hidden
-            input_grad, input_bias = torch.empty(NF, H, **f32), torch.empty(H, **f32)
+            input_grad, input_bias = self._reused("input", NF, H), torch.empty(H, **f32)
             input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
             _check(_finish().ps_finish(self._handle, T, _ptr(crow), _ptr(val), H, _ptr(dh_dense), _ptr(dW_dense),
                                        _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),

@@ -253,13 +253,14 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
     }
     eptr[U] = E;
     w->E = E;
-    /* dense columns: at least half the batch (and 8 samples) needs them */
+    /* dense columns: at least a quarter of the batch (and 8 samples) needs them (BLAS scores a
+     * whole column at several times the rate of the per-entry loops) */
     if (reserve(&w->dense_u, 8 * (size_t)(U + 1)) || reserve(&w->sparse_u, 8 * (size_t)(U + 1))
         || reserve(&w->sparse_w, 8 * (size_t)(U + 1)) || reserve(&w->e_at, 8 * (size_t)(E + 1)))
         return -1;
     int64_t *du = I64(w->dense_u), *su = I64(w->sparse_u), *sw = I64(w->sparse_w), *eat = I64(w->e_at);
     int64_t D = 0, Us = 0;
-    const int64_t dense_min = B / 2 > 8 ? B / 2 : 8;
+    const int64_t dense_min = B / 4 > 8 ? B / 4 : 8;
     for (int64_t u = 0; u < U; u++)
         if (eptr[u + 1] - eptr[u] >= dense_min) du[D++] = u;
     sw[0] = 0;
@@ -404,9 +405,17 @@ INLINE void back1(const float *restrict row, float *restrict gw, const float *re
     for (int64_t j = 0; j < H; j++) { gw[j] += g * h[j]; d[j] += g * row[j]; }
 }
 
+/* Ask for a weight row before it is needed: the rows of a big table a step touches are scattered
+ * over hundreds of megabytes (WordNet's nouns), so each is a main-memory fetch. */
+INLINE void prefetch_row(const float *p, int64_t H) {
+    for (int64_t j = 0; j < H; j += 16) __builtin_prefetch(p + j);
+}
+
 INLINE void axpy(float *restrict out, const float *restrict x, float a, int64_t H) {
     for (int64_t j = 0; j < H; j++) out[j] += a * x[j];
 }
+
+static inline int64_t B_of(const Step *s) { return s->w->B; }
 
 CLONES static void hidden_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     (void)tid;
@@ -415,6 +424,7 @@ CLONES static void hidden_task(const Step *s, int tid, int64_t lo, int64_t hi) {
         float *restrict out = s->h + b * s->HS;
         for (int64_t j = 0; j < H; j++) out[j] = 0.0f;
         for (int64_t k = s->xptr[b]; k < s->xptr[b + 1]; k++) {
+            if (k + 4 < s->xptr[B_of(s)]) prefetch_row(s->W_in + s->xidx[k + 4] * H, H);
             axpy(out, s->W_in + s->xidx[k] * H, s->xval[k], H);
         }
         for (int64_t j = 0; j < H; j++) out[j] += s->b_in[j];
@@ -432,6 +442,7 @@ CLONES static void score_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     float *restrict out = s->sbuf + w->B * w->D;
     for (int64_t i = lo; i < hi; i++) {
         const int64_t u = su[i];
+        if (i + 2 < hi) prefetch_row(s->W_out + ucol[su[i + 2]] * H, H);
         const float *restrict row = s->W_out + ucol[u] * H;
         const float bias = s->b_out[ucol[u]];
         int64_t e = eptr[u];
@@ -500,6 +511,7 @@ CLONES static void back_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     float *restrict dh = s->dh + (int64_t)tid * w->B * HS;
     for (int64_t i = lo; i < hi; i++) {
         const int64_t u = su[i];
+        if (i + 2 < hi) prefetch_row(s->W_out + ucol[su[i + 2]] * H, H);
         const float *restrict row = s->W_out + ucol[u] * H;
         float *restrict gw = s->dW_out + u * H;
         float gb = 0.0f;
