@@ -32,24 +32,29 @@ def shards(X, y, world):
     return [(X[block == r], y[block == r]) for r in range(world)]
 
 
-def _params(sparse: bool):
+MODELS = ["MLP-full", "MLP-path-local", "SparseMLP-path-local", "SparseMLP-a-rank-without-features"]
+
+
+def _params(model: str):
     common = {"max_epochs": 3, "batch_size": BATCH, "random_state": 0, "iterator_train__shuffle": False}
+    if model == "MLP-full":  # every class scored: no in-batch level term
+        return dict(common, module__dropout=0.0, training="full")
     # The in-batch level term draws its negatives from each rank's own half batch, so only
     # without it do two ranks equal one process with the double batch.
-    sparse_params = dict(common, module__hidden_units=16, criterion__level_contrast=0.0)
-    # MLP scores every class ("full"): dense gradients only, and no in-batch level term.
-    return sparse_params if sparse else dict(common, module__dropout=0.0, training="full")
+    common["criterion__level_contrast"] = 0.0
+    return dict(common, module__dropout=0.0) if model.startswith("MLP") else dict(common, module__hidden_units=16)
 
 
-def _data(sparse: bool, silent_rank: int | None = None):
-    """The data; ``silent_rank``: that rank's rows have no features (its input gradient has no rows)."""
+def _data(model: str):
+    """Dense X for MLP, sparse for SparseMLP; in "...-a-rank-without-features", rank 1's rows have
+    no features (its input layer's gradient has no rows)."""
     X, y, tree = make_hierarchical_classification(n_samples=256, n_features=12, branching=3, depth=2, random_state=0)
-    if sparse:
+    if model.startswith("SparseMLP"):
         import scipy.sparse as sp
 
         X = np.where(X > 0.5, X, 0.0).astype(np.float32)
-        if silent_rank is not None:
-            X[np.arange(X.shape[0]) // BATCH % 2 == silent_rank] = 0.0
+        if model.endswith("without-features"):
+            X[np.arange(X.shape[0]) // BATCH % 2 == 1] = 0.0
         X = sp.csr_matrix(X)
     return X, y, tree
 
@@ -59,12 +64,12 @@ def _init(rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 
 
-def _worker(rank: int, world: int, port: int, out: str, sparse: bool, silent_rank: int | None) -> None:
+def _worker(rank: int, world: int, port: int, out: str, model: str) -> None:
     _init(rank, world, port)
     try:
-        X, y, tree = _data(sparse, silent_rank)
+        X, y, tree = _data(model)
         Xr, yr = shards(X, y, world)[rank]
-        clf = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params(sparse)).fit(Xr, yr)
+        clf = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params(model)).fit(Xr, yr)
         state = {k: v.detach().clone() for k, v in clf.net_.module_.state_dict().items()}
         torch.save(state, os.path.join(out, f"rank{rank}.pt"))
         if rank == 0:
@@ -80,18 +85,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("sparse, silent_rank", [(False, None), (True, None), (True, 1)],
-                         ids=["MLP", "SparseMLP-path-local", "SparseMLP-a-rank-without-features"])
-def test_two_cpu_processes_train_identical_weights(tmp_path, sparse, silent_rank, one_torch_thread):
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), sparse, silent_rank), nprocs=2, join=True)
+@pytest.mark.parametrize("model", MODELS)
+def test_two_cpu_processes_train_identical_weights(tmp_path, model, one_torch_thread):
+    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), model), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert ranks[0].keys() == ranks[1].keys()
     for key in ranks[0]:
         torch.testing.assert_close(ranks[0][key], ranks[1][key], rtol=0, atol=0)
 
     # The same result as one process on all the data, with batches twice as large.
-    X, y, tree = _data(sparse, silent_rank)
-    single = HierarchicalClassifier(tree, **dict(_params(sparse), batch_size=2 * BATCH)).fit(X, y)
+    X, y, tree = _data(model)
+    single = HierarchicalClassifier(tree, **dict(_params(model), batch_size=2 * BATCH)).fit(X, y)
     for key, value in single.net_.module_.state_dict().items():
         torch.testing.assert_close(ranks[0][key], value, rtol=1e-4, atol=1e-5)
 
@@ -102,9 +106,9 @@ def test_two_cpu_processes_train_identical_weights(tmp_path, sparse, silent_rank
 
 
 def test_without_a_process_group_the_callback_changes_nothing(one_torch_thread):
-    X, y, tree = _data(False)
-    plain = HierarchicalClassifier(tree, **_params(False)).fit(X, y)
-    with_cb = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params(False)).fit(X, y)
+    X, y, tree = _data("MLP-full")
+    plain = HierarchicalClassifier(tree, **_params("MLP-full")).fit(X, y)
+    with_cb = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params("MLP-full")).fit(X, y)
     np.testing.assert_array_equal(plain.decision_function(X), with_cb.decision_function(X))
 
 
