@@ -45,3 +45,27 @@ def test_lazy_adam_dense_update_equals_torch_adam():
         weights.append([p.detach().clone() for p in layer.parameters()])
     for ours, theirs in zip(*weights):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_a_text_fit_does_not_import_torch_dynamo():
+    # torch's Optimizer imports torch._dynamo (seconds, with sympy) on its first
+    # add_param_group / zero_grad; LazyAdam uses the undecorated bodies, so a default text fit
+    # in a fresh process does not pay for a compiler it never uses.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, warnings; warnings.simplefilter('ignore')\n"
+        "import numpy as np, scipy.sparse as sp\n"
+        "from hiclass_parallel import Tree\n"
+        "from hiclass_parallel.estimators import HierarchicalClassifier\n"
+        "tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])\n"
+        "X = sp.random(40, 12, density=0.3, random_state=0, format='csr', dtype=np.float32)\n"
+        "y = np.arange(40) % 6\n"
+        "clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)\n"
+        "clf.predict(X)\n"
+        "assert clf.config_.optimizer.__name__ == 'LazyAdam'\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"

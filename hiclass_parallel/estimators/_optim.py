@@ -75,6 +75,13 @@ class LazyAdam(torch.optim.Optimizer):
             raise ValueError(f"eps and weight_decay must be non-negative, got {eps!r}, {weight_decay!r}")
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
 
+    # torch decorates these two with torch._disable_dynamo, whose first call imports
+    # torch._dynamo (and sympy): seconds of a text model's fit in a fresh process, for nothing
+    # this optimizer compiles. Their bodies are torch's own, undecorated.
+    add_param_group = getattr(torch.optim.Optimizer.add_param_group, "__wrapped__",
+                              torch.optim.Optimizer.add_param_group)
+    zero_grad = getattr(torch.optim.Optimizer.zero_grad, "__wrapped__", torch.optim.Optimizer.zero_grad)
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
         loss = None
