@@ -167,3 +167,20 @@ def test_example_runs():
     assert len(set(result["fold_vocabularies"])) == 2  # each fold fitted its own vectorizer
     for route in ("plain pipeline", "ClassTextClassifier"):
         assert 0.0 <= result[route]["exact"] <= result[route]["hf1"] <= 1.0
+
+
+def test_the_pipeline_example_of_the_docs_runs(capsys):
+    """docs/classifier.md's ClassTextClassifier example, as written there."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "classifier.md").read_text()
+    section = text[text.index("#### In a Pipeline: `ClassTextClassifier`"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    slow = 'semantics="terminal", random_state=0)'
+    assert code.count(slow) == 1
+    code = code.replace(slow, slow[:-1] + ", max_epochs=2)")  # fast; the docs train as a user would
+    namespace: dict = {}
+    exec(compile(code, "docs/classifier.md", "exec"), namespace)
+    scores = [float(s) for s in re.findall(r"\d\.\d+", capsys.readouterr().out)]
+    assert len(scores) == 3 and all(0.0 < s <= 1.0 for s in scores)
