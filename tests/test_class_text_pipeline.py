@@ -176,11 +176,29 @@ def test_the_pipeline_example_of_the_docs_runs(capsys):
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "classifier.md").read_text()
     section = text[text.index("#### In a Pipeline: `ClassTextClassifier`"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     slow = 'semantics="terminal", random_state=0)'
     assert code.count(slow) == 1
     code = code.replace(slow, slow[:-1] + ", max_epochs=2)")  # fast; the docs train as a user would
     namespace: dict = {}
-    exec(compile(code, "docs/classifier.md", "exec"), namespace)
+    exec(compile(code, "docs/classifier.md", "exec"), namespace)  # noqa: S102 - our own docs, run as written
     scores = [float(s) for s in re.findall(r"\d\.\d+", capsys.readouterr().out)]
     assert len(scores) == 3 and all(0.0 < s <= 1.0 for s in scores)
+
+
+def test_rows_follow_classes_learnt_from_y_and_dag_labels(dogs):
+    from hiclass_parallel.estimators import MultiLabelHierarchicalClassifier
+
+    data, names = dogs
+    # tree=None: the classes are learnt from y (here the labels of the first rows, flat)
+    X, y = data.data[:60], data.target[:60]
+    given = {label: f"name of {label}" for label in set(y.tolist())}
+    est = ClassTextClassifier(TfidfVectorizer(), HierarchicalClassifier(max_epochs=0, random_state=0), given)
+    est.fit(X, y)
+    assert est.class_texts_ == [given[label] for label in est.classes_.tolist()]
+    # a DAG's labels (every hypernym of a synset): one row per DAG class, in classes_ order
+    multi = load_wordnet_glosses("dog.n.01", include_lemmas=True, hypernyms="all")
+    est = ClassTextClassifier(TfidfVectorizer(), MultiLabelHierarchicalClassifier(multi.dag, semantics="terminal", max_epochs=0), names)
+    est.fit(multi.data, multi.target)
+    assert est.class_texts_ == [names.get(label, "") for label in est.classes_.tolist()]
+    assert est.class_features_.shape[0] == len(est.classes_) == multi.dag.n_nodes
