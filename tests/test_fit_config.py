@@ -3,6 +3,8 @@ what it refuses: routes that cannot run, criterion parameters of another route, 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -109,6 +111,53 @@ def test_loader_parameters_changed_after_fit_reach_the_loader(data):
     loader = clf.net_.get_iterator(clf._dataset(X), training=True)
     assert loader.num_workers == 1 and loader.drop_last
     assert len(clf.net_.history[-1, "batches"]) == len(X) // 32  # the last, short batch was dropped
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
+def test_loader_workers_and_a_criterion_change_after_fit_reach_partial_fit(data):
+    X, _, y, tree = data
+    clf = HierarchicalClassifier(tree, training="full", batch_size=32, **FAST).fit(X, y)
+    criterion = clf.net_.criterion_
+    # skorch's set_params alone refuses iterator_* on an initialised net; mixed with a criterion
+    # parameter it re-initialises the criterion (and the optimizer)
+    clf.set_params(iterator_train__num_workers=4, criterion__level_weights=[1.0, 2.0], lr=0.01)
+    clf.partial_fit(X, y)
+    assert clf.net_.get_iterator(clf._dataset(X), training=True).num_workers == 4
+    assert len(clf.net_.history) == FAST["max_epochs"] + 1
+    assert clf.net_.criterion_ is not criterion and clf.net_.criterion_.level_weights is not None
+    assert clf.net_.optimizer_.param_groups[0]["lr"] == 0.01
+
+
+def test_continuing_hands_over_what_changed_in_the_parameters_once(data):
+    X, _, y, tree = data
+    clf = HierarchicalClassifier(tree, **FAST).fit(X, y)
+    clf.set_params(lr=0.01)
+    clf.partial_fit(X, y)
+    group = clf.net_.optimizer_.param_groups[0]
+    assert group["lr"] == 0.01
+    group["lr"] = 0.002  # as a learning-rate schedule would: the net's own state, not a parameter
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf.partial_fit(X, y)
+    assert clf.net_.optimizer_.param_groups[0] is group and group["lr"] == 0.002
+
+
+def test_parameters_the_net_is_built_from_are_named_when_continuing(data):
+    X, Xs, y, tree = data
+    clf = HierarchicalClassifier(tree, **FAST).fit(X, y)
+    clf.set_params(optimizer=torch.optim.SGD, tol=0.1)
+    with pytest.warns(UserWarning, match=r"^optimizer, tol changed since the network was built") as record:
+        clf.partial_fit(X, y)
+    assert record[0].filename == __file__  # the warning points at the caller
+    assert type(clf.net_.optimizer_) is torch.optim.Adam
+    clf.set_params(optimizer=None, tol=1e-4)  # back to what the net was built from
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf.partial_fit(X, y)
+        # class_features are the module's rows derived from the parameter: still the same parameter
+        F = sp.random(tree.n_classes, X.shape[1], density=0.3, format="csr", random_state=0)
+        text = HierarchicalClassifier(tree, semantics="terminal", module__class_features=F, **FAST).fit(Xs, y)
+        text.partial_fit(Xs, y)
 
 
 def test_a_diverged_fit_is_an_error_not_empty_paths(data):

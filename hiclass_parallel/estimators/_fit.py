@@ -12,7 +12,8 @@ features there are and gives the dataset the net iterates. The rest is shared:
    early stopping), and a check that the trained model scores finitely.
 
 Continuing (``partial_fit``, ``warm_start``) skips 1 and 2 after checking that nothing it
-would decide differently has changed.
+would decide differently has changed, and hands the fitted net the parameters changed since it
+was built that it can take (:func:`~._params.changed_since_built`; the others get a warning).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from sklearn.utils.validation import check_is_fitted
 from ._build import build_net, net_params
 from ._checks import check_params
 from ._config import config_changes, resolve_config
-from ._guards import check_trained_scores, warn_ignored_changes
+from ._guards import check_trained_scores, fitted_attributes, warn_ignored_changes
 from ._input import validate_X
+from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 
-__all__ = ["run_fit", "ArrayInput", "seeded"]
+__all__ = ["ArrayInput", "run_fit", "seeded"]
 
 
 class ArrayInput:
@@ -104,9 +106,8 @@ def _default_module(estimator: Any, X: Any) -> type:
 
 
 def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any:
-    for attr in [k for k in vars(estimator) if k.endswith("_") and not k.startswith("__")] + ["_rng_state_"]:
-        if hasattr(estimator, attr):
-            delattr(estimator, attr)
+    for attr in fitted_attributes(estimator):  # what keep_fitted_state_on_error puts back
+        delattr(estimator, attr)
     data.validate(estimator, reset=True)
     targets = type(estimator)._targets(estimator.tree, estimator.pad_label, type(estimator).__name__)
     data.fit_targets(targets, classes)
@@ -120,7 +121,8 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
             net.initialize()
             net.partial_fit(dataset, None, epochs=epochs)
         check_trained_scores(net, dataset)
-    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, net_=net)
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config)
+    attach_net(estimator, net)
     return estimator
 
 
@@ -134,11 +136,12 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
             f"cannot continue training: {', '.join(changed)} changed since the model was fitted; "
             "fit afresh with warm_start=False"
         )
-    warn_ignored_changes(estimator)
+    live, ignored = changed_since_built(estimator)
+    warn_ignored_changes(ignored)
     data.validate(estimator, reset=False)
     dataset = data.dataset(targets, config.capabilities.accepts_sparse)
     net = estimator.net_
-    _push_changed_params(estimator, net, config, data.n_rows)
+    _hand_over(estimator, net, config, data.n_rows, live)
     # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
     net.set_params(callbacks__finite_loss__snapshot=True)
     with data.loading(net, targets):
@@ -148,13 +151,15 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     return estimator
 
 
-def _push_changed_params(estimator: Any, net: Any, config: Any, n_rows: int | None) -> None:
-    """Hand the fitted net the parameters changed since it was built.
+def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names: list[str]) -> None:
+    """Give the fitted net the parameters ``names`` (changed since it was built) through skorch.
 
-    The device and the callbacks stay as the net was built (moving a fitted module, or
-    replacing callbacks mid-training, is a fresh fit). ``iterator_*`` parameters are plain
-    attributes the loaders read at every epoch: skorch's ``set_params`` on an initialised net
-    would treat them as module parameters and fail, so they are set directly.
+    skorch's ``set_params`` sets ``lr`` and ``optimizer__*`` on the optimizer, re-initialises
+    the criterion (and the optimizer) for ``criterion__*`` and the callbacks for
+    ``callbacks__*``. The loaders' ``iterator_*`` parameters are set as the attributes skorch
+    sets on a net not yet initialised: on an initialised one its ``set_params`` refuses them
+    (nothing to re-initialise), and its loaders read them at every fit. ``max_epochs`` is
+    resolved again for this data (``None``: the module's default for ``n_rows`` rows).
     """
     from dataclasses import replace
 
@@ -162,26 +167,11 @@ def _push_changed_params(estimator: Any, net: Any, config: Any, n_rows: int | No
 
     now = replace(config, lr=resolve_lr(estimator.lr, config.capabilities),
                   max_epochs=resolve_max_epochs(estimator, config.capabilities, n_rows))
-    current = net.get_params(deep=False)
-    changed = {}
-    for key, value in net_params(estimator, now).items():
-        if key == "device" or key.startswith("callbacks__"):
-            continue
-        old = current.get(key, _MISSING)
-        try:
-            same = old is value or bool(old == value)
-        except (TypeError, ValueError, RuntimeError):  # arrays and the like: compare by identity only
-            same = False
-        if not same:
-            changed[key] = value
-    loaders = {k: v for k, v in changed.items() if k.startswith(("iterator_train__", "iterator_valid__"))}
-    vars(net).update(loaders)
-    rest = {k: v for k, v in changed.items() if k not in loaders}
-    if rest:
-        net.set_params(**rest)
-
-
-_MISSING = object()
+    values = net_params(estimator, now)
+    params = {**{name: values[name] for name in names}, "max_epochs": now.max_epochs}
+    vars(net).update({k: params.pop(k) for k in list(params) if k.startswith(LOADER_PREFIXES)})
+    net.set_params(**params)
+    mark_applied(estimator, names)
 
 
 def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool, classes: Any = None) -> Any:

@@ -9,7 +9,8 @@ Kept out of ``classifier.py`` so that the classifier calls each guard in one lin
 - :func:`keep_fitted_state_on_error`: a fit that fails (bad input, a diverging loss) leaves a
   fitted estimator as it was, so the next ``predict`` still works;
 - :func:`warn_ignored_changes`: ``warm_start`` continues the fitted network, so changed
-  ``module__*`` parameters, ``callbacks`` and ``early_stopping`` have no effect: say so;
+  parameters it is built from (``module__*``, ``callbacks``, ``early_stopping``...) have no
+  effect: say so;
 - :func:`suggest_terminal`: labels that are all internal nodes are answers at internal
   nodes, which ``semantics="partial"`` never predicts: suggest ``"terminal"``;
 - :func:`check_trained_scores` (after fit) and :func:`check_decidable` (in predict): finite input
@@ -29,14 +30,15 @@ import numpy as np
 from skorch.callbacks import Callback
 
 __all__ = [
-    "NonFiniteLossError",
-    "FiniteLossGuard",
-    "keep_fitted_state_on_error",
-    "warn_ignored_changes",
-    "suggest_terminal",
-    "check_decidable",
     "DivergedError",
+    "FiniteLossGuard",
+    "NonFiniteLossError",
+    "check_decidable",
     "check_trained_scores",
+    "fitted_attributes",
+    "keep_fitted_state_on_error",
+    "suggest_terminal",
+    "warn_ignored_changes",
 ]
 
 
@@ -115,75 +117,46 @@ class FiniteLossGuard(Callback):
         )
 
 
-_NO_ATTR = object()
+def fitted_attributes(estimator: Any) -> list[str]:
+    """The names of the estimator's fitted attributes: those ending in ``_`` (private ones such as
+    ``_rng_state_`` included), not dunders."""
+    return [k for k in vars(estimator) if k.endswith("_") and not k.startswith("__")]
 
 
 @contextlib.contextmanager
 def keep_fitted_state_on_error(estimator: Any) -> Iterator[None]:
     """On an exception inside, put the estimator's fitted attributes back as they were.
 
-    Fitted attributes are those ending in ``_`` (``net_``, ``tree_``, ``n_features_in_``...).
-    A failed first fit leaves none; a failed refit leaves the previous model in place rather
-    than half of a new one (``n_features_in_`` of the new ``X`` without a ``net_``).
+    Fitted attributes are those of :func:`fitted_attributes` (``net_``, ``tree_``,
+    ``n_features_in_``...). A failed first fit leaves none; a failed refit leaves the previous
+    model in place rather than half of a new one (``n_features_in_`` of the new ``X`` without
+    a ``net_``).
     """
-    before = {k: v for k, v in vars(estimator).items() if k.endswith("_") and not k.startswith("__")}
+    before = {k: getattr(estimator, k) for k in fitted_attributes(estimator)}
     try:
         yield
     except BaseException:
-        for key in [k for k in vars(estimator) if k.endswith("_") and not k.startswith("__")]:
+        for key in fitted_attributes(estimator):
             if key not in before:
                 delattr(estimator, key)
         vars(estimator).update(before)
         raise
 
 
-def _callback_key(entry: Any) -> tuple:
-    """A comparable summary of a callbacks entry: ``cb`` or ``(name, cb)``."""
-    name, cb = entry if isinstance(entry, tuple) else (None, entry)
-    try:
-        params = cb.get_params() if hasattr(cb, "get_params") else vars(cb)
-    except Exception:  # noqa: BLE001 - a callback without readable parameters
-        params = {}
-    return name, type(cb), repr(sorted((k, repr(v)) for k, v in params.items() if not k.endswith("_")))
+def warn_ignored_changes(names: list[str]) -> None:
+    """Warn that ``warm_start`` / ``partial_fit`` cannot apply the changed parameters ``names``.
 
-
-def warn_ignored_changes(estimator: Any) -> None:
-    """Warn about settings that ``warm_start`` / ``partial_fit`` cannot apply to the fitted net.
-
-    The network is built once; continuing trains it as it is. Changed ``module__*``
-    parameters (the architecture), ``callbacks`` and ``early_stopping`` take effect only in a
-    fresh fit (``warm_start=False``).
+    The network is built once; continuing trains it as it is. Parameters it is built from
+    (``module__*`` for the architecture, ``callbacks``, ``early_stopping``...: see
+    :func:`~._params.changed_since_built`) take effect only in a fresh fit (``warm_start=False``).
     """
-    net = getattr(estimator, "net_", None)
-    if net is None:
-        return
-    changed = []
-    net_params = net.get_params(deep=False)
-    filled = {"n_features", "n_outputs"}
-    mine = estimator._skorch_kwargs("module__")
-    theirs = {k[len("module__"):]: v for k, v in net_params.items() if k.startswith("module__")}
-    for name in sorted((set(mine) | set(theirs)) - filled):
-        a, b = mine.get(name, _NO_ATTR), theirs.get(name, _NO_ATTR)
-        try:
-            same = a is b or bool(a == b)
-        except Exception:  # noqa: BLE001 - arrays and the like
-            same = repr(a) == repr(b)
-        if not same:
-            changed.append(f"module__{name}")
-    fitted_cbs = [e for e in (net.callbacks or []) if not (
-        isinstance(e, tuple) and e[0] in ("early_stopping", "progress_bar", "finite_loss"))]
-    if [_callback_key(e) for e in (estimator.callbacks or [])] != [_callback_key(e) for e in fitted_cbs]:
-        changed.append("callbacks")
-    had_early_stopping = any(isinstance(e, tuple) and e[0] == "early_stopping" for e in (net.callbacks or []))
-    if bool(estimator.early_stopping) != had_early_stopping:
-        changed.append("early_stopping")
-    if changed:
+    if names:
         warnings.warn(
-            f"{', '.join(changed)} changed since the network was built, but warm_start/partial_fit continue "
+            f"{', '.join(names)} changed since the network was built, but warm_start/partial_fit continue "
             "training the fitted network as it is, so the change is ignored; fit with warm_start=False to "
             "apply it",
             UserWarning,
-            stacklevel=4,
+            stacklevel=6,  # the caller of fit / partial_fit
         )
 
 

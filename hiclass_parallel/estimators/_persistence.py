@@ -48,6 +48,7 @@ from ..tree import PARTITIONS, Tree
 from ._build import build_net
 from ._checks import check_device
 from ._config import FitConfig
+from ._params import attach_net
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 
@@ -414,7 +415,7 @@ def load_classifier(
     except RuntimeError as exc:
         raise ValueError(f"{folder / WEIGHTS} does not fit the network its config.json describes: {exc}") from None
     net.module_.to(net.device)
-    clf.net_ = net
+    attach_net(clf, net)
     return clf
 
 

@@ -150,7 +150,11 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Relative improvement of the validation loss that counts for ``early_stopping``.
     warm_start : bool, default=False
         When True, :meth:`fit` continues training the fitted network instead of starting
-        afresh.
+        afresh. Parameters changed since the network was built reach it where a trained
+        network can take them (``lr``, ``optimizer__*``, ``criterion__*``, ``iterator_*``...,
+        through skorch); those it is built from (``module__*``, ``callbacks``, ``device``...)
+        are named in a warning and wait for a fresh fit (``docs/classifier.md``, "Changing
+        parameters after fit").
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
