@@ -163,3 +163,18 @@ NAMESPACES = [
 def to_xp(request):
     """Converts a NumPy array to one namespace/device; tests then compare on the host."""
     return request.param
+
+
+@pytest.fixture
+def decoding_routes_ran(monkeypatch):
+    """The decoding engines that run, in order: ``"best_first_c"`` (the C search),
+    ``"best_first_torch"`` (the torch search) or ``"exhaustive"`` (best_paths, topk_paths)."""
+    from hiclass_parallel.ops import _native_best_first, best_first, decode
+
+    ran: list[str] = []
+    for module, name, route in ((_native_best_first, "search", "best_first_c"),
+                                (best_first, "_search_torch", "best_first_torch"),
+                                (decode, "best_paths", "exhaustive"), (decode, "topk_paths", "exhaustive")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _route=route, **k: ran.append(_route) or _real(*a, **k))
+    return ran

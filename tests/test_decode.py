@@ -321,3 +321,41 @@ def test_decoding_minus_inf_is_probability_zero():
 def test_topk_refuses_non_integer_k(k):
     with pytest.raises(TypeError, match="k must be an integer"):
         topk_paths(np.zeros((1, 9)), PAPER, k)
+
+
+@pytest.mark.parametrize("kind", ["linear32", "linear64", "linear_half", "function", "sibling_full", "level",
+                                  "threshold"])
+def test_the_decoding_route_reported_is_the_route_that_runs(kind, decoding_routes_ran):
+    from hiclass_parallel.ops import _native_best_first
+    from hiclass_parallel.ops.best_first import best_first_paths
+    from hiclass_parallel.ops.decode import DECODING_ROUTES, decoding_route
+    from hiclass_parallel.ops.sibling_paths import LinearScores
+
+    rng = np.random.default_rng(0)
+    tree = PAPER
+    partition = "level" if kind == "level" else "sibling"
+    dtype = {"linear64": torch.float64, "linear_half": torch.bfloat16}.get(kind, torch.float32)
+    h = torch.as_tensor(rng.normal(size=(3, 4)), dtype=dtype)
+    weight = torch.as_tensor(rng.normal(size=(n_outputs(tree, partition), 4)), dtype=dtype)
+    bias = torch.zeros(weight.shape[0], dtype=dtype)
+    linear = LinearScores(h, weight, bias)
+    scores = torch.addmm(bias, h, weight.t())
+    score = (lambda r, c: scores[r, c]) if kind == "function" else linear
+    on_demand = kind not in ("sibling_full",)
+    threshold = 0.5 if kind == "threshold" else None
+    route = decoding_route(partition, on_demand=on_demand, threshold=threshold, score=score)
+    assert route in DECODING_ROUTES
+    expected = {"linear32": "best_first_c", "linear64": "best_first_c", "linear_half": "best_first_torch",
+                "function": "best_first_torch"}.get(kind, "exhaustive")
+    if expected == "best_first_c" and not _native_best_first.available():
+        expected = "best_first_torch"  # the optional C search was not built here
+    assert route == expected
+    ran = decoding_routes_ran
+    if route == "exhaustive":
+        from hiclass_parallel.ops import decode
+
+        decode.best_paths(scores, tree, partition, threshold=threshold)
+    else:
+        assert decoding_route(partition, on_demand=True) == "best_first"  # the search is chosen per batch
+        best_first_paths(score, 3, tree)
+    assert ran == [route]

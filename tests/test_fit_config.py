@@ -49,6 +49,26 @@ def test_the_reported_route_is_the_route_that_ran(data, monkeypatch, training, e
     assert (clf.predict(Xs[:5])[:, 0] != "").all()
 
 
+@pytest.mark.parametrize("sparse, training, decoding", [
+    (True, "auto", "best"), (False, "auto", "best"), (False, "auto", "hf1"), (False, "auto", "threshold"),
+    (False, "full", "best"),
+])
+def test_the_decoding_route_reported_is_the_route_that_ran(data, decoding_routes_ran, sparse, training, decoding):
+    from hiclass_parallel.ops.decode import decoding_route
+
+    X = data[1] if sparse else data[0]
+    clf = HierarchicalClassifier(data[3], training=training, decoding=decoding, **FAST).fit(X, data[2])
+    threshold = clf.threshold if decoding == "threshold" else None
+    route = decoding_route(clf.partition_, on_demand=clf.path_local_, threshold=threshold)
+    if route != "exhaustive":  # the search is chosen per batch, from the batch's score function
+        hidden = next(clf.net_.outputs(clf._dataset(clf._validate_X(X[:2], reset=False)), hidden=True))
+        route = decoding_route(clf.partition_, on_demand=True, score=clf.net_.module_.scorer(hidden))
+    decoding_routes_ran.clear()
+    clf.predict(X[:5])
+    assert decoding_routes_ran and set(decoding_routes_ran) == {route}
+    assert (route == "exhaustive") is (training == "full" or decoding == "threshold")
+
+
 def test_config_holds_every_resolved_default(data):
     X, Xs, y, tree = data
     dense = HierarchicalClassifier(tree, random_state=0, module__hidden_units=8, max_epochs=1).fit(X, y)

@@ -4,7 +4,8 @@ Every method here runs the module over X through one loop (:meth:`_per_batch` ov
 :meth:`TreeNet.outputs <hiclass_parallel.estimators._net.TreeNet.outputs>`), applies a
 tensor function to each mini-batch on the net's device, and concatenates the results on the
 host. Decoding is exact: exhaustive over the module's scores, or best-first from the hidden
-representation for path-locally trained models (``path_local_``).
+representation for path-locally trained models (``path_local_``), as
+:func:`~hiclass_parallel.ops.decode.decoding_route` chooses.
 """
 
 from __future__ import annotations
@@ -58,19 +59,26 @@ class PredictMixin:
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and their log-probabilities.
 
-        Path-locally trained models search best-first, scoring only the groups they expand
-        (``decoding`` "best" and "hf1"); the others score every class and decode
+        The route is :func:`~hiclass_parallel.ops.decode.decoding_route`'s: path-locally
+        trained models search best-first from their hidden rows, scoring only the groups they
+        expand (``decoding`` "best" and "hf1"); the others score every class and decode
         exhaustively. ``decoding="hf1"`` picks from the ``top_k`` best paths.
         """
         from ..ops.best_first import best_first_paths
-        from ..ops.decode import best_paths, expected_hf1_paths, topk_paths
+        from ..ops.decode import (
+            best_paths,
+            decoding_route,
+            expected_hf1_paths,
+            topk_paths,
+        )
 
         kwargs = self._decode_kwargs()
         if k is None and self.decoding == "hf1":
             paths, log_prob = self._decode(X, min(self.top_k, self._n_candidates()))
             chosen, _ = expected_hf1_paths(paths, log_prob)
             return chosen, log_prob[:, 0]
-        if self.path_local_ and self.decoding in ("best", "hf1"):
+        threshold = self.threshold if self.decoding == "threshold" else None
+        if decoding_route(self.partition_, on_demand=self.path_local_, threshold=threshold) != "exhaustive":
             def fn(hidden):
                 return best_first_paths(
                     self.net_.module_.scorer(hidden), hidden.shape[0], self.tree_, stop=self.stop_,
@@ -78,7 +86,6 @@ class PredictMixin:
                 )
             paths, log_prob = self._per_batch(X, fn, hidden=True)
         elif k is None:
-            threshold = self.threshold if self.decoding == "threshold" else None
             paths, log_prob = self._per_batch(X, lambda s: best_paths(s, self.tree_, threshold=threshold, **kwargs))
         else:
             paths, log_prob = self._per_batch(X, lambda s: topk_paths(s, self.tree_, k, **kwargs))

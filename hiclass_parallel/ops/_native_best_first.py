@@ -4,7 +4,7 @@ loaded with ctypes.
 :func:`~hiclass_parallel.ops.best_first.best_first_paths` runs it when the score function is a
 linear layer on hidden rows (it has ``linear_parts()``, see :class:`LinearScores`), the tensors
 are float32 or float64 on the CPU, and the library was built (``setup.py``, an optional
-extension). Each row is a best-first search with a heap that scores exactly the members of the
+extension): :func:`~hiclass_parallel.ops.decode.decoding_route` decides. Each row is a best-first search with a heap that scores exactly the members of the
 groups it expands, one dot product each; the batched torch search spends most of its time in
 per-step overhead and in a matrix product against columns most rows do not need.
 ``HICLASS_PARALLEL_NATIVE=0`` turns it off (and the group kernel of :mod:`._native`).

@@ -17,7 +17,8 @@ Only the members of expanded groups are scored, through a *score function*
 
 When the score function is a linear layer on hidden rows (it offers ``linear_parts()``, as
 :class:`~.sibling_paths.LinearScores` and the classifier's sparse network do) and runs on the
-CPU, each row is searched in C instead (:mod:`._native_best_first`): a best-first search with
+CPU, each row is searched in C instead (:mod:`._native_best_first`; the choice is
+:func:`~.decode.decoding_route`'s): a best-first search with
 a heap, one dot product per scored column, no per-step tensor overhead (on WordNet's nouns
 the batched search above spends most of its time in small tensor operations and in a matrix
 product against columns most rows do not need). Same rules, same results.
@@ -34,6 +35,7 @@ from typing import Any
 
 from ..tree import PAD, Tree
 from ._engine import check_semantics
+from .decode import decoding_route
 from .sibling_paths import ScoreFn, expand_rows, segment_logsumexp, sibling_plan
 
 __all__ = ["best_first_paths"]
@@ -176,36 +178,14 @@ def _search_torch(
     return top_v, top_n, work, exhaustive, dtype
 
 
-def _native_parts(score: ScoreFn, device: Any) -> tuple[Any, Any, Any] | None:
-    """``(h, weight, bias)`` as NumPy arrays when the C search can run ``score``, else ``None``.
-
-    It can for a linear layer (``score.linear_parts()``, see :class:`.sibling_paths.LinearScores`)
-    of float32 or float64 tensors on the CPU, once the optional library was built.
-    """
-    from . import _native_best_first
-
-    parts = getattr(score, "linear_parts", None)
-    if parts is None or device.type != "cpu" or not _native_best_first.available():
-        return None
-    h, weight, bias = (t.detach() for t in parts())
-    import torch
-
-    dtypes = {h.dtype, weight.dtype, bias.dtype}
-    if len(dtypes) != 1 or dtypes.pop() not in (torch.float32, torch.float64):
-        return None
-    if any(t.device.type != "cpu" for t in (h, weight, bias)):
-        return None
-    return h.numpy(), weight.numpy(), bias.numpy()
-
-
-def _search_native(
-    h: Any, weight: Any, bias: Any, plan: Any, kk: int, terminal: bool, max_columns: int
-) -> tuple[Any, ...]:
-    """The C search (:mod:`._native_best_first`), with :func:`_search_torch`'s results."""
+def _search_native(score: ScoreFn, plan: Any, kk: int, terminal: bool, max_columns: int) -> tuple[Any, ...]:
+    """The C search (:mod:`._native_best_first`) of ``score.linear_parts()``, with
+    :func:`_search_torch`'s results."""
     import torch
 
     from ._native_best_first import search
 
+    h, weight, bias = (t.detach().numpy() for t in score.linear_parts())
     top_v, top_n, work, status = search(h, weight, bias, plan, kk, terminal, max_columns)
     out = tuple(torch.from_numpy(a) for a in (top_v, top_n, work))
     return (*out, torch.from_numpy(status != 0), out[0].dtype)
@@ -301,9 +281,8 @@ def best_first_paths(
         max_columns = max(2048, plan.n_outputs // 5)
     terminal = semantics == "terminal"
     arr = plan.arrays(torch.empty(0, device=device))
-    native = _native_parts(score, device)
-    if native is not None:
-        top_v, top_n, work, exhaustive, dtype = _search_native(*native, plan, kk, terminal, max_columns)
+    if decoding_route("sibling", on_demand=True, score=score, device=device) == "best_first_c":
+        top_v, top_n, work, exhaustive, dtype = _search_native(score, plan, kk, terminal, max_columns)
     else:
         top_v, top_n, work, exhaustive, dtype = _search_torch(score, n_rows, tree, plan, kk, terminal, max_columns, device)
 

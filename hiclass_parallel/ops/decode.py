@@ -39,7 +39,10 @@ from ..tree import PAD, Tree
 from ._engine import check_semantics, ops_for, prepare, restore
 from .groups import node_log_probs
 
-__all__ = ["best_paths", "topk_paths", "expected_hf1_paths", "node_log_probs"]
+__all__ = ["DECODING_ROUTES", "best_paths", "decoding_route", "expected_hf1_paths", "node_log_probs", "topk_paths"]
+
+#: The routes of exact decoding that :func:`decoding_route` chooses from (all give the same paths).
+DECODING_ROUTES = ("exhaustive", "best_first_torch", "best_first_c")
 
 
 def _no_grad(x: Any) -> Any:
@@ -328,3 +331,75 @@ def expected_hf1_paths(paths: Any, log_prob: Any) -> tuple[Any, Any]:
     if numpy_in:
         return chosen.numpy(), value.numpy()
     return chosen, value.to(log_prob.dtype)
+
+
+def decoding_route(
+    partition: str,
+    *,
+    on_demand: bool = False,
+    threshold: float | None = None,
+    score: Any = None,
+    device: Any = None,
+) -> str:
+    """Which exact decoding runs: the one place the route is chosen.
+
+    The classifier asks it whether to decode its scores or search from its hidden rows, and
+    :func:`~hiclass_parallel.ops.best_first.best_first_paths` asks it, per batch, which
+    search runs. (The exportable decoder, ``TreeDecoder``, is the exhaustive route written for
+    ``torch.export``.)
+
+    Parameters
+    ----------
+    partition : {"level", "sibling"}
+    on_demand : bool, default=False
+        Whether the caller can score columns on demand (a score function of hidden rows, as
+        a path-locally trained classifier has) instead of holding every score.
+    threshold : float, default=None
+        The cut-off of threshold decoding, which reads every score.
+    score : callable, default=None
+        The score function of a batch (``score(rows, columns) -> scores``): it picks the search.
+    device : torch.device, default=None
+        Where the search runs (``None``: the CPU).
+
+    Returns
+    -------
+    route : str
+        ``"exhaustive"``: every score of every row (:func:`best_paths`, :func:`topk_paths`),
+        for scores not on demand, the level partition and threshold decoding.
+        ``"best_first_c"``: the C search (:mod:`._native_best_first`) of a linear output
+        layer (``score.linear_parts()``) of float32 or float64 tensors on the CPU, where the
+        optional library was built. ``"best_first_torch"``: the batched torch search, for
+        any other score function or device. ``"best_first"`` when ``score`` is not given:
+        one of the two, chosen per batch from its score function.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.ops.decode import decoding_route
+    >>> decoding_route("level", on_demand=True)
+    'exhaustive'
+    >>> decoding_route("sibling", on_demand=True, score=lambda rows, columns: torch.zeros(len(rows)))
+    'best_first_torch'
+    """
+    if not on_demand or partition != "sibling" or threshold is not None:
+        return "exhaustive"
+    if score is None:
+        return "best_first"
+    return "best_first_c" if _c_searchable(score, device) else "best_first_torch"
+
+
+def _c_searchable(score: Any, device: Any) -> bool:
+    """Whether the C search can run ``score``: a linear layer of float32 or float64 CPU tensors."""
+    import torch
+
+    from . import _native_best_first
+
+    parts = getattr(score, "linear_parts", None)
+    if parts is None or (device is not None and torch.device(device).type != "cpu"):
+        return False
+    if not _native_best_first.available():
+        return False
+    tensors = parts()
+    dtypes = {t.dtype for t in tensors}
+    return (len(dtypes) == 1 and dtypes.pop() in (torch.float32, torch.float64)
+            and all(t.device.type == "cpu" for t in tensors))
