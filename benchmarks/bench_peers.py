@@ -512,6 +512,13 @@ def targets_table(checks: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _epochs(ds: dict[str, Any], settings: dict[str, Any]) -> Any:
+    """The torch methods' epochs on one data set: ``--epochs`` if given, else the size's own, else the run's."""
+    if settings.get("epochs") is not None:
+        return settings["epochs"]
+    return ds["spec"].get("torch", {}).get("max_epochs", settings["torch_params"].get("max_epochs"))
+
+
 def write_markdown(report: dict[str, Any], path: Path) -> None:
     env = report["environment"]
     parts = [
@@ -528,9 +535,9 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
         + ".",
         "",
         markdown_table(report),
-        "Torch settings per data set (both HierarchicalClassifier partitions and the flat baseline): "
+        "Torch settings per data set (every HierarchicalClassifier and the flat baseline): "
         + "; ".join(
-            f"{ds['name']}: {ds['spec'].get('torch', {}).get('max_epochs', report['settings']['torch_params'].get('max_epochs'))} epochs"
+            f"{ds['name']}: {_epochs(ds, report['settings'])} epochs"
             + (f", classifier {json.dumps(ds['spec']['hc'])}" if ds["spec"].get("hc") else "")
             for ds in report["datasets"]
         )
@@ -778,7 +785,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "settings": {"budget_s": args.budget, "budget_torch_s": args.budget_torch,
                      "method_budgets": args.method_budgets, "grace_s": args.grace, "torch_params": args.torch_params,
                      "hc_params": args.hc_params, "methods": args.methods, "seed": args.seed,
-                     "quick": args.quick, "generator": GENERATOR},
+                     "quick": args.quick, "generator": GENERATOR, "epochs": args.epochs},
         "datasets": [],
     }
     timed_out: dict[str, str] = {}
