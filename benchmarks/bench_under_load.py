@@ -12,9 +12,11 @@ A user's machine is rarely idle. This benchmark runs, each in a fresh process:
 each either on a machine as idle as it gets or beside a ``busy`` process: a torch matrix-product
 loop on 2 threads, started before and stopped after each run, the same for every condition
 (as a user's other numeric job would be: no thread settings of its own). Every fit runs with
-the environment a user has (``OMP_WAIT_POLICY`` unset: the package's own choice applies) and,
-for comparison, with ``OMP_WAIT_POLICY`` forced to ``PASSIVE`` and to ``ACTIVE`` (torch's
-OpenMP threads spinning while they wait, libgomp's behaviour when nothing is set).
+the environment a user has (``user``: ``OMP_WAIT_POLICY`` unset, the package imported before
+torch, so the package's own choice applies; ``torch-first``: unset, torch imported first, so
+libgomp's default applies: spin about 3 ms after each parallel region, then sleep) and, for
+comparison, with ``OMP_WAIT_POLICY`` forced to ``PASSIVE`` (threads sleep while they wait) and
+to ``ACTIVE`` (threads spin while they wait).
 
 Reported: seconds, the ratio busy / idle per condition, ``os.getloadavg()`` before and after
 every run. The machine is shared with other jobs: the load average says how idle "idle" was.
@@ -43,8 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The busy neighbour: products of 1024 x 1024 matrices on 2 threads, forever.
 BUSY = ("import torch\ntorch.set_num_threads(2)\na = torch.randn(1024, 1024)\nb = torch.empty(1024, 1024)\n"
         "while True:\n    torch.mm(a, a, out=b)\n")
-#: OMP_WAIT_POLICY per condition: None leaves the variable unset (a user's environment).
-POLICIES = {"user": None, "passive": "PASSIVE", "active": "ACTIVE"}
+#: OMP_WAIT_POLICY per condition: None leaves the variable unset (a user's environment);
+#: "torch-first" leaves it unset too, and the fit's process imports torch before the package.
+POLICIES = {"user": None, "torch-first": None, "passive": "PASSIVE", "active": "ACTIVE"}
 LRS = [0.0025, 0.005, 0.01, 0.02]
 
 
@@ -78,6 +81,7 @@ def job_fit(job: dict[str, Any]) -> dict[str, Any]:
     model.fit(data["X_train"], np.asarray(data["y_train"]))
     out["fit_s"] = time.perf_counter() - start
     out["load_after"] = _load()
+    out["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY")
     if hasattr(model, "net_"):
         import torch
 
@@ -177,7 +181,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for policy in args.policies if model == "hc" else ["user"]:
                     for threads in args.threads if model == "hc" else [0]:
                         for busy in (False, True):
-                            job = {"job": "fit", "data": data, "model": model, "threads": threads}
+                            job = {"job": "fit", "data": data, "model": model, "threads": threads,
+                                   "torch_first": policy == "torch-first"}
                             r = run_job(job, POLICIES[policy], busy, work)
                             record({"part": "fit", "subset": args.subset, "model": model, "policy": policy,
                                     "set_threads": threads, "busy": busy, **r})
@@ -217,7 +222,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parts", default="fit,grid", type=split)
     p.add_argument("--subset", default="person")
     p.add_argument("--models", default="hc,linear-svc", type=split)
-    p.add_argument("--policies", default="user,passive,active", type=split, help=f"of {sorted(POLICIES)}")
+    p.add_argument("--policies", default="user,torch-first,passive,active", type=split, help=f"of {sorted(POLICIES)}")
     p.add_argument("--threads", default="0", type=lambda s: [int(v) for v in split(s)],
                    help="torch.set_num_threads before the fit (0: leave it)")
     p.add_argument("--grid-subset", default="animal")
@@ -234,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         job = json.loads(Path(args.worker).read_text())
+        if job.get("torch_first"):
+            import torch  # noqa: F401 - loaded before the package, as a user's script may
+
         print(json.dumps(JOBS[job["job"]](job)))
         return 0
     print(markdown(run(args)))

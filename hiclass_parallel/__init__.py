@@ -12,7 +12,22 @@ import of the package against this list; modules on one line do not import each 
 7. :mod:`~hiclass_parallel.estimators` -- the path transformer and the classifier;
 8. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;
 9. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
+
+Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` when the variable is
+not set and torch is not loaded yet: torch's OpenMP threads then sleep instead of spinning while
+they wait, which keeps training fast on cores shared with other processes (a default fit went
+from 2-3x slower to several times slower beside one busy process without it; see
+``docs/benchmark-training.md``). Set the variable yourself (``ACTIVE``, or anything) to choose
+otherwise; once torch is loaded its OpenMP runtime has read the variable and the package leaves
+it alone.
 """
+
+import os as _os
+import sys as _sys
+
+# Before anything below can import torch: libgomp reads the variable once, when torch loads it.
+if "torch" not in _sys.modules:
+    _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .exceptions import TreeError, UnknownLabelError
 from .ops import flatten_for_training, labels_to_paths, partition_scores
