@@ -19,6 +19,7 @@ was built that it can take (:func:`~._params.changed_since_built`; the others ge
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +35,7 @@ from ._guards import check_trained_scores, fitted_attributes, warn_ignored_chang
 from ._input import validate_X
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 
-__all__ = ["ArrayInput", "run_fit", "seeded"]
+__all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]
 
 
 class ArrayInput:
@@ -59,6 +60,30 @@ class ArrayInput:
 
     def loading(self, net: Any, targets: Any) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def training_threads(estimator: Any) -> Iterator[None]:
+    """torch's intra-op threads while the estimator trains on the CPU, put back after.
+
+    One thread where torch's OpenMP threads would spin: ``OMP_WAIT_POLICY`` unset means torch
+    was loaded before the package (importing the package sets ``PASSIVE`` otherwise), so
+    libgomp's default applies and a thread that finishes a parallel region spins for about 3 ms,
+    competing with the training step's own threads and with other processes (a default person
+    fit took 18-33 s with 2 threads against 10-15 s with one, on the shared 2-core machine:
+    ``docs/benchmark-training.md``). Any value of the variable is the user's choice and keeps
+    torch's thread count, which already counts only the cores the process may run on (and is
+    one inside joblib's workers, which set ``OMP_NUM_THREADS`` to cores // n_jobs).
+    """
+    before = torch.get_num_threads()
+    if os.environ.get("OMP_WAIT_POLICY") or before == 1 or torch.device(estimator.device).type != "cpu":
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager
@@ -116,7 +141,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)
-    with data.loading(net, targets):
+    with training_threads(estimator), data.loading(net, targets):
         with seeded(estimator, seed):
             net.initialize()
             net.partial_fit(dataset, None, epochs=epochs)
@@ -144,7 +169,7 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     _hand_over(estimator, net, config, data.n_rows, live)
     # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
     net.set_params(callbacks__finite_loss__snapshot=True)
-    with data.loading(net, targets):
+    with training_threads(estimator), data.loading(net, targets):
         with seeded(estimator, None):
             net.partial_fit(dataset, None, epochs=epochs)
         check_trained_scores(net, dataset)
