@@ -6,8 +6,10 @@
 # go to $OUT (default: gpu-out/).
 #
 #   bash scripts/gpu_check.sh            # everything
+#   bash scripts/gpu_check.sh gpu-tests  # only the tests that use CUDA or CuPy (a minute)
 #   bash scripts/gpu_check.sh tests      # only the test suite
-#   bash scripts/gpu_check.sh bench      # only the benchmarks
+#   bash scripts/gpu_check.sh text       # only the text route end to end (all nouns, full tree)
+#   bash scripts/gpu_check.sh bench      # only the engine benchmarks
 #
 # Wheels in .whl/ (for an offline machine without skorch / array-api-compat) are installed
 # into /tmp/site first.
@@ -37,7 +39,18 @@ except ImportError as exc:
     print("cupy missing:", exc)
 EOF
 
+# The optional C kernels (CPU search and training step), built for this machine's Python.
+$PY setup.py build_ext --inplace -q >"$OUT/build.log" 2>&1 || echo "C kernels not built (see $OUT/build.log); CPU fallbacks run"
+
 status=0
+if [ "$what" = gpu-tests ]; then
+    $PY -m pytest -p no:cacheprovider -n 8 -q -rfEs -k "cuda or cupy or gpu or triton" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 40
+    status=$((status | ${PIPESTATUS[0]}))
+fi
+if [ "$what" = all ] || [ "$what" = text ]; then
+    $PY -m benchmarks.bench_gpu_text --tasks nouns,full,person --cpu-threads 2 --out "$OUT/gpu_text.json" 2>&1 | tee "$OUT/gpu_text.log"
+    status=$((status | ${PIPESTATUS[0]}))
+fi
 if [ "$what" = all ] || [ "$what" = tests ]; then
     # -p no:cacheprovider: the checkout may be read-only; -n 8: 16 cores, leave room for CUDA.
     $PY -m pytest -p no:cacheprovider -n 8 -q -rs 2>&1 | tee "$OUT/pytest.log" | tail -n 60

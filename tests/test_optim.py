@@ -59,6 +59,7 @@ def test_a_text_fit_does_not_import_torch_dynamo():
         "import numpy as np, scipy.sparse as sp\n"
         "from hiclass_parallel import Tree\n"
         "from hiclass_parallel.estimators import HierarchicalClassifier\n"
+        "print('torch._dynamo' in sys.modules)\n"
         "tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])\n"
         "X = sp.random(40, 12, density=0.3, random_state=0, format='csr', dtype=np.float32)\n"
         "y = np.arange(40) % 6\n"
@@ -68,4 +69,9 @@ def test_a_text_fit_does_not_import_torch_dynamo():
         "print('torch._dynamo' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    before, after = out.stdout.strip().splitlines()[-2:]
+    if before == "True":  # seen with torch 2.11's CUDA build: importing torch already loads it
+        import pytest
+
+        pytest.skip("torch._dynamo is loaded before any fit in this environment: nothing for the fit to avoid")
+    assert after == "False"

@@ -1,0 +1,217 @@
+"""The text route end to end on a GPU: all nouns and the full 117,659-class WordNet tree.
+
+For each task, WordNet glosses with lemma names are split 80/20 (seed 0) and TF-IDF encoded as
+in :mod:`benchmarks.bench_text`; ``HierarchicalClassifier(tree, semantics="terminal",
+device=...)`` trains with its defaults (``SparseMLP``, sibling partition, path-local training)
+and predicts the held-out rows. Reported per task:
+
+- fit seconds, twice (the first fit pays for CUDA kernels' first launches and Triton's
+  compilation; the second is what a user's later fits cost), seconds per epoch;
+- predict seconds of the default route (best-first search from the hidden rows) and of
+  batched exhaustive decoding on the device (every class scored, :func:`best_paths`), and
+  whether the two give the same paths;
+- hierarchical F1, exact accuracy (``bench_peers.score``);
+- the host synchronisations of a training step and of a predicted batch, counted by
+  ``torch.cuda.set_sync_debug_mode`` and grouped by the line of this package that caused them;
+- optionally the same fit on the CPU with ``--cpu-threads`` threads, in the same run.
+
+The full tree (``--tasks full``) places nouns and verbs by their glosses
+(``load_wordnet_glosses(None, pos=None)``); adjectives and adverbs are classes without rows.
+
+Usage::
+
+    python -m benchmarks.bench_gpu_text --tasks nouns,full --out gpu-out/gpu_text.json
+    python -m benchmarks.bench_gpu_text --device cpu --tasks person   # the same on a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TASKS = {"nouns": (None, "n"), "full": (None, None), "person": ("person.n.01", "n"), "animal": ("animal.n.01", "n"),
+         "dog": ("dog.n.01", "n")}
+
+
+def make_task(root: str | None, pos: str | None, seed: int = 0) -> dict[str, Any]:
+    """Split and TF-IDF features of the gloss task (as :func:`benchmarks.bench_text.make_text`)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.model_selection import train_test_split
+
+    from hiclass_parallel.datasets import load_wordnet_glosses
+
+    data = load_wordnet_glosses(root, pos=pos, include_lemmas=True)
+    ids = data.tree.to_ids(data.target)
+    own = data.tree.to_ids(data.synsets)
+    t_train, t_test, y_train, y_test, _, own_test = train_test_split(data.data, ids, own, test_size=0.2,
+                                                                     random_state=seed)
+    vec = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), dtype=np.float32)
+    X_train = vec.fit_transform(t_train).tocsr()
+    pos_test = np.array([str(data.tree.labels[i]).split(".")[-2] for i in own_test])
+    return {"X_train": X_train, "X_test": vec.transform(t_test).tocsr(), "y_train": np.asarray(y_train),
+            "y_test": np.asarray(y_test), "tree": data.tree, "pos_test": pos_test}
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def count_syncs(fn: Any, device: str) -> dict[str, int]:
+    """Host synchronisations inside ``fn()``, by the first line of this package on the stack."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return {}
+    counts: collections.Counter[str] = collections.Counter()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+            _sync(device)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for w in caught:
+        if "synchroniz" in str(w.message):
+            counts[f"{Path(w.filename).name}:{w.lineno}"] += 1
+    return dict(counts.most_common())
+
+
+def run_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from benchmarks.bench_peers import score
+    from hiclass_parallel.estimators import HierarchicalClassifier
+    from hiclass_parallel.ops import best_paths
+
+    start = time.perf_counter()
+    data = make_task(*TASKS[name], seed=args.seed)
+    tree = data["tree"]
+    out: dict[str, Any] = {"n_classes": tree.n_classes, "n_levels": tree.n_levels, "n_train": data["X_train"].shape[0],
+                           "n_test": data["X_test"].shape[0], "n_features": data["X_train"].shape[1],
+                           "encode_s": time.perf_counter() - start}
+    print(f"{name}: {out}", flush=True)
+    devices = [args.device] + (["cpu"] if args.cpu_threads and args.device != "cpu" and name in args.cpu_on else [])
+    for device in devices:
+        res: dict[str, Any] = {}
+        threads = torch.get_num_threads()
+        if device == "cpu" and args.cpu_threads:
+            torch.set_num_threads(args.cpu_threads)
+        fits = []
+        for repeat in range(1 if device == "cpu" else args.fits):
+            clf = HierarchicalClassifier(tree, semantics="terminal", device=device, random_state=args.seed, verbose=0)
+            _sync(device)
+            t0 = time.perf_counter()
+            clf.fit(data["X_train"], tree.labels[data["y_train"]])
+            _sync(device)
+            fits.append(time.perf_counter() - t0)
+            print(f"  {device} fit {repeat}: {fits[-1]:.2f} s, epochs {len(clf.net_.history)}", flush=True)
+        res["fit_s"] = fits
+        res["epochs"] = len(clf.net_.history)
+        res["epoch_s"] = [float(d) for d in clf.net_.history[:, "dur"]]
+        res["train_loss"] = [float(v) for v in clf.net_.history[:, "train_loss"]]
+        res["step_engine"] = getattr(clf.net_, "step_engine_", None)
+        t0 = time.perf_counter()
+        pred = clf.predict(data["X_test"])
+        res["predict_s"] = time.perf_counter() - t0
+        from benchmarks._peers import ids_of_label_paths
+
+        paths = ids_of_label_paths(tree, pred, clf.pad_label_)
+        res.update(score(tree, data["y_test"], paths))
+        for pos in ("n", "v"):
+            rows = data["pos_test"] == pos
+            if rows.any() and not rows.all():
+                res[f"hf1_{pos}"] = score(tree, data["y_test"][rows], paths[rows])["hf1"]
+        print(f"  {device} predict {res['predict_s']:.2f} s, hF1 {res['hf1']:.4f}, exact {res['exact']:.4f}", flush=True)
+        if device == args.device:
+            # Batched exhaustive decoding on the device: every class scored, best_paths exact.
+            kwargs = clf._decode_kwargs()
+            _sync(device)
+            t0 = time.perf_counter()
+            ex_paths, _ = clf._per_batch(data["X_test"], lambda s: best_paths(s, tree, **kwargs))
+            _sync(device)
+            res["predict_exhaustive_s"] = time.perf_counter() - t0
+            res["exhaustive_same_paths"] = float(np.mean(np.all(ex_paths == clf._predict_ids(data["X_test"]), axis=1)))
+            print(f"  exhaustive predict {res['predict_exhaustive_s']:.2f} s, same paths "
+                  f"{res['exhaustive_same_paths']:.4f}", flush=True)
+            if args.sync_steps and device.startswith("cuda"):
+                rows = slice(0, clf.batch_size * args.sync_steps)
+                X_few, y_few = data["X_train"][rows], tree.labels[data["y_train"][rows]]
+                res["syncs_train"] = count_syncs(lambda: clf.partial_fit(X_few, y_few), device)
+                res["syncs_train_steps"] = args.sync_steps
+                X_pred = data["X_test"][: clf.batch_size]
+                res["syncs_predict_batch"] = count_syncs(lambda: clf.predict(X_pred), device)
+                print(f"  syncs over {args.sync_steps} steps: {sum(res['syncs_train'].values())}, "
+                      f"per predicted batch: {sum(res['syncs_predict_batch'].values())}", flush=True)
+            if device.startswith("cuda"):
+                res["max_memory_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
+                torch.cuda.reset_peak_memory_stats()
+        torch.set_num_threads(threads)
+        out["cpu" if device == "cpu" and device != args.device else "main"] = res
+        del clf
+    return out
+
+
+def environment(device: str) -> dict[str, Any]:
+    import platform
+
+    import sklearn
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "scikit-learn": sklearn.__version__,
+           "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "load_average": os.getloadavg(),
+           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if device.startswith("cuda"):
+        env.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
+        try:
+            import triton
+
+            env["triton"] = triton.__version__
+        except ImportError:
+            env["triton"] = None
+    return env
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_gpu_text", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", default="nouns,full", help=f"comma-separated, of {sorted(TASKS)}")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--fits", type=int, default=2, help="fits per task on the device (the first pays for warm-up)")
+    p.add_argument("--cpu-threads", type=int, default=0, help="also fit on the CPU with this many threads")
+    p.add_argument("--cpu-on", default="person", help="tasks that also fit on the CPU (with --cpu-threads)")
+    p.add_argument("--sync-steps", type=int, default=20, help="training steps whose host syncs are counted")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="JSON report path")
+    args = p.parse_args(argv)
+    args.cpu_on = args.cpu_on.split(",")
+    import torch
+
+    if args.device.startswith("cuda"):
+        torch.zeros(1, device=args.device)  # the CUDA context, outside every timing
+    report: dict[str, Any] = {"environment": environment(args.device), "tasks": {}}
+    for name in args.tasks.split(","):
+        report["tasks"][name] = run_task(name, args)
+        report["environment"]["load_average_end"] = os.getloadavg()
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(report, indent=1, default=float))
+    return report
+
+
+if __name__ == "__main__":
+    main()
