@@ -205,7 +205,7 @@ def _json_number(value: Any) -> float | None:
 
 def run_demo(root: str | None = None, epochs: int | None = None, device: str = "cpu", partition: str = "auto",
              test_size: float = 0.2, out: str | Path | None = "demo-output", seed: int = 0,
-             verbose: bool = True, n_examples: int = 8) -> dict:
+             verbose: bool = True, n_examples: int = 8, full_tree: bool = False) -> dict:
     """Train on WordNet glosses under ``root``, print the report, and return the figures.
 
     Before anything is loaded, ``out`` is created and checked (a folder that cannot take the
@@ -215,8 +215,8 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     Parameters
     ----------
     root : str or None, default=None
-        Synset whose subtree is the task (``None``: all 82,115 nouns; the time it takes is
-        estimated and printed before training).
+        Synset whose subtree is the task (``None``: all 82,115 nouns, or the full tree with
+        ``full_tree``; the time it takes is estimated and printed before training).
     epochs : int, default=None
         Training epochs, at least 1; ``None``: the classifier's default.
     device : str, default="cpu"
@@ -235,6 +235,10 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
         Progress bar and epoch log.
     n_examples : int, default=8
         Held-out predictions to print as readable paths.
+    full_tree : bool, default=False
+        The whole WordNet 3.0 tree (117,659 classes in 20 levels) as the target space: nouns
+        and verbs are placed by their glosses (95,322 synsets), adjectives and adverbs are
+        classes without rows (WordNet gives them no hypernyms). Not with ``root``.
 
     Returns
     -------
@@ -246,7 +250,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     Raises
     ------
     ValueError
-        ``epochs`` below 1.
+        ``epochs`` below 1, or ``full_tree`` with a ``root``.
     UnknownLabelError
         ``root`` is not a WordNet synset.
     OSError
@@ -281,6 +285,8 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     # Zero epochs "trains" nothing and reports a random network as the demo's model.
     if epochs is not None and epochs < 1:
         raise ValueError(f"epochs={epochs!r}: the demo trains at least 1 epoch (None: the classifier's default)")
+    if full_tree and root is not None:
+        raise ValueError(f"full_tree=True and root={root!r} name two tasks: give one")
     out_dir = None if out is None else prepare_out_dir(out)
     said: list[str] = []  # everything printed but the progress bar: the text report
 
@@ -289,14 +295,17 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
         said.append(text)
 
     try:
-        data = load_wordnet_glosses(root, pos=None if root is not None else "n", include_lemmas=True)
+        # A root fixes its part of speech; without one, all nouns, or every synset (the full tree).
+        pos = None if root is not None or full_tree else "n"
+        data = load_wordnet_glosses(root, pos=pos, include_lemmas=True)
     except UnknownLabelError as err:
         raise UnknownLabelError(f"{err} (root: labels are WordNet synset names such as dog.n.01)") from err
     tree = data.tree
     X_train, X_test, y_train, y_test, _, syn_test = train_test_split(
         data.data, data.target, data.synsets, test_size=test_size, random_state=seed
     )
-    say(f"WordNet glosses under {root or 'all nouns'}: {len(data.data):,} synsets, tree of "
+    task = root or ("the full tree (nouns and verbs)" if full_tree else "all nouns")
+    say(f"WordNet glosses under {task}: {len(data.data):,} synsets, tree of "
         f"{tree.n_classes:,} classes in {tree.n_levels} levels; {len(X_train):,} train, {len(X_test):,} held out")
     say(_plan(len(X_train), tree.n_classes, epochs, device))
 
@@ -330,7 +339,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
         plot_path = _plot(y_test, pred, tree, out_dir)
         level_acc, level_support = level_accuracy_score(y_test, pred, tree, zero_division=np.nan)
         figures = {
-            "root": root, "epochs": epochs_run, "partition": clf.partition_, "device": device, "seed": seed,
+            "root": root, "full_tree": full_tree, "epochs": epochs_run, "partition": clf.partition_, "device": device, "seed": seed,
             "test_size": test_size, "n_synsets": len(data.data), "n_classes": tree.n_classes,
             "n_levels": tree.n_levels, "n_train": len(X_train), "n_test": len(X_test),
             "fit_seconds": round(fit_seconds, 2),

@@ -197,6 +197,27 @@ def test_run_demo_refuses_zero_epochs(tmp_path):
         run_demo("dog.n.01", epochs=0, out=tmp_path)
 
 
+def test_demo_full_tree_places_nouns_and_verbs_in_the_whole_tree(monkeypatch, capsys):
+    import hiclass_parallel.datasets as datasets
+    import hiclass_parallel.demo as demo
+    from hiclass_parallel.datasets import load_wordnet_glosses
+
+    asked = []
+
+    def spying_load(root=None, pos="n", **kwargs):
+        asked.append((root, pos))
+        data = load_wordnet_glosses(root, pos=pos, **kwargs)
+        assert data.tree.n_classes == 117_659
+        raise KeyboardInterrupt  # stop before the features and training: the task is what is checked
+
+    monkeypatch.setattr(datasets, "load_wordnet_glosses", spying_load)
+    with pytest.raises(KeyboardInterrupt):
+        demo.run_demo(full_tree=True, out=None, verbose=False)
+    assert asked == [(None, None)]
+    with pytest.raises(ValueError, match="full_tree=True and root='dog.n.01' name two tasks"):
+        demo.run_demo("dog.n.01", full_tree=True, out=None)
+
+
 def test_demo_prints_its_plan_before_training_and_keeps_the_epochs_it_plans(monkeypatch, capsys):
     import hiclass_parallel.demo as demo
 
@@ -298,6 +319,7 @@ def test_readme_use_snippet_prints_what_it_shows(tmp_path):
         (["tree", "--root", "nope.n.01"], "1 label is not a class of the tree: 'nope.n.01'"),
         (["demo", "--device", "nonsense"], "device='nonsense' is not a torch device"),
         (["tree", "--bogus"], "unrecognized arguments: --bogus"),
+        (["demo", "--full-tree", "--root", "dog.n.01"], "--full-tree and --root dog.n.01 name two tasks"),
     ],
 )
 def test_cli_errors_are_one_line(argv, message):

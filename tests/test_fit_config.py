@@ -59,7 +59,7 @@ def test_the_decoding_route_reported_is_the_route_that_ran(data, decoding_routes
     X = data[1] if sparse else data[0]
     clf = HierarchicalClassifier(data[3], training=training, decoding=decoding, **FAST).fit(X, data[2])
     threshold = clf.threshold if decoding == "threshold" else None
-    route = decoding_route(clf.partition_, on_demand=clf.path_local_, threshold=threshold)
+    route = decoding_route(clf.partition_, on_demand=clf.path_local_, threshold=threshold, device=clf.net_.device)
     if route != "exhaustive":  # the search is chosen per batch, from the batch's score function
         hidden = next(clf.net_.outputs(clf._dataset(clf._validate_X(X[:2], reset=False)), hidden=True))
         route = decoding_route(clf.partition_, on_demand=True, score=clf.net_.module_.scorer(hidden))
@@ -67,6 +67,14 @@ def test_the_decoding_route_reported_is_the_route_that_ran(data, decoding_routes
     clf.predict(X[:5])
     assert decoding_routes_ran and set(decoding_routes_ran) == {route}
     assert (route == "exhaustive") is (training == "full" or decoding == "threshold")
+
+
+def test_a_model_on_a_gpu_decodes_exhaustively():
+    from hiclass_parallel.ops.decode import decoding_route
+
+    for device in ("cuda", "cuda:1", torch.device("cuda")):
+        assert decoding_route("sibling", on_demand=True, device=device) == "exhaustive"
+    assert decoding_route("sibling", on_demand=True, device="cpu") == "best_first"
 
 
 def test_config_holds_every_resolved_default(data):

@@ -182,3 +182,11 @@ def test_text_route_on_cuda_decodes_as_its_scores_say(random_tree):
     scores = torch.as_tensor(clf.decision_function(X))
     expected, _ = best_paths(scores, tree, "sibling", True, "terminal")
     np.testing.assert_array_equal(clf._predict_ids(X), expected.numpy())
+    # On the GPU predict decodes exhaustively: the same paths as the best-first search there.
+    from hiclass_parallel.ops.best_first import best_first_paths
+
+    hidden = torch.cat(list(clf.net_.outputs(clf._dataset(clf._validate_X(X, reset=False)), hidden=True)))
+    assert hidden.is_cuda
+    searched, _ = best_first_paths(clf.net_.module_.scorer(hidden), hidden.shape[0], tree, stop=True,
+                                   semantics="terminal", like=hidden)
+    np.testing.assert_array_equal(searched.cpu().numpy(), expected.numpy())

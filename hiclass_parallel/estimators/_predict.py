@@ -60,9 +60,9 @@ class PredictMixin:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and their log-probabilities.
 
         The route is :func:`~hiclass_parallel.ops.decode.decoding_route`'s: path-locally
-        trained models search best-first from their hidden rows, scoring only the groups they
-        expand (``decoding`` "best" and "hf1"); the others score every class and decode
-        exhaustively. ``decoding="hf1"`` picks from the ``top_k`` best paths.
+        trained models on the CPU search best-first from their hidden rows, scoring only the
+        groups they expand (``decoding`` "best" and "hf1"); the others, and every model on a
+        GPU, score every class and decode exhaustively. ``decoding="hf1"`` picks from the ``top_k`` best paths.
         """
         from ..ops.best_first import best_first_paths
         from ..ops.decode import (
@@ -78,7 +78,8 @@ class PredictMixin:
             chosen, _ = expected_hf1_paths(paths, log_prob)
             return chosen, log_prob[:, 0]
         threshold = self.threshold if self.decoding == "threshold" else None
-        if decoding_route(self.partition_, on_demand=self.path_local_, threshold=threshold) != "exhaustive":
+        route = decoding_route(self.partition_, on_demand=self.path_local_, threshold=threshold, device=self.net_.device)
+        if route != "exhaustive":
             def fn(hidden):
                 return best_first_paths(
                     self.net_.module_.scorer(hidden), hidden.shape[0], self.tree_, stop=self.stop_,

@@ -358,14 +358,18 @@ def decoding_route(
         The cut-off of threshold decoding, which reads every score.
     score : callable, default=None
         The score function of a batch (``score(rows, columns) -> scores``): it picks the search.
-    device : torch.device, default=None
-        Where the search runs (``None``: the CPU).
+    device : torch.device or str, default=None
+        Where the model's scores are computed (``None``: the CPU).
 
     Returns
     -------
     route : str
         ``"exhaustive"``: every score of every row (:func:`best_paths`, :func:`topk_paths`),
-        for scores not on demand, the level partition and threshold decoding.
+        for scores not on demand, the level partition, threshold decoding, and any model on
+        a GPU (or other non-CPU device): there one product scores a batch's every class in
+        about the time of the search's first expansion, and the search's data-dependent
+        steps wait on the device at every expansion (on an H200, all 82,115 WordNet nouns:
+        0.5 s exhaustive against 6.3 s best-first for 16,423 rows, the same paths).
         ``"best_first_c"``: the C search (:mod:`._native_best_first`) of a linear output
         layer (``score.linear_parts()``) of float32 or float64 tensors on the CPU, where the
         optional library was built. ``"best_first_torch"``: the batched torch search, for
@@ -380,8 +384,13 @@ def decoding_route(
     'exhaustive'
     >>> decoding_route("sibling", on_demand=True, score=lambda rows, columns: torch.zeros(len(rows)))
     'best_first_torch'
+    >>> decoding_route("sibling", on_demand=True, device="cuda")
+    'exhaustive'
     """
-    if not on_demand or partition != "sibling" or threshold is not None:
+    import torch
+
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    if not on_demand or partition != "sibling" or threshold is not None or not on_cpu:
         return "exhaustive"
     if score is None:
         return "best_first"
