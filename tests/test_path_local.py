@@ -167,7 +167,8 @@ def test_extra_predict_methods_through_a_pipeline(one_torch_thread):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
-def test_text_route_on_cuda_decodes_as_its_scores_say(random_tree):
+@pytest.mark.parametrize("class_text", [False, True])
+def test_text_route_on_cuda_decodes_as_its_scores_say(random_tree, class_text):
     import scipy.sparse as sp
 
     from hiclass_parallel.estimators import HierarchicalClassifier
@@ -177,7 +178,10 @@ def test_text_route_on_cuda_decodes_as_its_scores_say(random_tree):
     tree = random_tree(rng, 60)
     y = rng.integers(0, 60, size=600)
     X = sp.random(600, 80, density=0.1, format="csr", random_state=0, dtype=np.float32)
-    clf = HierarchicalClassifier(tree, semantics="terminal", device="cuda", random_state=0, max_epochs=5).fit(X, y)
+    extra = {"module__class_features": sp.random(60, 80, density=0.2, format="csr", random_state=1,
+                                                 dtype=np.float32)} if class_text else {}
+    clf = HierarchicalClassifier(tree, semantics="terminal", device="cuda", random_state=0, max_epochs=5,
+                                 **extra).fit(X, y)
     assert clf.path_local_ and next(clf.net_.module_.parameters()).is_cuda
     scores = torch.as_tensor(clf.decision_function(X))
     expected, _ = best_paths(scores, tree, "sibling", True, "terminal")
@@ -185,8 +189,9 @@ def test_text_route_on_cuda_decodes_as_its_scores_say(random_tree):
     # On the GPU predict decodes exhaustively: the same paths as the best-first search there.
     from hiclass_parallel.ops.best_first import best_first_paths
 
-    hidden = torch.cat(list(clf.net_.outputs(clf._dataset(clf._validate_X(X, reset=False)), hidden=True)))
-    assert hidden.is_cuda
-    searched, _ = best_first_paths(clf.net_.module_.scorer(hidden), hidden.shape[0], tree, stop=True,
-                                   semantics="terminal", like=hidden)
-    np.testing.assert_array_equal(searched.cpu().numpy(), expected.numpy())
+    def search(hidden):
+        return best_first_paths(clf.net_.module_.scorer(hidden), hidden.shape[0], tree, stop=True,
+                                semantics="terminal", like=hidden)
+
+    searched, _ = clf._per_batch(clf._validate_X(X, reset=False), search, hidden=True)
+    np.testing.assert_array_equal(searched, expected.numpy())
