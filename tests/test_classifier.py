@@ -172,6 +172,15 @@ def test_outputs_are_batch_invariant(fitted, data):
     np.testing.assert_array_equal(model.predict(X[order]), paths[order])
 
 
+def test_batch_size_after_fit_sizes_prediction_without_changing_the_fitted_net(fitted, data):
+    X = data[2][:50]
+    model = pickle.loads(pickle.dumps(fitted)).set_params(batch_size=7)
+    sizes = []
+    model._per_batch(X, lambda scores: sizes.append(scores.shape[0]) or scores)
+    assert sizes == [7] * 7 + [1]
+    assert model.net_.batch_size == fitted.net_.batch_size == fitted.batch_size != 7
+
+
 def test_decoding_options_after_fit(fitted, data):
     _, _, X_test, _, tree = data
     X = X_test[:40]

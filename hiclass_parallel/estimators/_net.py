@@ -105,17 +105,30 @@ class TreeNet(NeuralNet):
             )
         return scores
 
-    def outputs(self, dataset: Any, hidden: bool = False) -> Iterator[torch.Tensor]:
+    def outputs(self, dataset: Any, hidden: bool = False, batch_size: int | None = None) -> Iterator[torch.Tensor]:
         """The inference loop: the module's scores per mini-batch, in evaluation mode, no gradients.
 
         ``hidden=True`` yields the module's hidden representation (``encode``) instead, for
-        best-first decoding, which scores only the groups it expands.
+        best-first decoding, which scores only the groups it expands. ``batch_size`` (``None``:
+        the net's) sizes the mini-batches of this loop only.
         """
         self._set_training(False)
         with torch.no_grad():
-            for batch in self.get_iterator(dataset, training=False):
+            for batch in self._inference_loader(dataset, batch_size):
                 if not hidden:
                     yield self.evaluation_step(batch, training=False)  # skorch's step, so its hooks apply
                     continue
                 Xi, _ = unpack_data(batch)
                 yield self.module_.encode(to_tensor(Xi, device=self.device))
+
+    def _inference_loader(self, dataset: Any, batch_size: int | None) -> Any:
+        """skorch's validation loader, its batch size ``batch_size`` (the net's when ``None``)."""
+        if batch_size is None or batch_size == self.batch_size:
+            return self.get_iterator(dataset, training=False)
+        # skorch's get_iterator reads the size from the net; the loader keeps it once built, so
+        # the net's own size (what training continues with) is put back at once.
+        before, self.batch_size = self.batch_size, batch_size
+        try:
+            return self.get_iterator(dataset, training=False)
+        finally:
+            self.batch_size = before

@@ -35,10 +35,10 @@ class PredictMixin:
         """
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
-        net = self.net_
-        net.batch_size = self.batch_size  # an inference setting too: set_params applies at once
         parts = []
-        for out in net.outputs(self._dataset(X), hidden=hidden):
+        # batch_size is an inference setting too: a value set after fit applies at once, to
+        # this loop only (the fitted net keeps its own until training continues).
+        for out in self.net_.outputs(self._dataset(X), hidden=hidden, batch_size=self.batch_size):
             result = fn(out)
             parts.append([t.cpu().numpy() for t in (result if isinstance(result, tuple) else (result,))])
         return tuple(np.concatenate(column) for column in zip(*parts))
