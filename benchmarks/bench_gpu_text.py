@@ -22,6 +22,7 @@ Usage::
 
     python -m benchmarks.bench_gpu_text --tasks nouns,full --out gpu-out/gpu_text.json
     python -m benchmarks.bench_gpu_text --device cpu --tasks person   # the same on a CPU
+    python -m benchmarks.bench_gpu_text --device cpu --tasks person --params '{"batch_size": 512}'
 """
 
 from __future__ import annotations
@@ -97,7 +98,6 @@ def run_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.bench_peers import score
     from hiclass_parallel.estimators import HierarchicalClassifier
-    from hiclass_parallel.ops import best_paths
 
     start = time.perf_counter()
     data = make_task(*TASKS[name], seed=args.seed)
@@ -114,7 +114,8 @@ def run_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
             torch.set_num_threads(args.cpu_threads)
         fits = []
         for repeat in range(1 if device == "cpu" else args.fits):
-            clf = HierarchicalClassifier(tree, semantics="terminal", device=device, random_state=args.seed, verbose=0)
+            clf = HierarchicalClassifier(tree, semantics="terminal", device=device, random_state=args.seed, verbose=0,
+                                         **args.params)
             _sync(device)
             t0 = time.perf_counter()
             clf.fit(data["X_train"], tree.labels[data["y_train"]])
@@ -147,37 +148,43 @@ def run_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {device} predict ({res['decoding_route']}) {predict_s[0]:.2f} s, again {predict_s[1]:.2f} s, "
               f"hF1 {res['hf1']:.4f}, exact {res['exact']:.4f}", flush=True)
         if device == args.device and clf.path_local_:
-            # The other route: the best-first search from the hidden rows, on the same device.
-            from hiclass_parallel.ops.best_first import best_first_paths
-
-            def search(hidden: Any) -> Any:
-                return best_first_paths(clf.net_.module_.scorer(hidden), hidden.shape[0], tree, stop=clf.stop_,
-                                        semantics="terminal", like=hidden)
-
-            _sync(device)
-            t0 = time.perf_counter()
-            searched, _ = clf._per_batch(data["X_test"], search, hidden=True)
-            _sync(device)
-            res["predict_best_first_s"] = time.perf_counter() - t0
-            res["best_first_same_paths"] = float(np.mean(np.all(searched == clf._predict_ids(data["X_test"]), axis=1)))
-            print(f"  best-first predict {res['predict_best_first_s']:.2f} s, same paths "
-                  f"{res['best_first_same_paths']:.4f}", flush=True)
-            if args.sync_steps and device.startswith("cuda"):
-                rows = slice(0, clf.batch_size * args.sync_steps)
-                X_few, y_few = data["X_train"][rows], tree.labels[data["y_train"][rows]]
-                res["syncs_train"] = count_syncs(lambda: clf.partial_fit(X_few, y_few), device)
-                res["syncs_train_steps"] = args.sync_steps
-                X_pred = data["X_test"][: clf.batch_size]
-                res["syncs_predict_batch"] = count_syncs(lambda: clf.predict(X_pred), device)
-                print(f"  syncs over {args.sync_steps} steps: {sum(res['syncs_train'].values())}, "
-                      f"per predicted batch: {sum(res['syncs_predict_batch'].values())}", flush=True)
+            res.update(_other_route_and_syncs(clf, data, device, args.sync_steps))
             if device.startswith("cuda"):
                 res["max_memory_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
                 torch.cuda.reset_peak_memory_stats()
         torch.set_num_threads(threads)
         out["cpu" if device == "cpu" and device != args.device else "main"] = res
-        del clf
     return out
+
+
+def _other_route_and_syncs(clf: Any, data: dict[str, Any], device: str, sync_steps: int) -> dict[str, Any]:
+    """The best-first search from the hidden rows on the same device, and the host syncs counted."""
+    from hiclass_parallel.ops.best_first import best_first_paths
+
+    tree, res = data["tree"], {}
+
+    def search(hidden: Any) -> Any:
+        return best_first_paths(clf.net_.module_.scorer(hidden), hidden.shape[0], tree, stop=clf.stop_,
+                                semantics="terminal", like=hidden)
+
+    _sync(device)
+    t0 = time.perf_counter()
+    searched, _ = clf._per_batch(data["X_test"], search, hidden=True)
+    _sync(device)
+    res["predict_best_first_s"] = time.perf_counter() - t0
+    res["best_first_same_paths"] = float(np.mean(np.all(searched == clf._predict_ids(data["X_test"]), axis=1)))
+    print(f"  best-first predict {res['predict_best_first_s']:.2f} s, same paths "
+          f"{res['best_first_same_paths']:.4f}", flush=True)
+    if sync_steps and device.startswith("cuda"):
+        rows = slice(0, clf.batch_size * sync_steps)
+        X_few, y_few = data["X_train"][rows], tree.labels[data["y_train"][rows]]
+        res["syncs_train"] = count_syncs(lambda: clf.partial_fit(X_few, y_few), device)
+        res["syncs_train_steps"] = sync_steps
+        X_pred = data["X_test"][: clf.batch_size]
+        res["syncs_predict_batch"] = count_syncs(lambda: clf.predict(X_pred), device)
+        print(f"  syncs over {sync_steps} steps: {sum(res['syncs_train'].values())}, "
+              f"per predicted batch: {sum(res['syncs_predict_batch'].values())}", flush=True)
+    return res
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -209,6 +216,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--cpu-on", default="person", help="tasks that also fit on the CPU (with --cpu-threads)")
     p.add_argument("--sync-steps", type=int, default=20, help="training steps whose host syncs are counted")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--params", type=json.loads, default={},
+                   help='classifier parameters over the defaults, as JSON (e.g. \'{"batch_size": 512}\')')
     p.add_argument("--out", default=None, help="JSON report path")
     args = p.parse_args(argv)
     args.cpu_on = args.cpu_on.split(",")
@@ -216,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     if args.device.startswith("cuda"):
         torch.zeros(1, device=args.device)  # the CUDA context, outside every timing
-    report: dict[str, Any] = {"environment": environment(args.device), "tasks": {}}
+    report: dict[str, Any] = {"environment": environment(args.device), "params": args.params, "tasks": {}}
     for name in args.tasks.split(","):
         report["tasks"][name] = run_task(name, args)
         report["environment"]["load_average_end"] = os.getloadavg()

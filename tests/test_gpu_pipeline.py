@@ -10,7 +10,13 @@ from __future__ import annotations
 import numpy as np
 from sklearn.pipeline import FunctionTransformer, make_pipeline
 
-from hiclass_parallel import PathEncoder, Tree, flatten_for_training, labels_to_paths, partition_scores
+from hiclass_parallel import (
+    PathEncoder,
+    Tree,
+    flatten_for_training,
+    labels_to_paths,
+    partition_scores,
+)
 
 
 def _host(x):
