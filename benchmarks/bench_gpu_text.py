@@ -43,26 +43,16 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TASKS = {"nouns": (None, "n"), "full": (None, None), "person": ("person.n.01", "n"), "animal": ("animal.n.01", "n"),
-         "dog": ("dog.n.01", "n")}
+         "artifact": ("artifact.n.01", "n"), "dog": ("dog.n.01", "n")}
 
 
 def make_task(root: str | None, pos: str | None, seed: int = 0) -> dict[str, Any]:
-    """Split and TF-IDF features of the gloss task (as :func:`benchmarks.bench_text.make_text`)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.model_selection import train_test_split
+    """:func:`benchmarks.bench_text.make_text`, with each held-out row's part of speech."""
+    from benchmarks.bench_text import make_text
 
-    from hiclass_parallel.datasets import load_wordnet_glosses
-
-    data = load_wordnet_glosses(root, pos=pos, include_lemmas=True)
-    ids = data.tree.to_ids(data.target)
-    own = data.tree.to_ids(data.synsets)
-    t_train, t_test, y_train, y_test, _, own_test = train_test_split(data.data, ids, own, test_size=0.2,
-                                                                     random_state=seed)
-    vec = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), dtype=np.float32)
-    X_train = vec.fit_transform(t_train).tocsr()
-    pos_test = np.array([str(data.tree.labels[i]).split(".")[-2] for i in own_test])
-    return {"X_train": X_train, "X_test": vec.transform(t_test).tocsr(), "y_train": np.asarray(y_train),
-            "y_test": np.asarray(y_test), "tree": data.tree, "pos_test": pos_test}
+    data = make_text(root, seed, pos=pos)
+    data["pos_test"] = np.array([str(data["tree"].labels[i]).split(".")[-2] for i in data["own_test"]])
+    return data
 
 
 def _sync(device: str) -> None:

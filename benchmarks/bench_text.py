@@ -57,19 +57,19 @@ FLAT_LIMIT_BYTES = 8 * 2**30
 BUDGETS = {"hiclass-lcppn": 300.0}
 
 
-def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
-    """The gloss data set under ``root`` (``None``: all nouns), split and TF-IDF encoded."""
+def make_text(root: str | None, seed: int = 0, pos: str | None = "n") -> dict[str, Any]:
+    """The gloss data set under ``root`` (``None``: every synset of ``pos``), split and TF-IDF encoded."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.model_selection import train_test_split
 
     from hiclass_parallel.datasets import load_wordnet_glosses
 
-    data = load_wordnet_glosses(root, include_lemmas=True)
+    data = load_wordnet_glosses(root, pos=pos, include_lemmas=True)
     ids = data.tree.to_ids(data.target)
     own = data.tree.to_ids(data.synsets)
     # The split depends only on the number of rows and the seed: the same with or without `own`.
-    t_train, t_test, y_train, y_test, own_train, _ = train_test_split(data.data, ids, own, test_size=0.2,
-                                                                      random_state=seed)
+    t_train, t_test, y_train, y_test, own_train, own_test = train_test_split(data.data, ids, own, test_size=0.2,
+                                                                             random_state=seed)
     vec = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), dtype=np.float32)
     X_train = vec.fit_transform(t_train).tocsr()
     # Class text (hc-text-classtext): a class's lemma names ("person, individual, someone"),
@@ -81,6 +81,7 @@ def make_text(root: str | None, seed: int = 0) -> dict[str, Any]:
         names[root_id] = str(data.tree.labels[root_id]).split(".")[0].replace("_", " ")
     return {"X_train": X_train, "X_test": vec.transform(t_test).tocsr(),
             "y_train": np.asarray(y_train), "y_test": np.asarray(y_test), "tree": data.tree,
+            "own_test": np.asarray(own_test),  # each held-out row's own synset
             # one row per class: the classifier gives each stop column its node's row
             "class_features": vec.transform(names).tocsr()}
 

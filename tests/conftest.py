@@ -31,15 +31,25 @@ PAPER_NAMES = ["dog", "cat", "small dog", "big dog", "sleepy cat", "curious cat"
                "happy big dog", "moody big dog", "Hound of Hades"]
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Run a test with one torch thread: for tiny models, and CI shares its two cores."""
+def _torch_threads(n: int):
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test with one torch thread: for tiny models, and CI shares its two cores."""
+    yield from _torch_threads(1)
+
+
+@pytest.fixture
+def two_torch_threads():
+    """Run a test with two torch threads (whatever the machine's default), put back after."""
+    yield from _torch_threads(2)
 
 
 @pytest.fixture

@@ -30,21 +30,13 @@ def test_import_sets_a_passive_wait_policy_only_before_torch_and_unset():
     assert _policy_after("import hiclass_parallel", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
 
 
-@pytest.fixture
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize(("policy", "device", "inside"), [
     (None, "cpu", 1),  # libgomp's spinning default: one thread
     ("PASSIVE", "cpu", 2),
     ("ACTIVE", "cpu", 2),  # the user's choice
     (None, "cuda", 2),
 ])
-def test_training_threads(monkeypatch, two_threads, policy, device, inside):
+def test_training_threads(monkeypatch, two_torch_threads, policy, device, inside):
     if policy is None:
         monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     else:
@@ -57,7 +49,7 @@ def test_training_threads(monkeypatch, two_threads, policy, device, inside):
     assert torch.get_num_threads() == 2
 
 
-def test_fit_trains_with_one_thread_where_openmp_would_spin(monkeypatch, two_threads):
+def test_fit_trains_with_one_thread_where_openmp_would_spin(monkeypatch, two_torch_threads):
     import scipy.sparse
     from skorch.callbacks import Callback
 
