@@ -690,6 +690,14 @@ CLONES static void *adam_chunk(void *arg) {
     for (int64_t i = c->lo; i < c->hi; i++) {
         float *p = a->p + a->rows[i] * H, *m = a->m + a->rows[i] * H, *v = a->v + a->rows[i] * H;
         const float *g = a->g + i * H;
+        /* The rows are scattered: ask for the next row while this one is updated, so its
+         * three reads overlap the arithmetic (further ahead measured no better). */
+        if (i + 1 < c->hi) {
+            const int64_t r = a->rows[i + 1] * H;
+            prefetch_row(a->p + r, H);
+            prefetch_row(a->m + r, H);
+            prefetch_row(a->v + r, H);
+        }
         for (int64_t j = 0; j < H; j++) {
             const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
             const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
