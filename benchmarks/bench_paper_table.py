@@ -176,8 +176,10 @@ def _buffers(tree: Any, like: Any) -> dict[str, int]:
     xp, dev = array_namespace(like).__name__, str(device(like))
     out: dict[str, int] = {}
     for key, buf in tree._device_cache.items():
-        if key[0] == xp and key[1] == dev:
-            out[f"{key[2]} ({key[3]})" if key[3] != "None" else key[2]] = int(buf.nbytes)
+        # Keys name their owner module, the namespace and device, and the buffer (and dtype).
+        if xp in key and dev in key and hasattr(buf, "nbytes"):
+            name = " ".join(str(k) for k in key if k not in (xp, dev, "None") and not str(k).startswith("hiclass_parallel"))
+            out[name] = int(buf.nbytes)
     return out
 
 
