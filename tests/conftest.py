@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, settings
 from hiclass_parallel import Tree
 
 # Hypothesis profiles. "fuzz" runs 1,000 examples per property of the fuzz suite
-# (tests/test_fuzz.py, which otherwise runs a modest number in CI):
-#     HYPOTHESIS_PROFILE=fuzz python -m pytest tests/test_fuzz.py -p no:randomly
+# (tests/trees/test_fuzz.py, which otherwise runs a modest number in CI):
+#     HYPOTHESIS_PROFILE=fuzz python -m pytest tests/trees/test_fuzz.py -p no:randomly
 # Tests that set their own max_examples keep it under any profile.
 settings.register_profile(
     "fuzz", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

@@ -18,7 +18,7 @@ def test_tree_command_describes_shipped_wordnet(capsys):
     assert main(["tree"]) == 0
     out = capsys.readouterr().out
     assert "Tree(n_classes=117659, n_levels=20" in out
-    assert re.search(r"^\s+19\s+1\s+1$", out, re.M)  # depth 19 holds rock_hind.n.01 alone
+    assert re.search(r"^\s+19\s+1\s+1$", out, re.MULTILINE)  # depth 19 holds rock_hind.n.01 alone
 
 
 def test_tree_command_subtree_and_file(tmp_path, capsys):
@@ -198,8 +198,7 @@ def test_run_demo_refuses_zero_epochs(tmp_path):
 
 
 def test_demo_full_tree_places_nouns_and_verbs_in_the_whole_tree(monkeypatch, capsys):
-    import hiclass_parallel.datasets as datasets
-    import hiclass_parallel.demo as demo
+    from hiclass_parallel import datasets, demo
     from hiclass_parallel.datasets import load_wordnet_glosses
 
     asked = []
@@ -219,7 +218,7 @@ def test_demo_full_tree_places_nouns_and_verbs_in_the_whole_tree(monkeypatch, ca
 
 
 def test_demo_prints_its_plan_before_training_and_keeps_the_epochs_it_plans(monkeypatch, capsys):
-    import hiclass_parallel.demo as demo
+    from hiclass_parallel import demo
 
     build = demo.build_demo_pipeline
     printed_before_fit = []
@@ -267,7 +266,7 @@ def test_level_plot_labels_are_readable(monkeypatch):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    import hiclass_parallel.metrics.plot as plot
+    from hiclass_parallel.metrics import plot
 
     # The supports and accuracies of the shipped demo plot (all nouns, 16,423 held out).
     support = np.array([16423, 16422, 16418, 16379, 16030, 15103, 13334, 10309, 7550, 4775, 2640, 1439, 793, 449,
@@ -296,7 +295,7 @@ def test_level_plot_labels_are_readable(monkeypatch):
 def test_readme_use_snippet_prints_what_it_shows(tmp_path):
     readme = (ROOT / "README.md").read_text()
     use = readme[readme.index("## Use"):]
-    snippet = re.search(r"```python\n(.*?)```", use, re.S).group(1)
+    snippet = re.search(r"```python\n(.*?)```", use, re.DOTALL).group(1)
     assert "print(search.predict(X[:3]))" in snippet
     # Saved and run as a script, as a new user would; one epoch keeps it quick, the output is the same kind.
     assert "max_epochs=20" in snippet

@@ -45,7 +45,7 @@ class Printed:
 def test_every_example_is_tested():
     tested = {"paper_toy_tree", "wordnet_grid_search", "mixed_depth_terminal", "gpu_tensor_ops", "flat_vs_hierarchical",
               "wordnet_every_hypernym",
-              "class_text_pipeline"}  # tested in tests/test_class_text_pipeline.py
+              "class_text_pipeline"}  # tested in tests/estimators/test_class_text_pipeline.py
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 

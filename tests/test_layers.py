@@ -14,7 +14,7 @@ PACKAGE = Path(hiclass_parallel.__file__).resolve().parent
 def layers() -> dict[str, int]:
     """``{component: layer}`` from the numbered list of ``hiclass_parallel.__doc__``."""
     rank = {}
-    for number, line in re.findall(r"^(\d+)\. (.*)$", hiclass_parallel.__doc__, re.M):
+    for number, line in re.findall(r"^(\d+)\. (.*)$", hiclass_parallel.__doc__, re.MULTILINE):
         for name in re.findall(r":mod:`~hiclass_parallel\.(\w+)`", line):
             rank[name] = int(number)
     return rank

@@ -257,7 +257,7 @@ def load_wordnet_glosses(
     ``"dog.n.01"``                    188      189       6       43
     ============================  =======  =======  ======  =======
 
-    (``docs/wordnet.md`` lists more roots; ``tests/test_wordnet.py`` checks these figures.)
+    (``docs/wordnet.md`` lists more roots; ``tests/datasets/test_wordnet.py`` checks these figures.)
 
     With ``hypernyms="all"`` the target of a sample is the tuple of *all* its parents
     (:data:`hiclass_parallel.datasets.build_wordnet.ALL_PARENTS_RULE`, in data-file order, the
@@ -277,7 +277,7 @@ def load_wordnet_glosses(
     ``"artifact.n.01"``            10,698   10,699    12,226      12    231   2,580       63
     ============================  =======  =======  ========  ======  =====  ======  =======
 
-    (``tests/test_wordnet_dag.py`` checks these figures.)
+    (``tests/datasets/test_wordnet_dag.py`` checks these figures.)
 
     Parameters
     ----------

@@ -12,7 +12,7 @@ criterion, autograd). The fused step serves exactly the model it was written for
 - the C kernel was built and ``HICLASS_PARALLEL_NATIVE`` is not ``0``.
 
 Anything else trains through torch, which stays the reference the fused step is tested equal to
-(``tests/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
+(``tests/estimators/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
 COO, already coalesced, for the input and output rows) and leaves the update to the optimizer,
 so skorch's loop, callbacks that read gradients, gradient clipping, learning-rate schedules and
 data-parallel all-reduces see what they see on the torch route. The row gradients' values live

@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hiclass_parallel._backend import to_numpy as host
 from hiclass_parallel import PAD, Tree
+from hiclass_parallel._backend import to_numpy as host
 from hiclass_parallel.ops.decode import best_paths, topk_paths
 from hiclass_parallel.ops.groups import (
     group_log_softmax,

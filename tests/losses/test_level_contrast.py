@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_dag_loss import random_dag
+from support import random_dag
 
 from hiclass_parallel.estimators import SparseMLP
 from hiclass_parallel.losses import (

@@ -8,7 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_best_first import OPTIONS, assert_same_paths
+from support import BEST_FIRST_OPTIONS as OPTIONS
+from support import assert_same_paths
 
 from hiclass_parallel.estimators import MLP, HierarchicalClassifier
 from hiclass_parallel.losses import (

@@ -8,10 +8,10 @@ never a crash of another kind, never a silently wrong answer. CI runs a few exam
 from __future__ import annotations
 
 import math
-from typing import Any
 import os
 import tempfile
 import zipfile
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +20,13 @@ from hypothesis import strategies as st
 
 from hiclass_parallel import PAD, Tree, TreeError, UnknownLabelError
 from hiclass_parallel.metrics import hierarchical_f1_score, hierarchical_fbeta_score
-from hiclass_parallel.ops import best_paths, group_log_softmax, group_logsumexp, n_outputs, topk_paths
+from hiclass_parallel.ops import (
+    best_paths,
+    group_log_softmax,
+    group_logsumexp,
+    n_outputs,
+    topk_paths,
+)
 
 FUZZ = settings(
     max_examples=settings().max_examples if os.environ.get("HYPOTHESIS_PROFILE") else 25,

@@ -7,14 +7,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import BEST_FIRST_OPTIONS as OPTIONS
+from support import assert_same_paths
 
 from hiclass_parallel import Tree
 from hiclass_parallel.ops import _native_best_first, best_paths, topk_paths
 from hiclass_parallel.ops.best_first import best_first_paths
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import LinearScores, sibling_plan
-
-from test_best_first import OPTIONS, assert_same_paths
 
 pytestmark = pytest.mark.skipif(
     not _native_best_first.available(),

@@ -12,9 +12,9 @@ import torch
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
 from hiclass_parallel.estimators._data import csr_tensor
-from hiclass_parallel.ops.sibling_paths import score_matrix
 from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
+from hiclass_parallel.ops.sibling_paths import score_matrix
 
 
 def _csr(X: torch.Tensor) -> torch.Tensor:
@@ -168,9 +168,9 @@ def test_the_class_text_example_of_the_docs_runs(one_torch_thread, capsys):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "classifier.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "classifier.md").read_text()
     section = text[text.index("### Class text"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     namespace: dict = {}
     exec(compile(code, "docs/classifier.md", "exec"), namespace)
     clf = namespace["clf"]

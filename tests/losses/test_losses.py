@@ -14,9 +14,19 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hiclass_parallel import Tree, flatten_for_training, labels_to_paths, partition_scores
+from hiclass_parallel import (
+    Tree,
+    flatten_for_training,
+    labels_to_paths,
+    partition_scores,
+)
 from hiclass_parallel.losses import HierarchicalCrossEntropy
-from hiclass_parallel.ops.groups import group_log_softmax, n_outputs, node_log_probs, stop_columns
+from hiclass_parallel.ops.groups import (
+    group_log_softmax,
+    n_outputs,
+    node_log_probs,
+    stop_columns,
+)
 
 CASES = [("level", False), ("level", True), ("sibling", False), ("sibling", True)]
 

@@ -12,8 +12,12 @@ import torch
 
 pytest.importorskip("safetensors", reason="saving without pickle needs safetensors (the 'persist' extra)")
 
-from hiclass_parallel.datasets import make_hierarchical_classification  # noqa: E402
-from hiclass_parallel.estimators import HierarchicalClassifier, load_classifier, save_classifier  # noqa: E402
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import (
+    HierarchicalClassifier,
+    load_classifier,
+    save_classifier,
+)
 
 pytestmark = pytest.mark.scale_out
 

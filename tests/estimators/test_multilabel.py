@@ -9,11 +9,15 @@ import scipy.sparse as sp
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import random_dag
 
 from hiclass_parallel import Tree, UnknownLabelError
 from hiclass_parallel._label_sets import read_label_sets, write_label_sets
 from hiclass_parallel.dag import Dag
-from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
+from hiclass_parallel.estimators import (
+    HierarchicalClassifier,
+    MultiLabelHierarchicalClassifier,
+)
 from hiclass_parallel.losses import DagCrossEntropy
 from hiclass_parallel.metrics import (
     get_scorer,
@@ -22,8 +26,6 @@ from hiclass_parallel.metrics import (
     hierarchical_recall_score_dag,
 )
 from hiclass_parallel.ops.groups import n_outputs, node_log_probs
-
-from test_dag_loss import random_dag
 
 FAST = {"max_epochs": 60, "lr": 0.01, "batch_size": 32, "random_state": 0}
 

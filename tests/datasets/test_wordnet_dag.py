@@ -20,10 +20,20 @@ import pytest
 
 from hiclass_parallel import UnknownLabelError
 from hiclass_parallel.dag import Dag
-from hiclass_parallel.datasets import load_wordnet, load_wordnet_dag, load_wordnet_glosses, load_wordnet_tree
-from hiclass_parallel.datasets.build_wordnet import ALL_PARENTS_RULE, PARENT_RULE, WordNetNotFoundError, find_wordnet_data
+from hiclass_parallel.datasets import (
+    load_wordnet,
+    load_wordnet_dag,
+    load_wordnet_glosses,
+    load_wordnet_tree,
+)
+from hiclass_parallel.datasets.build_wordnet import (
+    ALL_PARENTS_RULE,
+    PARENT_RULE,
+    WordNetNotFoundError,
+    find_wordnet_data,
+)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # pos -> (classes, synsets with several parents, unrolled classes, levels), as in
 # load_wordnet_dag's docstring; the unrolled sizes are those measured from the dictionary files
@@ -103,7 +113,7 @@ def test_known_synsets_keep_their_parents_in_file_order():
     assert _file_order("einstein.n.01") == ("physicist.n.01",)
     assert _file_order("entity.n.01") == () and _file_order("good.a.01") == ()
     # No cycle among hypernym pointers (Dag refuses cycles): the restrain/inhibit loop of
-    # tests/test_wordnet.py closes only through a hyponym pointer, which no rule reads.
+    # tests/datasets/test_wordnet.py closes only through a hyponym pointer, which no rule reads.
     assert _file_order("restrain.v.01") == ("inhibit.v.04",) and _file_order("inhibit.v.04") == ("suppress.v.04",)
 
 

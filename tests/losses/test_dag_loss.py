@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import random_dag
 
 from hiclass_parallel.dag import Dag
 from hiclass_parallel.losses import DagCrossEntropy, HierarchicalCrossEntropy
@@ -16,19 +17,6 @@ from hiclass_parallel.ops.groups import n_outputs
 
 OPTIONS = [("sibling", False, "partial"), ("sibling", True, "terminal"), ("sibling", True, "partial"),
            ("level", True, "terminal")]
-
-
-def random_dag(rng: np.random.Generator, n: int) -> Dag:
-    """Labels v0..v{n-1} in shuffled order; each node gets 1-3 parents among earlier nodes."""
-    order = rng.permutation(n)
-    edges = []
-    for i in range(n):
-        k = 0 if i == 0 else int(rng.integers(0, min(3, i) + 1))
-        parents = rng.choice(i, size=k, replace=False) if k else []
-        if k == 0:
-            edges.append((f"v{order[i]}", None))
-        edges += [(f"v{order[i]}", f"v{order[p]}") for p in parents]
-    return Dag.from_edges(edges)
 
 
 def brute_force(unrolled, scores, target, partition, stop, semantics):

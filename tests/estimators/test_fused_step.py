@@ -3,7 +3,7 @@
 The torch route (``SparseMLP.encode`` / ``scorer``, ``PathLocalCrossEntropy``, autograd) is the
 reference: the fused step must give the same loss and the same gradients, on random trees with
 shuffled ids, with and without stops, both semantics, with and without the in-batch level term
-and unlabelled rows. (``LazyAdam``'s C row update: ``tests/test_optim.py``.)
+and unlabelled rows. (``LazyAdam``'s C row update: ``tests/estimators/test_optim.py``.)
 """
 
 from __future__ import annotations

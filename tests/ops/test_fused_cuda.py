@@ -11,7 +11,12 @@ from hiclass_parallel.losses import HierarchicalCrossEntropy
 from hiclass_parallel.ops import _triton
 from hiclass_parallel.ops._backends import use_backend
 from hiclass_parallel.ops.decode import best_paths, topk_paths
-from hiclass_parallel.ops.groups import group_log_softmax, group_logsumexp, n_outputs, node_log_probs
+from hiclass_parallel.ops.groups import (
+    group_log_softmax,
+    group_logsumexp,
+    n_outputs,
+    node_log_probs,
+)
 
 pytestmark = [
     pytest.mark.gpu,

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import _peers, bench_peers  # noqa: E402
+from benchmarks import _peers, bench_peers
 
 HAVE_HICLASS = importlib.util.find_spec("hiclass") is not None
 NO_HICLASS = "hiclass is not installed (benchmark-only dependency: pip install hiclass==5.0.8)"

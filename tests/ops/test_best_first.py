@@ -7,32 +7,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import BEST_FIRST_OPTIONS, assert_same_paths
 
 from hiclass_parallel import Tree
 from hiclass_parallel.ops import best_paths, topk_paths
 from hiclass_parallel.ops.best_first import best_first_paths
-from hiclass_parallel.ops.groups import n_outputs, node_log_probs
+from hiclass_parallel.ops.groups import n_outputs
 
-
-OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
-
-
-def assert_same_paths(paths, log_prob, expected, expected_lp, x, tree, stop, semantics):
-    """Equal paths, except where candidates tie up to rounding.
-
-    Both routes break exact ties by the lowest node id; but two paths through different
-    groups that tie mathematically can differ in the last ulp, and the two routes sum each
-    group's exponentials in different orders (so do the exhaustive NumPy and CUDA routes).
-    There, any path whose exhaustive value equals the best up to rounding is accepted.
-    """
-    torch.testing.assert_close(log_prob, expected_lp)
-    joint = node_log_probs(x, tree, "sibling", stop, semantics)
-    last = lambda p: p.gather(-1, ((p >= 0).sum(-1, keepdim=True) - 1).clamp_min(0)).squeeze(-1)
-    differ = (paths != expected).any(-1)
-    for index in differ.nonzero().tolist():
-        row = index[0]
-        mine, theirs = joint[row, last(paths[tuple(index)])], joint[row, last(expected[tuple(index)])]
-        assert torch.isclose(mine, theirs, rtol=1e-5, atol=1e-6), (index, paths[tuple(index)], expected[tuple(index)])
+OPTIONS = BEST_FIRST_OPTIONS
 
 
 def _scores(rng, kind, shape):

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("distributed", reason="dask search needs dask and distributed (the 'distributed' extra)")
 
-import joblib  # noqa: E402
-from sklearn.model_selection import GridSearchCV  # noqa: E402
+import joblib
+from sklearn.model_selection import GridSearchCV
 
-from hiclass_parallel.datasets import make_hierarchical_classification  # noqa: E402
-from hiclass_parallel.estimators import HierarchicalClassifier  # noqa: E402
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import HierarchicalClassifier
 
 pytestmark = pytest.mark.scale_out
 

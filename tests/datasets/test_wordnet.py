@@ -21,8 +21,16 @@ import numpy as np
 import pytest
 
 from hiclass_parallel import Tree, UnknownLabelError
-from hiclass_parallel.datasets import load_wordnet, load_wordnet_glosses, load_wordnet_tree
-from hiclass_parallel.datasets.build_wordnet import PARENT_RULE, WordNetNotFoundError, find_wordnet_data
+from hiclass_parallel.datasets import (
+    load_wordnet,
+    load_wordnet_glosses,
+    load_wordnet_tree,
+)
+from hiclass_parallel.datasets.build_wordnet import (
+    PARENT_RULE,
+    WordNetNotFoundError,
+    find_wordnet_data,
+)
 
 # The ancestral paths documented in docs/wordnet.md. dog.n.01 takes the paper's path (a);
 # rock_hind.n.01 is the one synset at the 20th level.
@@ -55,7 +63,7 @@ GLOSS_SIZES = {
     ("change.v.01", "v"): (1_699, 1_700, 8, 372),
 }
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _path_of(tree: Tree, label: str) -> list[str]:

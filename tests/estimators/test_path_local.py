@@ -10,11 +10,9 @@ from hypothesis import strategies as st
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import ColumnScorer, LazyAdam, SparseMLP
-from hiclass_parallel.losses import HierarchicalCrossEntropy
+from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import expand_rows, path_rows, sibling_plan
-from hiclass_parallel.losses import PathLocalCrossEntropy
-
 
 OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
 

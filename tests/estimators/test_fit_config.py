@@ -27,7 +27,7 @@ def data():
 
 
 def _count_best_first(monkeypatch):
-    import hiclass_parallel.ops.best_first as best_first
+    from hiclass_parallel.ops import best_first
 
     calls = []
     real = best_first.best_first_paths

@@ -15,7 +15,6 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from hiclass_parallel import Tree
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import (
     HierarchicalClassifier,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import bench_text  # noqa: E402
+from benchmarks import bench_text
 
 
 def test_unseen_targets_are_scored_apart(paper_tree):

@@ -159,7 +159,7 @@ def test_example_runs():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "class_text_pipeline.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "class_text_pipeline.py"
     spec = importlib.util.spec_from_file_location("example_class_text_pipeline", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
@@ -174,7 +174,7 @@ def test_the_pipeline_example_of_the_docs_runs(capsys):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "classifier.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "classifier.md").read_text()
     section = text[text.index("#### In a Pipeline: `ClassTextClassifier`"):]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     slow = 'semantics="terminal", random_state=0)'

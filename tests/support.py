@@ -1,0 +1,43 @@
+"""Helpers shared by tests in several folders (pytest puts ``tests/`` on the path with its conftest)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hiclass_parallel.dag import Dag
+from hiclass_parallel.ops.groups import node_log_probs
+
+#: (stop, semantics) settings every best-first route is checked under.
+BEST_FIRST_OPTIONS = [(False, "partial"), (True, "partial"), (True, "terminal")]
+
+
+def assert_same_paths(paths, log_prob, expected, expected_lp, x, tree, stop, semantics):
+    """Equal paths, except where candidates tie up to rounding.
+
+    Both routes break exact ties by the lowest node id; but two paths through different
+    groups that tie mathematically can differ in the last ulp, and the two routes sum each
+    group's exponentials in different orders (so do the exhaustive NumPy and CUDA routes).
+    There, any path whose exhaustive value equals the best up to rounding is accepted.
+    """
+    torch.testing.assert_close(log_prob, expected_lp)
+    joint = node_log_probs(x, tree, "sibling", stop, semantics)
+    last = lambda p: p.gather(-1, ((p >= 0).sum(-1, keepdim=True) - 1).clamp_min(0)).squeeze(-1)
+    differ = (paths != expected).any(-1)
+    for index in differ.nonzero().tolist():
+        row = index[0]
+        mine, theirs = joint[row, last(paths[tuple(index)])], joint[row, last(expected[tuple(index)])]
+        assert torch.isclose(mine, theirs, rtol=1e-5, atol=1e-6), (index, paths[tuple(index)], expected[tuple(index)])
+
+
+def random_dag(rng: np.random.Generator, n: int) -> Dag:
+    """Labels v0..v{n-1} in shuffled order; each node gets 1-3 parents among earlier nodes."""
+    order = rng.permutation(n)
+    edges = []
+    for i in range(n):
+        k = 0 if i == 0 else int(rng.integers(0, min(3, i) + 1))
+        parents = rng.choice(i, size=k, replace=False) if k else []
+        if k == 0:
+            edges.append((f"v{order[i]}", None))
+        edges += [(f"v{order[i]}", f"v{order[p]}") for p in parents]
+    return Dag.from_edges(edges)
