@@ -7,7 +7,7 @@ every class, with identical paths, at all nouns. This fits the classifier with i
 
 - best-first: the hidden rows, then :func:`hiclass_parallel.ops.best_first.best_first_paths`
   scoring only the children of expanded nodes (what ``predict`` does: on the CPU the C search
-  of :mod:`hiclass_parallel.ops._native_best_first` when it was built);
+  of :mod:`hiclass_parallel.ops.engine._native_best_first` when it was built);
 - best-first through the batched torch search (a plain score function, the route of GPUs and
   of machines without the C search), for comparison;
 - exhaustive: every score (``h @ W.T + b``, all classes and stops), then ``best_paths``.
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         exhaustive_s = time.perf_counter() - start
     fast, slow, work = torch.cat(fast), torch.cat(slow), torch.cat(works)
     same = (fast == slow).all(1)
-    from hiclass_parallel.ops import _native_best_first
+    from hiclass_parallel.ops.engine import _native_best_first
 
     report.update({
         "c_search": _native_best_first.available() and not args.device.startswith("cuda"),

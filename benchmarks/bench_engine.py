@@ -268,7 +268,7 @@ def build_cases(tree: Tree, batch: int, device: str, quick: bool) -> dict[str, d
 
 def _without_c_kernel(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` on the NumPy route, as where the optional C kernel was not built."""
-    from hiclass_parallel.ops._backends import use_backend
+    from hiclass_parallel.ops.engine._backends import use_backend
 
     with use_backend("numpy"):
         return fn(*args)

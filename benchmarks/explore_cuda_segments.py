@@ -31,7 +31,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from hiclass_parallel.datasets import load_wordnet_tree  # noqa: E402
-from hiclass_parallel.ops import _array_ops, _bucketed, _layout  # noqa: E402
+from hiclass_parallel.ops.engine import _array_ops, _bucketed, _layout  # noqa: E402
 from hiclass_parallel.ops import groups as G  # noqa: E402
 
 
@@ -164,7 +164,7 @@ def profile():
         "best_paths level": lambda: best_paths(x, tree, "level"),
     }
     # tile shapes of the path-sum kernel
-    from hiclass_parallel.ops import _triton
+    from hiclass_parallel.ops.engine import _triton
 
     lay = _layout.layout(tree, "level", False)
     plan = _triton.plan_for(lay, x)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .ops._engine import SEMANTICS, autograd, backend_for, layout, layout_arrays, normalise_mask_value
+from .ops.engine._engine import SEMANTICS, autograd, backend_for, layout, layout_arrays, normalise_mask_value
 from .ops.groups import node_log_probs
 from .ops.sibling_paths import ScoreFn, expand_rows, path_rows, score_matrix, segment_logsumexp, sibling_plan
 from .tree import PAD, PARTITIONS, Tree

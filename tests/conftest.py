@@ -179,7 +179,8 @@ def to_xp(request):
 def decoding_routes_ran(monkeypatch):
     """The decoding engines that run, in order: ``"best_first_c"`` (the C search),
     ``"best_first_torch"`` (the torch search) or ``"exhaustive"`` (best_paths, topk_paths)."""
-    from hiclass_parallel.ops import _native_best_first, best_first, decode
+    from hiclass_parallel.ops import best_first, decode
+    from hiclass_parallel.ops.engine import _native_best_first
 
     ran: list[str] = []
     for module, name, route in ((_native_best_first, "search", "best_first_c"),

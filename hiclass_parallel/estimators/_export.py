@@ -71,7 +71,7 @@ class TreeDecoder(nn.Module):
 
     def __init__(self, tree: Tree, partition: str = "level", stop: bool = False, semantics: str = "partial"):
         super().__init__()
-        from ..ops._engine import check_partition, check_semantics
+        from ..ops.engine._engine import check_partition, check_semantics
         from ..ops.groups import n_outputs, stop_columns
 
         check_partition(partition)

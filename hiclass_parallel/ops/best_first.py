@@ -34,7 +34,7 @@ import math
 from typing import Any
 
 from ..tree import PAD, Tree
-from ._engine import check_semantics
+from .engine._engine import check_semantics
 from .decode import decoding_route
 from .sibling_paths import ScoreFn, expand_rows, segment_logsumexp, sibling_plan
 
@@ -183,7 +183,7 @@ def _search_native(score: ScoreFn, plan: Any, kk: int, terminal: bool, max_colum
     :func:`_search_torch`'s results."""
     import torch
 
-    from ._native_best_first import search
+    from .engine._native_best_first import search
 
     h, weight, bias = (t.detach().numpy() for t in score.linear_parts())
     top_v, top_n, work, status = search(h, weight, bias, plan, kk, terminal, max_columns)

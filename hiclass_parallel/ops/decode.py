@@ -36,7 +36,7 @@ import numpy as np
 
 from .._backend import array_namespace, device, is_numpy_array, is_torch_array
 from ..tree import PAD, Tree
-from ._engine import check_semantics, ops_for, prepare, restore
+from .engine._engine import check_semantics, ops_for, prepare, restore
 from .groups import node_log_probs
 
 __all__ = ["DECODING_ROUTES", "best_paths", "decoding_route", "expected_hf1_paths", "node_log_probs", "topk_paths"]
@@ -401,7 +401,7 @@ def _c_searchable(score: Any, device: Any) -> bool:
     """Whether the C search can run ``score``: a linear layer of float32 or float64 CPU tensors."""
     import torch
 
-    from . import _native_best_first
+    from .engine import _native_best_first
 
     parts = getattr(score, "linear_parts", None)
     if parts is None or (device is not None and torch.device(device).type != "cpu"):

@@ -48,7 +48,7 @@ import numpy as np
 
 from .._backend import is_torch_array
 from ..tree import Tree
-from ._engine import SEMANTICS, Prepared, autograd, check_partition, check_semantics, layout, prepare, restore
+from .engine._engine import SEMANTICS, Prepared, autograd, check_partition, check_semantics, layout, prepare, restore
 
 __all__ = [
     "SEMANTICS",

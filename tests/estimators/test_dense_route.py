@@ -17,7 +17,8 @@ from hiclass_parallel.losses import (
     PathLocalCrossEntropy,
     in_batch_level_loss,
 )
-from hiclass_parallel.ops import _native_best_first, best_first, best_paths, topk_paths
+from hiclass_parallel.ops import best_first, best_paths, topk_paths
+from hiclass_parallel.ops.engine import _native_best_first
 from hiclass_parallel.ops.best_first import best_first_paths
 from hiclass_parallel.ops.groups import n_outputs
 

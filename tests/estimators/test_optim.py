@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hiclass_parallel.estimators import LazyAdam
-from hiclass_parallel.ops import _native_path_step
+from hiclass_parallel.ops.engine import _native_path_step
 
 
 @pytest.mark.skipif(not _native_path_step.available(), reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")

@@ -150,9 +150,9 @@ PAYLOADS = [
     # The reported hole: an attribute chain through modules the package imports.
     ("module_class_", "hiclass_parallel._backend.np.f2py.subprocess.Popen"),
     ("module_class_", "hiclass_parallel._backend:np"),
-    ("module_class_", "hiclass_parallel.ops._native.ctypes.CDLL"),
-    ("module_class_", "hiclass_parallel.ops._native:ctypes"),
-    ("module", "hiclass_parallel.ops._native.ctypes:CDLL"),
+    ("module_class_", "hiclass_parallel.ops.engine._native.ctypes.CDLL"),
+    ("module_class_", "hiclass_parallel.ops.engine._native:ctypes"),
+    ("module", "hiclass_parallel.ops.engine._native.ctypes:CDLL"),
     ("module", "os:system"),
     ("module", "os.system"),
     ("module", "builtins:eval"),
@@ -300,7 +300,7 @@ def test_format_1_files_still_load_with_a_warning(saved, data):
         loaded = load_classifier(saved)
     np.testing.assert_array_equal(loaded.predict(X), expected)
     # The allow-list holds for old files too.
-    _tamper(saved, lambda c: c["fitted"].update(module_class_={"__class__": "hiclass_parallel.ops._native.ctypes.CDLL"}))
+    _tamper(saved, lambda c: c["fitted"].update(module_class_={"__class__": "hiclass_parallel.ops.engine._native.ctypes.CDLL"}))
     with pytest.raises(ValueError, match="module_class_"), pytest.warns(RuntimeWarning):
         load_classifier(saved)
 

@@ -1,4 +1,4 @@
-"""The C search of best-first decoding (ops/_best_first.c) equals exhaustive decoding, ties included."""
+"""The C search of best-first decoding (ops/engine/_best_first.c) equals exhaustive decoding, ties included."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from support import BEST_FIRST_OPTIONS as OPTIONS
 from support import assert_same_paths
 
 from hiclass_parallel import Tree
-from hiclass_parallel.ops import _native_best_first, best_paths, topk_paths
+from hiclass_parallel.ops import best_paths, topk_paths
+from hiclass_parallel.ops.engine import _native_best_first
 from hiclass_parallel.ops.best_first import best_first_paths
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import LinearScores, sibling_plan

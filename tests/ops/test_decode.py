@@ -326,7 +326,7 @@ def test_topk_refuses_non_integer_k(k):
 @pytest.mark.parametrize("kind", ["linear32", "linear64", "linear_half", "function", "sibling_full", "level",
                                   "threshold"])
 def test_the_decoding_route_reported_is_the_route_that_runs(kind, decoding_routes_ran):
-    from hiclass_parallel.ops import _native_best_first
+    from hiclass_parallel.ops.engine import _native_best_first
     from hiclass_parallel.ops.best_first import best_first_paths
     from hiclass_parallel.ops.decode import DECODING_ROUTES, decoding_route
     from hiclass_parallel.ops.sibling_paths import LinearScores

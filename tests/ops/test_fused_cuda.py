@@ -8,8 +8,8 @@ import torch
 
 from hiclass_parallel import Tree
 from hiclass_parallel.losses import HierarchicalCrossEntropy
-from hiclass_parallel.ops import _triton
-from hiclass_parallel.ops._backends import use_backend
+from hiclass_parallel.ops.engine import _triton
+from hiclass_parallel.ops.engine._backends import use_backend
 from hiclass_parallel.ops.decode import best_paths, topk_paths
 from hiclass_parallel.ops.groups import (
     group_log_softmax,

@@ -1,4 +1,4 @@
-"""The optional C kernel of the lean engine (ops/_segment.c) against the NumPy route."""
+"""The optional C kernel of the lean engine (ops/engine/_segment.c) against the NumPy route."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from hiclass_parallel import partition_scores
 from hiclass_parallel.losses import HierarchicalCrossEntropy
-from hiclass_parallel.ops import _native
-from hiclass_parallel.ops._backends import backend_for, use_backend
-from hiclass_parallel.ops._layout import layout
+from hiclass_parallel.ops.engine import _native
+from hiclass_parallel.ops.engine._backends import backend_for, use_backend
+from hiclass_parallel.ops.engine._layout import layout
 from hiclass_parallel.ops.groups import group_log_softmax, group_logsumexp, n_outputs
 
 pytestmark = pytest.mark.skipif(

@@ -12,11 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hiclass_parallel.ops._array_ops as array_ops_mod
+import hiclass_parallel.ops.engine._array_ops as array_ops_mod
 from hiclass_parallel import Tree, partition_scores
 from hiclass_parallel._backend import to_numpy as host
-from hiclass_parallel.ops._backends import BACKENDS, backend_for, use_backend
-from hiclass_parallel.ops._layout import layout
+from hiclass_parallel.ops.engine._backends import BACKENDS, backend_for, use_backend
+from hiclass_parallel.ops.engine._layout import layout
 from hiclass_parallel.ops.groups import (
     group_log_softmax,
     group_logsumexp,
@@ -381,7 +381,7 @@ def test_bfloat16_runs_on_torch_ops(random_tree):
 
 def test_backend_choice_by_array_kind(random_tree):
     """One place picks the route: by the array's kind, the C kernel only for large groups."""
-    from hiclass_parallel.ops import _native
+    from hiclass_parallel.ops.engine import _native
 
     small, big = random_tree(15, 30), Tree.from_parents([-1] * 100 + [0] * 100)  # 2 levels of 100
     lay_small, lay_big = layout(small, "sibling", False), layout(big, "level", False)

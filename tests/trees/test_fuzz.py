@@ -348,7 +348,7 @@ def tree_and_scores(draw):
 
 def _reference_lse(x, tree, partition, stop):
     """Per-group log-sum-exp with IEEE semantics, one group at a time (no kernels)."""
-    from hiclass_parallel.ops._layout import layout
+    from hiclass_parallel.ops.engine._layout import layout
 
     col_group = layout(tree, partition, stop).host["col_group"]
     G = int(col_group.max()) + 1

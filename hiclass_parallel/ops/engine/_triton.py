@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tree import PAD
+from ...tree import PAD
 from ._array_ops import TorchOps
 from ._bucketed import BucketedBackend
 from ._layout import Layout

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..tree import PAD
+from ...tree import PAD
 from ._array_ops import ArrayOps, itemsize, map_chunks
 from ._layout import Layout
 

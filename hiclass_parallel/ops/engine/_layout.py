@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_namespace, device, is_numpy_array, is_torch_array
-from ..tree import PAD, PARTITIONS, Tree
+from ..._backend import array_namespace, device, is_numpy_array, is_torch_array
+from ...tree import PAD, PARTITIONS, Tree
 
 # Cost, in padded slots per row, of one more bucket (the few array calls it needs) when
 # grouping groups of similar size into dense blocks: buckets are merged while the padding

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_namespace, is_cupy_array, is_numpy_array, is_torch_array
+from ..._backend import array_namespace, is_cupy_array, is_numpy_array, is_torch_array
 from . import _native, _triton
 from ._array_ops import ArrayOps, NumpyOps, TorchOps, torch_numpy_floats
 from ._bucketed import BucketedBackend
@@ -68,8 +68,8 @@ def use_backend(name: str) -> Iterator[None]:
     --------
     >>> import numpy as np
     >>> from hiclass_parallel import Tree
-    >>> from hiclass_parallel.ops._backends import backend_for, use_backend
-    >>> from hiclass_parallel.ops._layout import layout
+    >>> from hiclass_parallel.ops.engine._backends import backend_for, use_backend
+    >>> from hiclass_parallel.ops.engine._layout import layout
     >>> lay = layout(Tree.from_parents([-1, 0, 0]), "sibling", False)
     >>> with use_backend("array_api"):
     ...     backend_for(np.zeros((2, 3)), lay).name

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_namespace, device, is_cupy_array, is_numpy_array, is_torch_array
+from ..._backend import array_namespace, device, is_cupy_array, is_numpy_array, is_torch_array
 from ._layout import Layout
 
 # On the CPU the rows are processed in chunks whose gathered layout takes about this many

@@ -1,4 +1,4 @@
-"""The Triton kernels of :mod:`hiclass_parallel.ops._triton` (imported only where Triton is).
+"""The Triton kernels of :mod:`hiclass_parallel.ops.engine._triton` (imported only where Triton is).
 
 Kept apart so that importing the package never imports Triton, and so that the kernels are
 module-level functions (one kernel calls ``sample_rows``, which Triton resolves by global name).

@@ -29,7 +29,7 @@ from ._array_ops import NumpyOps
 from ._bucketed import BucketedBackend
 from ._layout import Layout
 
-_MODULE = "hiclass_parallel.ops._segment_c"
+_MODULE = "hiclass_parallel.ops.engine._segment_c"
 _FUNCTIONS = {np.dtype(np.float32): "group_lse_f32", np.dtype(np.float64): "group_lse_f64"}
 
 #: The kernel serves partitions whose groups average at least this many members: it

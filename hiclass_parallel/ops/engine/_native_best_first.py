@@ -23,11 +23,11 @@ import numpy as np
 
 from ._array_ops import _n_threads, map_ranges
 from ._native import load_library
-from .sibling_paths import SiblingPlan
+from ..sibling_paths import SiblingPlan
 
 __all__ = ["available", "search", "ROW_UNDECIDABLE", "ROW_OVER_BUDGET"]
 
-_MODULE = "hiclass_parallel.ops._best_first_c"
+_MODULE = "hiclass_parallel.ops.engine._best_first_c"
 _FUNCTIONS = {np.dtype(np.float32): "best_first_f32", np.dtype(np.float64): "best_first_f64"}
 
 #: Row status codes of the kernel (``ROW_*`` in ``_best_first.c``); 0 is a finished search.

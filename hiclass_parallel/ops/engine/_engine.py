@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .._backend import array_namespace
-from ..tree import Tree
+from ..._backend import array_namespace
+from ...tree import Tree
 from ._array_ops import ops_for
 from ._backends import backend_for
 from ._layout import Layout, check_partition, device_arrays, layout, layout_arrays
