@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "describe_tree", "root_label"]
+__all__ = ["build_parser", "describe_tree", "main", "root_label"]
 
 PROG = "hiclass-parallel"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["run_demo", "build_demo_pipeline", "prepare_out_dir", "estimate_training_seconds"]
+__all__ = ["build_demo_pipeline", "estimate_training_seconds", "prepare_out_dir", "run_demo"]
 
 #: The recorded main job, the base of the time estimate printed before training: all noun
 #: synsets with a parent (82,115 classes), 80% of them trained on, the classifier's default of
