@@ -75,6 +75,11 @@ def test_a_model_on_a_gpu_decodes_exhaustively():
     for device in ("cuda", "cuda:1", torch.device("cuda")):
         assert decoding_route("sibling", on_demand=True, device=device) == "exhaustive"
     assert decoding_route("sibling", on_demand=True, device="cpu") == "best_first"
+    # asked by the search itself (a score function given), the answer is the search that runs
+    def score(rows, columns):
+        return torch.zeros(len(rows), device="cuda")
+
+    assert decoding_route("sibling", on_demand=True, score=score, device="cuda") == "best_first_torch"
 
 
 def test_config_holds_every_resolved_default(data):
