@@ -23,6 +23,7 @@ from ._config import FitConfig
 from ._data import collate_batch
 from ._guards import FiniteLossGuard
 from ._net import TreeNet, module_kwargs
+from ._optim import LazyAdam
 
 __all__ = ["build_net", "net_params"]
 
@@ -116,6 +117,12 @@ def build_net(estimator: Any, config: FitConfig, targets: Any, seed: int | None)
         # torch's default Adam steps tensor by tensor; the fused kernel is about 10x faster per
         # step on large output layers (benchmarks/bench_peers.py).
         kwargs["optimizer__fused"] = True
+    row_moment = config.capabilities.row_moment_parameters
+    if (
+        row_moment and issubclass(config.optimizer, LazyAdam)
+        and not {"optimizer__param_groups", "optimizer__second_moment"} & set(params)
+    ):
+        kwargs["optimizer__param_groups"] = [(name, {"second_moment": "row"}) for name in row_moment]
     kwargs.update(iterator_train__shuffle=True, iterator_train__collate_fn=collate_batch,
                   iterator_valid__collate_fn=collate_batch)
     kwargs.update(params)  # the user's prefixed parameters win over the defaults above

@@ -10,7 +10,9 @@ A module class tells the classifier, by what it defines:
 - a ``class_features`` argument of ``__init__``: it takes a text (feature row) per class;
 - ``default_lr`` and ``default_optimizer`` (class attributes, optional): its training
   defaults; without them, modules with sparse input train with :class:`LazyAdam` at 0.005
-  (only the rows a batch touches are updated) and the others with Adam at 0.003.
+  (only the rows a batch touches are updated) and the others with Adam at 0.003;
+- ``row_moment_parameters`` (a class attribute, optional): names of parameters whose rows are
+  input features; with :class:`LazyAdam` they keep one second moment per row.
 
 :func:`module_capabilities` reads all of it in one place; nothing else in the package probes a
 module's attributes.
@@ -47,6 +49,9 @@ class ModuleCapabilities:
         Learning rate when ``lr=None``.
     default_optimizer : type
         Optimizer class when ``optimizer=None``.
+    row_moment_parameters : tuple of str
+        Parameters (names as ``named_parameters`` gives them) that :class:`LazyAdam` updates
+        with one second moment per row (``second_moment="row"``).
     """
 
     accepts_sparse: bool
@@ -54,6 +59,7 @@ class ModuleCapabilities:
     class_features: bool
     default_lr: float
     default_optimizer: type
+    row_moment_parameters: tuple[str, ...] = ()
 
     def default_max_epochs(self, n_rows: int | None, batch_size: int) -> int:
         """Epochs when ``max_epochs=None``, for ``n_rows`` training rows (``None``: a stream).
@@ -96,5 +102,6 @@ def module_capabilities(module: type[torch.nn.Module]) -> ModuleCapabilities:
         class_features="class_features" in takes,
         default_lr=float(getattr(module, "default_lr", SPARSE_LR if sparse else DENSE_LR)),
         default_optimizer=getattr(module, "default_optimizer", LazyAdam if sparse else torch.optim.Adam),
+        row_moment_parameters=tuple(getattr(module, "row_moment_parameters", ())),
     )
 

@@ -522,14 +522,19 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     if not isinstance(saved["lr"], (int, float)) or isinstance(saved["lr"], bool):
         problems.append(f"lr={saved['lr']!r} is not a number")
     capabilities = module_capabilities(saved["module_class"])
-    if _only_gained_columns(saved["capabilities"], capabilities):
+    saved_capabilities = saved["capabilities"]
+    if isinstance(saved_capabilities, dict) and "row_moment_parameters" not in saved_capabilities:
+        # Saved before modules could name them: a training setting of the optimizer, on which
+        # no saved weight and no prediction depends; training continued now uses today's.
+        saved_capabilities = {**saved_capabilities, "row_moment_parameters": capabilities.row_moment_parameters}
+    if _only_gained_columns(saved_capabilities, capabilities):
         # MLP once could not score columns on demand; a model saved then keeps the
         # capabilities it was fitted with, so "auto" settings resolve as they did then.
-        capabilities = ModuleCapabilities(**{**saved["capabilities"], "scores_columns": False})
-    if saved["capabilities"] != dict(vars(capabilities)):
+        capabilities = ModuleCapabilities(**{**saved_capabilities, "scores_columns": False})
+    if saved_capabilities != dict(vars(capabilities)):
         problems.append(
             f"the module {saved['module_class'].__qualname__} can do other things now than when the model was "
-            f"saved ({saved['capabilities']} then, {dict(vars(capabilities))} now)"
+            f"saved ({saved_capabilities} then, {dict(vars(capabilities))} now)"
         )
     if not problems:
         if saved["n_levels"] != tree.n_levels:

@@ -1,5 +1,6 @@
 """``LazyAdam`` against the updates it must reproduce: its C row update against its torch row
-update, and its dense update against ``torch.optim.Adam``."""
+update (per-entry and row-wise second moments), its row-wise update against the formula
+written out, and its dense update against ``torch.optim.Adam``."""
 
 from __future__ import annotations
 
@@ -10,24 +11,91 @@ from hiclass_parallel.estimators import LazyAdam
 from hiclass_parallel.ops.engine import _native_path_step
 
 
-@pytest.mark.skipif(not _native_path_step.available(), reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
-def test_lazy_adam_row_update_equals_the_torch_route(monkeypatch):
+def _sparse_steps(second_moment: str, steps: int = 5) -> tuple[torch.Tensor, torch.optim.Optimizer]:
     torch.manual_seed(0)
-    weights = []
-    for native in (True, False):
-        if not native:
-            monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
-        torch.manual_seed(0)
-        emb = torch.nn.Embedding(50, 16, sparse=True)
-        opt = LazyAdam(emb.parameters(), lr=0.05, weight_decay=0.01)
-        for step in range(5):
-            idx = torch.randint(0, 50, (12,), generator=torch.Generator().manual_seed(step))
-            opt.zero_grad()
-            (emb(idx) ** 2).sum().backward()
-            opt.step()
-        weights.append(emb.weight.detach().clone())
+    emb = torch.nn.Embedding(50, 16, sparse=True)
+    opt = LazyAdam(emb.parameters(), lr=0.05, weight_decay=0.01, second_moment=second_moment)
+    for step in range(steps):
+        idx = torch.randint(0, 50, (12,), generator=torch.Generator().manual_seed(step))
+        opt.zero_grad()
+        (emb(idx) ** 2).sum().backward()
+        opt.step()
+    return emb.weight.detach().clone(), opt
+
+
+@pytest.mark.skipif(not _native_path_step.available(), reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
+@pytest.mark.parametrize("second_moment", ["entry", "row"])
+def test_lazy_adam_row_update_equals_the_torch_route(monkeypatch, second_moment):
+    native, _ = _sparse_steps(second_moment)
+    monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
+    torch_route, opt = _sparse_steps(second_moment)
+    assert opt.state[opt.param_groups[0]["params"][0]]["exp_avg_sq"].shape == ((50, 1) if second_moment == "row" else (50, 16))
     # fast-math rounding (a reciprocal for the division) differs from torch by an ulp or so
-    torch.testing.assert_close(weights[0], weights[1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(native, torch_route, rtol=1e-4, atol=1e-5)
+
+
+def test_row_second_moment_is_the_mean_square_of_the_row():
+    # Two steps on rows 1 and 3 written out: v_r = b2 v_r + (1 - b2) mean_j g_rj^2, one per
+    # row, and each entry moves by lr_t m_rj / (sqrt(v_r / bc2) + eps).
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(5, 4, sparse=True)
+    start = emb.weight.detach().clone()
+    lr, (b1, b2), eps = 0.1, (0.9, 0.999), 1e-8
+    opt = LazyAdam([{"params": emb.parameters(), "second_moment": "row"}], lr=lr, eps=eps)
+    grads = [torch.tensor([[1.0, -2.0, 0.5, 0.0], [3.0, 0.0, 0.0, -1.0]]),
+             torch.tensor([[0.0, 1.0, 1.0, 1.0], [-1.0, 2.0, 0.0, 0.0]])]
+    p, m, v = start[[1, 3]].clone(), torch.zeros(2, 4), torch.zeros(2, 1)
+    for step, g in enumerate(grads, 1):
+        opt.zero_grad()
+        (emb(torch.tensor([1, 3])) * g).sum().backward()
+        opt.step()
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * (g**2).mean(1, keepdim=True)
+        p = p - lr / (1 - b1**step) * m / ((v / (1 - b2**step)).sqrt() + eps)
+    torch.testing.assert_close(emb.weight.detach()[[1, 3]], p, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(emb.weight.detach()[[0, 2, 4]], start[[0, 2, 4]])  # untouched rows
+    torch.testing.assert_close(opt.state[emb.weight]["exp_avg_sq"][[1, 3]], v)
+
+
+def test_a_loaded_state_keeps_its_second_moment():
+    # A state saved with per-entry moments (before second_moment existed, or "entry") goes on
+    # per entry in a "row" group: the state's shape decides, never a silent reshape.
+    _, opt = _sparse_steps("entry", steps=2)
+    emb = torch.nn.Embedding(50, 16, sparse=True)
+    row = LazyAdam([{"params": emb.parameters(), "second_moment": "row"}], lr=0.05)
+    row.load_state_dict(opt.state_dict())
+    emb(torch.tensor([0, 4])).sum().backward()
+    row.step()
+    assert row.state[emb.weight]["exp_avg_sq"].shape == (50, 16)
+
+
+def test_second_moment_is_checked():
+    emb = torch.nn.Embedding(3, 2, sparse=True)
+    with pytest.raises(ValueError, match="second_moment must be 'entry' or 'row', got 'rows'"):
+        LazyAdam(emb.parameters(), second_moment="rows")
+    with pytest.raises(ValueError, match="second_moment must be 'entry' or 'row', got 'per-row'"):
+        LazyAdam([{"params": emb.parameters(), "second_moment": "per-row"}])
+
+
+def test_the_classifier_keeps_row_moments_on_the_text_input_layer_only():
+    # SparseMLP names its input layer (a row per feature) in row_moment_parameters; the output
+    # layer keeps Adam's per-entry moments. optimizer__second_moment given by the user wins.
+    import numpy as np
+    import scipy.sparse as sp
+
+    from hiclass_parallel import Tree
+    from hiclass_parallel.estimators import HierarchicalClassifier
+
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
+    X = sp.random(40, 12, density=0.3, random_state=0, format="csr", dtype=np.float32)
+    y = np.arange(40) % 6
+    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
+    module, opt = clf.net_.module_, clf.net_.optimizer_
+    assert opt.state[module.input.embedding.weight]["exp_avg_sq"].shape == (12, 1)
+    assert opt.state[module.head.weight.weight]["exp_avg_sq"].shape == module.head.weight.weight.shape
+    entry = HierarchicalClassifier(tree, max_epochs=1, random_state=0, optimizer__second_moment="entry").fit(X, y)
+    weight = entry.net_.module_.input.embedding.weight
+    assert entry.net_.optimizer_.state[weight]["exp_avg_sq"].shape == weight.shape
 
 
 def test_lazy_adam_dense_update_equals_torch_adam():

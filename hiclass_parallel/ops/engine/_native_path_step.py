@@ -70,7 +70,7 @@ def _check(rc: int) -> None:
 
 
 def _adam() -> Any:
-    return _lib(("adam_rows",), None, (_p, _p, _p, _p, _p, _i, _i, _f, _f, _f, _f, _f, _f, _i))
+    return _lib(("adam_rows",), None, (_p, _p, _p, _p, _p, _i, _i, _f, _f, _f, _f, _f, _f, _i, _i))
 
 
 def available() -> bool:
@@ -222,9 +222,14 @@ def adam_rows(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tens
               bias_correction2: float, threads: int) -> None:
     """Adam on ``rows`` (distinct) of a float32 C-contiguous CPU ``param`` and its moments, in
     place: ``grad (len(rows), ...)``; ``lr_t = lr / (1 - beta1**step)``,
-    ``bias_correction2 = 1 - beta2**step``."""
+    ``bias_correction2 = 1 - beta2**step``. ``exp_avg_sq`` of one value per row of ``param``
+    (shape ``(n_rows, 1)``) is a row-wise second moment: the mean of each row's squared gradient."""
     width = int(param[0].numel()) if param.shape[0] else 0
     rows = rows.to(torch.int64).contiguous()
     grad = grad.to(torch.float32).contiguous()
+    row_v = exp_avg_sq.numel() != param.numel() or width == 1
+    if row_v and exp_avg_sq.numel() != param.shape[0]:
+        raise ValueError(f"exp_avg_sq has shape {tuple(exp_avg_sq.shape)}: it needs the shape of the parameter "
+                         f"{tuple(param.shape)} or one value per row ({param.shape[0]}, 1)")
     _adam().adam_rows(_ptr(param), _ptr(exp_avg), _ptr(exp_avg_sq), _ptr(rows), _ptr(grad), int(rows.shape[0]),
-                      width, lr_t, beta1, beta2, eps, weight_decay, bias_correction2, max(1, int(threads)))
+                      width, lr_t, beta1, beta2, eps, weight_decay, bias_correction2, max(1, int(threads)), int(row_v))

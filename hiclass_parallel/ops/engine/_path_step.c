@@ -671,14 +671,17 @@ int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xva
 }
 
 /* adam_rows: Adam on the given rows of a float32 parameter (LazyAdam's sparse step).
- *   p, m, v (n_param_rows, H): the parameter and its moments; rows (n) distinct row ids; g (n, H)
- *   their gradients; lr_t = lr / (1 - b1^step), bc2 = 1 - b2^step.
- * The same operations, in the same order, as LazyAdam's torch route. */
+ *   p, m (n_param_rows, H): the parameter and its first moment; v: the second moment, (n_param_rows,
+ *   H) or, with row_v, one value per row (n_param_rows), the mean of the row's squared gradient;
+ *   rows (n) distinct row ids; g (n, H) their gradients; lr_t = lr / (1 - b1^step),
+ *   bc2 = 1 - b2^step.
+ * The same operations, in the same order, as LazyAdam's torch route. A row-wise second moment
+ * reads and writes 20 bytes per touched entry instead of 28: the update is memory-bound. */
 typedef struct {
     float *p, *m, *v;
     const int64_t *rows;
     const float *g;
-    int64_t H;
+    int64_t H, row_v;
     float lr_t, b1, b2, eps, wd, bc2;
 } AdamJob;
 typedef struct { const AdamJob *a; int64_t lo, hi; } AdamChunk;
@@ -688,16 +691,35 @@ CLONES static void *adam_chunk(void *arg) {
     const AdamJob *a = c->a;
     const int64_t H = a->H;
     for (int64_t i = c->lo; i < c->hi; i++) {
-        float *p = a->p + a->rows[i] * H, *m = a->m + a->rows[i] * H, *v = a->v + a->rows[i] * H;
+        const int64_t row = a->rows[i];
+        float *p = a->p + row * H, *m = a->m + row * H;
         const float *g = a->g + i * H;
         /* The rows are scattered: ask for the next row while this one is updated, so its
-         * three reads overlap the arithmetic (further ahead measured no better). */
+         * reads overlap the arithmetic (further ahead measured no better). */
         if (i + 1 < c->hi) {
-            const int64_t r = a->rows[i + 1] * H;
-            prefetch_row(a->p + r, H);
-            prefetch_row(a->m + r, H);
-            prefetch_row(a->v + r, H);
+            const int64_t r = a->rows[i + 1];
+            prefetch_row(a->p + r * H, H);
+            prefetch_row(a->m + r * H, H);
+            if (!a->row_v) prefetch_row(a->v + r * H, H);
         }
+        if (a->row_v) {
+            float sq = 0.0f;
+            for (int64_t j = 0; j < H; j++) {
+                const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
+                sq += gj * gj;
+            }
+            const float vr = a->v[row] * a->b2 + (1.0f - a->b2) * (sq / (float)H);
+            a->v[row] = vr;
+            const float step = a->lr_t / (sqrtf(vr / a->bc2) + a->eps);
+            for (int64_t j = 0; j < H; j++) {
+                const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
+                const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
+                m[j] = mj;
+                p[j] -= step * mj;
+            }
+            continue;
+        }
+        float *v = a->v + row * H;
         for (int64_t j = 0; j < H; j++) {
             const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
             const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
@@ -711,8 +733,8 @@ CLONES static void *adam_chunk(void *arg) {
 }
 
 void adam_rows(float *p, float *m, float *v, const int64_t *rows, const float *g, int64_t n, int64_t H,
-               float lr_t, float b1, float b2, float eps, float wd, float bc2, int64_t T) {
-    AdamJob a = {p, m, v, rows, g, H, lr_t, b1, b2, eps, wd, bc2};
+               float lr_t, float b1, float b2, float eps, float wd, float bc2, int64_t T, int64_t row_v) {
+    AdamJob a = {p, m, v, rows, g, H, row_v != 0, lr_t, b1, b2, eps, wd, bc2};
     if (T < 1) T = 1;
     if (T > MAX_THREADS) T = MAX_THREADS;
     if (n < 64 * T) T = 1; /* a thread start costs more than a few rows */
