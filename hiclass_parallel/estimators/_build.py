@@ -117,12 +117,14 @@ def build_net(estimator: Any, config: FitConfig, targets: Any, seed: int | None)
         # torch's default Adam steps tensor by tensor; the fused kernel is about 10x faster per
         # step on large output layers (benchmarks/bench_peers.py).
         kwargs["optimizer__fused"] = True
-    row_moment = config.capabilities.row_moment_parameters
+    groups = config.capabilities.lazy_adam_groups
     if (
-        row_moment and issubclass(config.optimizer, LazyAdam)
-        and not {"optimizer__param_groups", "optimizer__second_moment"} & set(params)
+        groups and issubclass(config.optimizer, LazyAdam)
+        and not {"optimizer__param_groups", "optimizer__second_moment", "optimizer__lr_scale"} & set(params)
     ):
-        kwargs["optimizer__param_groups"] = [(name, {"second_moment": "row"}) for name in row_moment]
+        # The module's own groups (a text model's input layer); any group setting of the user's
+        # replaces them all, so nothing is merged behind their back.
+        kwargs["optimizer__param_groups"] = [(name, dict(options)) for name, options in groups]
     kwargs.update(iterator_train__shuffle=True, iterator_train__collate_fn=collate_batch,
                   iterator_valid__collate_fn=collate_batch)
     kwargs.update(params)  # the user's prefixed parameters win over the defaults above

@@ -11,8 +11,10 @@ A module class tells the classifier, by what it defines:
 - ``default_lr`` and ``default_optimizer`` (class attributes, optional): its training
   defaults; without them, modules with sparse input train with :class:`LazyAdam` at 0.005
   (only the rows a batch touches are updated) and the others with Adam at 0.003;
-- ``row_moment_parameters`` (a class attribute, optional): names of parameters whose rows are
-  input features; with :class:`LazyAdam` they keep one second moment per row.
+- ``lazy_adam_groups`` (a class attribute, optional): parameter groups given to
+  :class:`LazyAdam` when it is the optimizer and the user sets no groups of their own, as
+  ``(pattern, options)`` pairs (skorch's ``optimizer__param_groups``): the default text model
+  gives its input layer one second moment per row and 3x the learning rate.
 
 :func:`module_capabilities` reads all of it in one place; nothing else in the package probes a
 module's attributes.
@@ -49,9 +51,9 @@ class ModuleCapabilities:
         Learning rate when ``lr=None``.
     default_optimizer : type
         Optimizer class when ``optimizer=None``.
-    row_moment_parameters : tuple of str
-        Parameters (names as ``named_parameters`` gives them) that :class:`LazyAdam` updates
-        with one second moment per row (``second_moment="row"``).
+    lazy_adam_groups : tuple of (str, dict)
+        Default parameter groups of :class:`LazyAdam`: a pattern over ``named_parameters``
+        names and the group's options (``second_moment``, ``lr_scale``...).
     """
 
     accepts_sparse: bool
@@ -59,7 +61,7 @@ class ModuleCapabilities:
     class_features: bool
     default_lr: float
     default_optimizer: type
-    row_moment_parameters: tuple[str, ...] = ()
+    lazy_adam_groups: tuple[tuple[str, dict], ...] = ()
 
     def default_max_epochs(self, n_rows: int | None, batch_size: int) -> int:
         """Epochs when ``max_epochs=None``, for ``n_rows`` training rows (``None``: a stream).
@@ -102,6 +104,7 @@ def module_capabilities(module: type[torch.nn.Module]) -> ModuleCapabilities:
         class_features="class_features" in takes,
         default_lr=float(getattr(module, "default_lr", SPARSE_LR if sparse else DENSE_LR)),
         default_optimizer=getattr(module, "default_optimizer", LazyAdam if sparse else torch.optim.Adam),
-        row_moment_parameters=tuple(getattr(module, "row_moment_parameters", ())),
+        lazy_adam_groups=tuple((str(name), dict(options))
+                               for name, options in getattr(module, "lazy_adam_groups", ())),
     )
 

@@ -11,9 +11,10 @@ in torch operations; dense ones get Adam's update in torch operations.
 A parameter group may keep one second moment per row instead of one per entry
 (``second_moment="row"``: the mean of the row's squared gradient, as the row-wise optimizers of
 embedding libraries do): the update of a touched row then reads and writes 20 bytes per entry
-instead of 28, and it is memory-bound. The classifier asks for it on the input layer of
-:class:`~hiclass_parallel.estimators.SparseMLP` (``docs/benchmark-training.md`` has the time
-and the accuracy it measured).
+instead of 28, and it is memory-bound. A group may also scale the learning rate
+(``lr_scale``), so that schedules and ``set_params(lr=...)`` keep the groups' ratio. The
+classifier asks for both on the input layer of :class:`~hiclass_parallel.estimators.SparseMLP`
+(``docs/benchmark-training.md`` has the time and the accuracy it measured).
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ def _native_rows(p: torch.Tensor, *tensors: torch.Tensor) -> bool:
     )
 
 
-def _check_second_moment(value: Any) -> None:
-    if value not in ("entry", "row"):
-        raise ValueError(f"second_moment must be 'entry' or 'row', got {value!r}")
+def _check_group_options(group: dict[str, Any]) -> None:
+    """The options LazyAdam adds to Adam's, where a group (or the defaults) gives them."""
+    if "second_moment" in group and group["second_moment"] not in ("entry", "row"):
+        raise ValueError(f"second_moment must be 'entry' or 'row', got {group['second_moment']!r}")
+    scale = group.get("lr_scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"lr_scale must be a positive number, got {scale!r}")
 
 
 class LazyAdam(torch.optim.Optimizer):
@@ -64,6 +69,9 @@ class LazyAdam(torch.optim.Optimizer):
         instead of 28). Usually set per parameter group (skorch's
         ``optimizer__param_groups``). Dense gradients always get Adam's per-entry update. A
         state loaded from a checkpoint keeps the form it was saved with.
+    lr_scale : float, default=1.0
+        Multiplier of ``lr`` for the group: its step uses ``lr * lr_scale``. Usually set per
+        parameter group; a learning-rate schedule, which changes ``lr``, keeps the ratio.
 
     Examples
     --------
@@ -82,6 +90,10 @@ class LazyAdam(torch.optim.Optimizer):
     >>> opt.step()
     >>> opt.state[emb.weight]["exp_avg_sq"].shape  # one second moment per row
     torch.Size([10, 1])
+    >>> layer = torch.nn.Linear(2, 2)
+    >>> opt = LazyAdam([{"params": [layer.weight], "lr_scale": 3.0}, {"params": [layer.bias]}], lr=0.01)
+    >>> [group["lr"] * group["lr_scale"] for group in opt.param_groups]  # the steps' rates
+    [0.03, 0.01]
     """
 
     def __init__(
@@ -92,6 +104,7 @@ class LazyAdam(torch.optim.Optimizer):
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         second_moment: str = "entry",
+        lr_scale: float = 1.0,
     ):
         if not lr > 0:
             raise ValueError(f"lr must be positive, got {lr!r}")
@@ -99,9 +112,9 @@ class LazyAdam(torch.optim.Optimizer):
             raise ValueError(f"betas must be in [0, 1), got {betas!r}")
         if not eps >= 0 or not weight_decay >= 0:
             raise ValueError(f"eps and weight_decay must be non-negative, got {eps!r}, {weight_decay!r}")
-        _check_second_moment(second_moment)
+        _check_group_options({"second_moment": second_moment, "lr_scale": lr_scale})
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                                  "second_moment": second_moment})
+                                  "second_moment": second_moment, "lr_scale": lr_scale})
 
     # torch decorates these two with torch._disable_dynamo, whose first call imports
     # torch._dynamo (and sympy): seconds of a text model's fit in a fresh process, for nothing
@@ -111,9 +124,8 @@ class LazyAdam(torch.optim.Optimizer):
     zero_grad = getattr(torch.optim.Optimizer.zero_grad, "__wrapped__", torch.optim.Optimizer.zero_grad)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """torch's ``add_param_group``, with the group's ``second_moment`` checked."""
-        if "second_moment" in param_group:
-            _check_second_moment(param_group["second_moment"])
+        """torch's ``add_param_group``, with the group's ``second_moment`` and ``lr_scale`` checked."""
+        _check_group_options(param_group)
         self._add_param_group(param_group)
 
     @torch.no_grad()
@@ -124,6 +136,7 @@ class LazyAdam(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            lr = lr * group.get("lr_scale", 1.0)  # groups saved before the option: 1
             by_row = group.get("second_moment", "entry") == "row"  # groups saved before the option: Adam's
             dense: list[torch.Tensor] = []
             for p in group["params"]:

@@ -523,10 +523,10 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
         problems.append(f"lr={saved['lr']!r} is not a number")
     capabilities = module_capabilities(saved["module_class"])
     saved_capabilities = saved["capabilities"]
-    if isinstance(saved_capabilities, dict) and "row_moment_parameters" not in saved_capabilities:
+    if isinstance(saved_capabilities, dict) and "lazy_adam_groups" not in saved_capabilities:
         # Saved before modules could name them: a training setting of the optimizer, on which
         # no saved weight and no prediction depends; training continued now uses today's.
-        saved_capabilities = {**saved_capabilities, "row_moment_parameters": capabilities.row_moment_parameters}
+        saved_capabilities = {**saved_capabilities, "lazy_adam_groups": capabilities.lazy_adam_groups}
     if _only_gained_columns(saved_capabilities, capabilities):
         # MLP once could not score columns on demand; a model saved then keeps the
         # capabilities it was fitted with, so "auto" settings resolve as they did then.

@@ -69,17 +69,38 @@ def test_a_loaded_state_keeps_its_second_moment():
     assert row.state[emb.weight]["exp_avg_sq"].shape == (50, 16)
 
 
-def test_second_moment_is_checked():
+def test_group_options_are_checked():
     emb = torch.nn.Embedding(3, 2, sparse=True)
     with pytest.raises(ValueError, match="second_moment must be 'entry' or 'row', got 'rows'"):
         LazyAdam(emb.parameters(), second_moment="rows")
     with pytest.raises(ValueError, match="second_moment must be 'entry' or 'row', got 'per-row'"):
         LazyAdam([{"params": emb.parameters(), "second_moment": "per-row"}])
+    for bad in (0, -1.0, True, "3"):
+        with pytest.raises(ValueError, match=f"lr_scale must be a positive number, got {bad!r}"):
+            LazyAdam([{"params": emb.parameters(), "lr_scale": bad}])
 
 
-def test_the_classifier_keeps_row_moments_on_the_text_input_layer_only():
-    # SparseMLP names its input layer (a row per feature) in row_moment_parameters; the output
-    # layer keeps Adam's per-entry moments. optimizer__second_moment given by the user wins.
+@pytest.mark.parametrize("sparse", [True, False])
+def test_lr_scale_is_a_group_learning_rate(sparse):
+    # A group with lr_scale s steps exactly as a group with lr * s, sparse and dense; a change of
+    # lr (a schedule, set_params) keeps the ratio.
+    weights = []
+    for groups in ([{"params": None, "lr_scale": 3.0}], [{"params": None, "lr": 0.06}]):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(20, 4, sparse=sparse)
+        opt = LazyAdam([{**g, "params": emb.parameters()} for g in groups], lr=0.02)
+        for step in range(3):
+            opt.zero_grad()
+            (emb(torch.tensor([1, 5, 5, step])) ** 2).sum().backward()
+            opt.step()
+        weights.append(emb.weight.detach().clone())
+    torch.testing.assert_close(weights[0], weights[1])
+
+
+def test_the_classifier_gives_the_text_input_layer_its_own_group():
+    # SparseMLP's lazy_adam_groups: its input layer (a row per feature) keeps one second moment
+    # per row and learns at 3x lr; the output layer keeps Adam's per-entry moments at lr. Any
+    # group setting of the user's (here optimizer__second_moment) replaces the module's groups.
     import numpy as np
     import scipy.sparse as sp
 
@@ -93,6 +114,10 @@ def test_the_classifier_keeps_row_moments_on_the_text_input_layer_only():
     module, opt = clf.net_.module_, clf.net_.optimizer_
     assert opt.state[module.input.embedding.weight]["exp_avg_sq"].shape == (12, 1)
     assert opt.state[module.head.weight.weight]["exp_avg_sq"].shape == module.head.weight.weight.shape
+    group = next(g for g in opt.param_groups if any(p is module.input.embedding.weight for p in g["params"]))
+    assert (group["second_moment"], group["lr_scale"], group["lr"]) == ("row", 3.0, clf.config_.lr)
+    assert len(group["params"]) == 1
+    assert {(g["second_moment"], g["lr_scale"]) for g in opt.param_groups if g is not group} == {("entry", 1.0)}
     entry = HierarchicalClassifier(tree, max_epochs=1, random_state=0, optimizer__second_moment="entry").fit(X, y)
     weight = entry.net_.module_.input.embedding.weight
     assert entry.net_.optimizer_.state[weight]["exp_avg_sq"].shape == weight.shape
