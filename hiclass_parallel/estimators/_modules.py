@@ -537,8 +537,8 @@ class SparseMLP(nn.Module):
     #: LazyAdam's default groups: the input layer (a row per feature) keeps one second moment
     #: per row (0.5 GB less at all WordNet nouns, a fifth less time in its update) and learns at
     #: 3x the rate of the output layer (``docs/benchmark-training.md``, "The input layer's
-    #: optimizer", has the accuracy on eight gloss subsets); per row on the output layer too
-    #: lost 0.008 exact accuracy at all nouns.
+    #: optimizer", has the accuracy on eight gloss subsets, and the calibration it cost); per
+    #: row on the output layer too lost 0.008 exact accuracy at all nouns.
     lazy_adam_groups = (("input.embedding.weight", {"second_moment": "row", "lr_scale": 3.0}),)
 
     def encode(self, X: torch.Tensor) -> torch.Tensor | TextBatch:
