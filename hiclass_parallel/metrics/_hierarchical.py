@@ -131,6 +131,19 @@ def _prf(
                             zero_division=zero_division, warn_for=warn_for)
 
 
+def _fbeta_denominator(common: Any, n_true: Any, n_pred: Any, b2: float) -> Any:
+    """``(b2 |T| + |P|) / (1 + b2)`` written as ``|T & P| + (b2 |T - P| + |P - T|) / (1 + b2)``.
+
+    F-beta is ``|T & P|`` over this. The usual form, ``(1 + b2) |T & P| / (b2 |T| + |P|)``,
+    rounds its two sides differently and gave 1.0000000000000002 for a perfect prediction
+    (beta=0.35); here a perfect prediction divides ``|T & P|`` by itself, the denominator is
+    never below the numerator (so F <= 1), and a huge finite ``b2`` cannot overflow.
+    """
+    missed = np.maximum(np.subtract(n_true, common), 0)  # weighted sums may round below |T & P|
+    extra = np.maximum(np.subtract(n_pred, common), 0)
+    return common + missed * (b2 / (1 + b2)) + extra / (1 + b2)
+
+
 def _prf_from_counts(
     n_true: np.ndarray,
     n_pred: np.ndarray,
@@ -160,14 +173,16 @@ def _prf_from_counts(
         if recall_only:
             f = _divide(common, sum_true, zd["f-score"], "Hierarchical F-score with beta=inf (no true nodes)")
         else:
-            f = _divide((1 + b2) * common, b2 * sum_true + sum_pred, zd["f-score"], "Hierarchical F-score (no true and no predicted nodes)")
+            f = _divide(common, _fbeta_denominator(common, sum_true, sum_pred, b2), zd["f-score"],
+                        "Hierarchical F-score (no true and no predicted nodes)")
         return float(p), float(r), float(f)
     p = _divide(n_common, n_pred, zd["precision"], "Hierarchical precision of samples with an empty prediction")
     r = _divide(n_common, n_true, zd["recall"], "Hierarchical recall of samples with an empty true path")
     if recall_only:
         f = _divide(n_common, n_true, zd["f-score"], "Hierarchical F-score with beta=inf of samples with an empty true path")
     else:
-        f = _divide((1 + b2) * n_common, b2 * n_true + n_pred, zd["f-score"], "Hierarchical F-score of samples with empty true and predicted paths")
+        f = _divide(n_common, _fbeta_denominator(n_common, n_true, n_pred, b2), zd["f-score"],
+                    "Hierarchical F-score of samples with empty true and predicted paths")
     return _weighted_mean(p, weight), _weighted_mean(r, weight), _weighted_mean(f, weight)
 
 

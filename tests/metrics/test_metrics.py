@@ -682,6 +682,29 @@ def test_fbeta_infinite_beta_is_recall(beta):
     assert hierarchical_fbeta_score(y_true, y_pred, beta=beta) == hierarchical_recall_score(y_true, y_pred) == 0.5
 
 
+@pytest.mark.parametrize("average", ["micro", "macro"])
+@pytest.mark.parametrize("beta", [0.35, 0.1, 3.7, 1e200])
+def test_fbeta_of_a_perfect_prediction_is_exactly_one(beta, average):
+    # (1 + b2) |T & P| / (b2 |T| + |P|) rounded its two sides differently: 1.0000000000000002
+    # for three one-node paths at beta=0.35 (found by the fuzz test of tests/trees).
+    tree = Tree.from_parents([-1])
+    labels = tree.labels[[0, 0, 0]]
+    assert hierarchical_fbeta_score(labels, labels, tree, beta=beta, average=average) == 1.0
+
+
+def test_fbeta_matches_the_textbook_formula():
+    # The rewritten denominator gives the formula's value (to rounding) on imperfect paths.
+    y_true, y_pred = [[1, 2], [1, 3]], [[1, 3], [1, 3]]
+    for beta in (0.35, 1.0, 2.0):
+        b2 = beta * beta
+        p = r = 3 / 4
+        expected = (1 + b2) * p * r / (b2 * p + r)
+        assert hierarchical_fbeta_score(y_true, y_pred, beta=beta) == pytest.approx(expected, rel=1e-12)
+    weighted = hierarchical_fbeta_score([[1, 2], [1, 3]], [[1], [1, 3]], beta=0.5, sample_weight=[0.3, 0.7])
+    tp, t, pr = 0.3 * 1 + 0.7 * 2, 0.3 * 2 + 0.7 * 2, 0.3 * 1 + 0.7 * 2
+    assert weighted == pytest.approx(1.25 * tp / (0.25 * t + pr), rel=1e-12)
+
+
 def test_report_omits_levels_nothing_reaches():
     tree = Tree.from_dict({"a": {"b": {"c": {"d": None}}}, "e": None})
     with warnings.catch_warnings():
