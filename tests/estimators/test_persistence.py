@@ -320,3 +320,29 @@ def test_a_dense_model_saved_before_mlp_scored_columns_loads_as_it_was_fitted(sa
     _tamper(saved, _edit_config_({"partition": "sibling", "training": "path_local"}))
     with pytest.raises(ValueError, match="training='path_local' needs the sibling partition and a module that scores"):
         load_classifier(saved)
+
+
+def test_models_saved_before_lazy_adam_groups_load_and_train_on(tmp_path):
+    # Files written before modules could name LazyAdam groups lack the capability: it is a
+    # training setting (no weight or prediction depends on it), so they load, predict as saved
+    # and continue training with today's groups; any other capability change is still an error.
+    from hiclass_parallel import Tree
+
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
+    X = sp.random(60, 12, density=0.3, random_state=0, format="csr", dtype=np.float32)
+    y = np.arange(60) % 6
+    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
+    folder = save_classifier(clf, tmp_path / "model")
+
+    def capabilities(config):
+        return config["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"]
+
+    _tamper(folder, lambda config: capabilities(config).pop("lazy_adam_groups"))
+    loaded = load_classifier(folder)
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+    loaded.partial_fit(X, y)
+    assert {(g["second_moment"], g["lr_scale"]) for g in loaded.net_.optimizer_.param_groups} == {("row", 3.0), ("entry", 1.0)}
+
+    _tamper(folder, lambda config: capabilities(config).update(accepts_sparse=False))
+    with pytest.raises(ValueError, match="can do other things now than when the model was saved"):
+        load_classifier(folder)
