@@ -30,6 +30,20 @@ def assert_same_paths(paths, log_prob, expected, expected_lp, x, tree, stop, sem
         assert torch.isclose(mine, theirs, rtol=1e-5, atol=1e-6), (index, paths[tuple(index)], expected[tuple(index)])
 
 
+def complete_tree(arity: int, depth: int):
+    """A complete ``arity``-ary tree of ``depth`` levels (``arity`` top-level classes), ids
+    breadth-first: 4 and 6 give 5,460 nodes."""
+    from hiclass_parallel import Tree
+
+    parents = [-1] * arity
+    frontier = list(range(arity))
+    for _ in range(depth - 1):
+        start = len(parents)
+        parents.extend(p for p in frontier for _ in range(arity))
+        frontier = list(range(start, len(parents)))
+    return Tree.from_parents(parents)
+
+
 def random_dag(rng: np.random.Generator, n: int) -> Dag:
     """Labels v0..v{n-1} in shuffled order; each node gets 1-3 parents among earlier nodes."""
     order = rng.permutation(n)

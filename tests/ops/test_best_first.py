@@ -7,9 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import BEST_FIRST_OPTIONS, assert_same_paths
+from support import BEST_FIRST_OPTIONS, assert_same_paths, complete_tree
 
-from hiclass_parallel import Tree
 from hiclass_parallel.ops import best_paths, topk_paths
 from hiclass_parallel.ops.best_first import best_first_paths
 from hiclass_parallel.ops.groups import n_outputs
@@ -60,16 +59,7 @@ def test_top_k_equals_exhaustive(seed, n, option, kind, k, random_tree):
 
 def test_confident_scores_are_decoded_sublinearly():
     # a complete 4-ary tree of depth 6 (5,460 nodes); scores that favour one child per group
-    parents = [-1] * 4
-    frontier = list(range(4))
-    for _ in range(5):
-        nxt = []
-        for p in frontier:
-            for _ in range(4):
-                parents.append(p)
-                nxt.append(len(parents) - 1)
-        frontier = nxt
-    tree = Tree.from_parents(parents)
+    tree = complete_tree(4, 6)
     rng = np.random.default_rng(1)
     x = torch.as_tensor(rng.normal(size=(16, tree.n_classes)) * 4, dtype=torch.float32)
     paths, _, work = best_first_paths(lambda r, c: x[r, c], 16, tree, return_work=True)

@@ -8,9 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import BEST_FIRST_OPTIONS as OPTIONS
-from support import assert_same_paths
+from support import assert_same_paths, complete_tree
 
-from hiclass_parallel import Tree
 from hiclass_parallel.ops import best_paths, topk_paths
 from hiclass_parallel.ops.engine import _native_best_first
 from hiclass_parallel.ops.best_first import best_first_paths
@@ -109,15 +108,7 @@ def test_rows_are_split_over_threads(random_tree):
 
 def test_confident_rows_score_a_few_groups():
     # a complete 4-ary tree of depth 6 (5,460 nodes); scores of a wide spread (confident rows)
-    parents = [-1] * 4
-    frontier = list(range(4))
-    for _ in range(5):
-        frontier_next = []
-        for p in frontier:
-            parents.extend([p] * 4)
-            frontier_next.extend(range(len(parents) - 4, len(parents)))
-        frontier = frontier_next
-    tree = Tree.from_parents(parents)
+    tree = complete_tree(4, 6)
     rng = np.random.default_rng(2)
     C = tree.n_classes
     h = torch.as_tensor(rng.normal(size=(16, 8)), dtype=torch.float32)
