@@ -137,31 +137,33 @@ class LazyAdam(torch.optim.Optimizer):
         for group in self.param_groups:
             lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             lr = lr * group.get("lr_scale", 1.0)  # groups saved before the option: 1
-            by_row = group.get("second_moment", "entry") == "row"  # groups saved before the option: Adam's
+            row_moment = group.get("second_moment", "entry") == "row"  # groups saved before the option: Adam's
             dense: list[torch.Tensor] = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
-                    self._sparse_step(p, lr, b1, b2, eps, wd, by_row)
+                    self._sparse_step(p, lr, b1, b2, eps, wd, row_moment)
                 else:
                     dense.append(p)
             if dense:
                 self._dense_step(dense, lr, b1, b2, eps, wd)
         return loss
 
-    def _state(self, p: torch.Tensor, by_row: bool = False) -> dict[str, Any]:
+    def _state(self, p: torch.Tensor, row_moment: bool = False) -> dict[str, Any]:
+        """``p``'s state; a new one keeps its second moment per row when ``row_moment`` (and ``p``
+        has rows), per entry otherwise. From then on the state's shape says which."""
         state = self.state[p]
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32)
             state["exp_avg"] = torch.zeros_like(p)
-            by_row = by_row and p.dim() >= 2
+            by_row = row_moment and p.dim() >= 2
             state["exp_avg_sq"] = p.new_zeros(p.shape[0], 1) if by_row else torch.zeros_like(p)
         return state
 
     def _sparse_step(self, p: torch.Tensor, lr: float, b1: float, b2: float, eps: float, wd: float,
-                     by_row: bool) -> None:
-        state = self._state(p, by_row)
+                     row_moment: bool) -> None:
+        state = self._state(p, row_moment)
         state["step"] += 1
         step = float(state["step"])
         grad = p.grad.coalesce()
