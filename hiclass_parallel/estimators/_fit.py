@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,8 +28,10 @@ import numpy as np
 import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
+from torch.utils.data import Subset
 
 from ._build import build_net, net_params
+from ._calibration import plan_calibration
 from ._checks import check_params
 from ._config import config_changes, resolve_config
 from ._guards import check_trained_scores, fitted_attributes, warn_ignored_changes
@@ -141,14 +144,38 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)
+    plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed)
+    calibrator = None
     with training_threads(estimator), data.loading(net, targets):
         with seeded(estimator, seed):
             net.initialize()
-            net.partial_fit(dataset, None, epochs=epochs)
+            if plan is None:
+                net.partial_fit(dataset, None, epochs=epochs)
+            else:
+                # All epochs but the last without the held-out rows, the map fitted on their
+                # answers, then the last epoch on every row (_calibration's docstring says why).
+                net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=config.max_epochs - 1)
+                calibrator = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
+                net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
-    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config)
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator)
     attach_net(estimator, net)
     return estimator
+
+
+def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray, plan: Any) -> Any:
+    """The answer calibrator of the held-out rows (``ids``: every row's node id), decoded by the
+    net trained so far."""
+    from ._calibration import BetaCalibrator, answer_correct, held_out_view
+
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config)
+    attach_net(estimator, net)  # the prediction side reads the fitted state; fit sets it again after
+    true = ids[plan.held_rows]
+    with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: training's stream stays
+        paths, log_prob = estimator._decode(held_out_view(X, plan.fit_rows, plan.held_rows), None)
+    labelled = true >= 0
+    correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
+    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct)
 
 
 def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
@@ -167,6 +194,7 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     dataset = data.dataset(targets, config.capabilities.accepts_sparse)
     net = estimator.net_
     _hand_over(estimator, net, config, data.n_rows, live)
+    _drop_calibrator(estimator)
     # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
     net.set_params(callbacks__finite_loss__snapshot=True)
     with training_threads(estimator), data.loading(net, targets):
@@ -174,6 +202,18 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
             net.partial_fit(dataset, None, epochs=epochs)
         check_trained_scores(net, dataset)
     return estimator
+
+
+def _drop_calibrator(estimator: Any) -> None:
+    """Training on makes the answer calibrator a map fitted for other weights: it goes, said once."""
+    if getattr(estimator, "calibrator_", None) is None:
+        return
+    warnings.warn(
+        "continuing training drops calibrator_: it was fitted for the weights before this epoch, on rows held "
+        "out of them. predict_confidence now gives the model's own probability; fit afresh to calibrate again",
+        UserWarning, stacklevel=4,
+    )
+    estimator.calibrator_ = None
 
 
 def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names: list[str]) -> None:

@@ -7,7 +7,8 @@ format here is data only, and loading it executes nothing from the files:
   and a JSON header; loading parses them, it never unpickles);
 - ``tree.npz``: the class tree, through :meth:`~hiclass_parallel.Tree.save`
   (``np.load(..., allow_pickle=False)``);
-- ``config.json``: the estimator's parameters and fitted scalars, and a SHA-256 digest of the
+- ``config.json``: the estimator's parameters, fitted scalars and the answer calibrator's
+  three numbers (``calibrator_``), and a SHA-256 digest of the
   other two files and of its own content, so that pieces of different models (or an edited
   file) are a named error at load time, never a silent mix.
 
@@ -46,6 +47,7 @@ import torch
 from .._labels import check_pad_not_a_label
 from ..tree import PARTITIONS, Tree
 from ._build import build_net
+from ._calibration import BetaCalibrator
 from ._checks import check_device
 from ._config import FitConfig
 from ._params import attach_net
@@ -279,6 +281,8 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     fitted["config_"] = {"__dict__": {k: _encode(v, k) for k, v in clf.config_.fields().items()}}
     if hasattr(clf, "feature_names_in_"):
         fitted["feature_names_in_"] = [str(v) for v in clf.feature_names_in_]
+    calibrator = getattr(clf, "calibrator_", None)
+    fitted["calibrator_"] = None if calibrator is None else _encode(calibrator.to_dict(), "calibrator_")
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -405,6 +409,12 @@ def load_classifier(
                      n_features_in_=fitted["n_features_in_"])
     if "feature_names_in_" in fitted:
         clf.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
+    # Files saved before calibration existed have no entry: such a model was not calibrated.
+    saved_calibrator = fitted.get("calibrator_")
+    try:
+        clf.calibrator_ = None if saved_calibrator is None else BetaCalibrator.from_dict(saved_calibrator)
+    except ValueError as exc:
+        raise ValueError(f"{folder / CONFIG}: {exc}") from None
 
     state = _safetensors().load_file(str(folder / WEIGHTS), device="cpu")
     with torch.random.fork_rng(devices=[]):  # building the net draws initial weights: leave the caller's RNG

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from .._labels import as_host_labels, labels_to_ids
@@ -23,6 +24,17 @@ from ..tree import PAD
 from ._guards import check_decidable
 
 __all__ = ["PredictMixin"]
+
+
+def _chosen_log_prob(paths: np.ndarray, log_prob: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """The log-probability of each row's chosen path: that of the first of its ``top_k`` paths
+    (``(n, k, L)``) that passes through the chosen path's last node (the chosen path is one of
+    them or an ancestor prefix of one)."""
+    depth = (chosen >= 0).sum(axis=1) - 1
+    rows = np.arange(chosen.shape[0])
+    last = chosen[rows, np.maximum(depth, 0)]
+    through = (paths == last[:, None, None]).any(axis=2)  # (n, k)
+    return log_prob[rows, through.argmax(axis=1)]
 
 
 class PredictMixin:
@@ -76,7 +88,7 @@ class PredictMixin:
         if k is None and self.decoding == "hf1":
             paths, log_prob = self._decode(X, min(self.top_k, self._n_candidates()))
             chosen, _ = expected_hf1_paths(paths, log_prob)
-            return chosen, log_prob[:, 0]
+            return chosen, _chosen_log_prob(paths, log_prob, chosen)
         threshold = self.threshold if self.decoding == "threshold" else None
         route = decoding_route(self.partition_, on_demand=self.path_local_, threshold=threshold, device=self.net_.device)
         if route != "exhaustive":
@@ -211,6 +223,47 @@ class PredictMixin:
         with np.errstate(invalid="ignore"):
             proba = np.exp(logp - logp.max(axis=1, keepdims=True))
             return proba / proba.sum(axis=1, keepdims=True)
+
+    @available_if(lambda self: type(self)._calibrates)
+    def predict_confidence(self, X: Any) -> np.ndarray:
+        """Probability that the answer :meth:`predict` gives is right.
+
+        The model's probability of the decoded path (its joint probability, the stop term
+        included under ``semantics="terminal"``), mapped by ``calibrator_`` when the fit was
+        calibrated (``calibration``), else as the model gives it. Right means: the path ends
+        at the true class (``"terminal"``), or passes through it (``"partial"``, where a label
+        above the leaves leaves the finer class open). With ``decoding="hf1"`` the answer may
+        be an ancestor of the most probable path; its probability here is that of the path it
+        was taken from among the ``top_k``, mapped by a calibrator fitted for the decoding
+        that was set at fit time.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        confidence : ndarray of float64 of shape (n_samples,)
+            In [0, 1], non-decreasing in the model's own probability of its answer.
+
+        Examples
+        --------
+        >>> from hiclass_parallel.datasets import make_hierarchical_classification
+        >>> from hiclass_parallel.estimators import HierarchicalClassifier
+        >>> X, y, tree = make_hierarchical_classification(
+        ...     n_samples=2500, n_features=8, branching=3, depth=2, random_state=0)
+        >>> clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
+        >>> clf.calibrator_.n_rows   # 10% held out for all epochs but the last
+        250
+        >>> conf = clf.predict_confidence(X[:5])
+        >>> conf.shape, bool(((conf >= 0) & (conf <= 1)).all())
+        ((5,), True)
+        """
+        paths, log_prob = self._decode(X, None)
+        check_decidable(int(np.isnan(log_prob).sum()), paths.shape[0], self.net_.lr)
+        probability = np.exp(log_prob.astype(np.float64))
+        calibrator = getattr(self, "calibrator_", None)  # absent on models fitted before calibration
+        return probability if calibrator is None else calibrator(probability)
 
     def _predict_ids(self, X: Any) -> np.ndarray:
         """Decoded paths of node ids, (n_samples, n_levels_), padded with -1."""

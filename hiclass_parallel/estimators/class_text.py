@@ -301,6 +301,11 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         """The classifier's ``predict_answer_proba`` of the vectorized ``X``."""
         return self.classifier_.predict_answer_proba(self._features(X))
 
+    @available_if(_classifier_has("predict_confidence"))
+    def predict_confidence(self, X: Any) -> np.ndarray:
+        """The classifier's ``predict_confidence`` of the vectorized ``X``."""
+        return self.classifier_.predict_confidence(self._features(X))
+
     @available_if(_classifier_has("predict_node"))
     def predict_node(self, X: Any) -> np.ndarray:
         """The classifier's ``predict_node`` of the vectorized ``X``."""

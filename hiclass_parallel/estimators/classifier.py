@@ -155,6 +155,20 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         through skorch); those it is built from (``module__*``, ``callbacks``, ``device``...)
         are named in a warning and wait for a fresh fit (``docs/classifier.md``, "Changing
         parameters after fit").
+    calibration : {"auto", "beta"} or None, default="auto"
+        Calibrate the probability of the predicted answer (:meth:`predict_confidence`):
+        ``fit`` trains all epochs but the last without a random ``calibration_fraction`` of
+        the rows, fits a monotone map from the model's probability of its answer to the
+        chance that the answer is right on those rows (beta calibration, three parameters),
+        and trains the last epoch on every row. ``"auto"``: where the fit allows it (arrays,
+        ``fit`` rather than ``partial_fit``, at least 2 epochs, no ``train_split`` or
+        ``early_stopping``, at least 200 held-out rows), else not; ``"beta"``: always, an
+        error where it cannot; ``None``: never (every epoch on every row, as before). On the
+        WordNet gloss benchmarks it brings the expected calibration error from 0.12-0.17 to
+        0.03-0.05 (``docs/calibration.md``). Sparse held-out rows are shown to the model
+        without the features no other row has, as a vectorizer shows a new document.
+    calibration_fraction : float, default=0.1
+        Fraction of the rows held out (for all epochs but the last) to fit the calibration.
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
@@ -200,6 +214,11 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Number of features seen in :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen in :meth:`fit`, when ``X`` has string column names.
+    calibrator_ : BetaCalibrator or None
+        The map from the probability of the predicted answer to the chance it is right,
+        fitted on held-out rows (``calibration``); ``None`` when the fit did not calibrate,
+        and after training continues (``partial_fit``, ``warm_start``): it was fitted for
+        the weights before.
     net_ : skorch.NeuralNet
         The fitted skorch net (``net_.module_`` is the torch module; ``net_.history`` the
         training history).
@@ -263,6 +282,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "warm_start": ["boolean"],
+        "calibration": [StrOptions({"auto", "beta"}), None],
+        "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -270,6 +291,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
 
     #: The label encoder class (the multi-label classifier reads label sets instead).
     _targets = PathTargets
+
+    #: One answer per sample, whose probability ``calibration`` can calibrate.
+    _calibrates = True
 
     def __init__(
         self,
@@ -295,6 +319,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         n_iter_no_change: int = 5,
         tol: float = 1e-4,
         warm_start: bool = False,
+        calibration: str | None = "auto",
+        calibration_fraction: float = 0.1,
         verbose: int = 0,
         device: str | torch.device = "cpu",
         random_state: Any = None,
@@ -321,6 +347,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
         self.warm_start = warm_start
+        self.calibration = calibration
+        self.calibration_fraction = calibration_fraction
         self.verbose = verbose
         self.device = device
         self.random_state = random_state

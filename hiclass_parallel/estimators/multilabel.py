@@ -66,6 +66,11 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         under it (through any parent, so a parent's is at least its child's), and
         :meth:`predict` keeps only the deepest classes at the threshold (none of whose
         descendants reaches it), so no answer holds a label and one of its ancestors.
+    calibration : {"auto"} or None, default="auto"
+        Nothing is calibrated here (a set of labels has no one answer whose probability a
+        map could correct): ``"auto"`` and ``None`` both train on every row, and
+        ``calibration="beta"`` is refused. ``calibrator_`` is ``None`` and there is no
+        ``predict_confidence``.
     **kwargs
         Every other parameter of :class:`HierarchicalClassifier`.
 
@@ -131,7 +136,10 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         **HierarchicalClassifier._parameter_constraints,
         "tree": [Tree, Dag, UnrolledDag],
         "partition": [StrOptions({"auto", "sibling"})],
+        "calibration": [StrOptions({"auto"}), None],
     }
+
+    _calibrates = False  # label sets: no single answer's probability to calibrate
 
     # ------------------------------------------------------------------ prediction
     def _node_labels(self) -> np.ndarray:

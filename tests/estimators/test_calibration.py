@@ -1,0 +1,269 @@
+"""The answer calibrator: the map, the held-out rows, the fit scheme, persistence and the API."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from scipy.special import expit
+from skorch.dataset import ValidSplit
+
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
+from hiclass_parallel.estimators._calibration import (
+    BetaCalibrator,
+    answer_correct,
+    held_out_view,
+    plan_calibration,
+)
+from hiclass_parallel.estimators._persistence import load_classifier, save_classifier
+from hiclass_parallel.estimators._predict import _chosen_log_prob
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_hierarchical_classification(n_samples=2500, n_features=8, branching=3, depth=2, random_state=0)
+
+
+# ---------------------------------------------------------------------------- the map
+def test_beta_map_recovers_the_map_that_drew_the_outcomes():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.01, 0.99, size=200_000)
+    a, b, c = 1.8, 0.6, -0.4
+    truth = expit(a * np.log(p) - b * np.log1p(-p) + c)
+    cal = BetaCalibrator.fit(p, rng.uniform(size=p.size) < truth)
+    np.testing.assert_allclose([cal.a, cal.b, cal.c], [a, b, c], atol=0.05)
+    assert cal.n_rows == p.size
+    grid = np.linspace(0, 1, 101)
+    assert (np.diff(cal(grid)) >= 0).all()  # monotone, also at the clipped ends
+
+
+def test_beta_map_of_calibrated_outcomes_is_near_the_identity():
+    rng = np.random.default_rng(1)
+    p = rng.uniform(size=100_000)
+    cal = BetaCalibrator.fit(p, rng.uniform(size=p.size) < p)
+    np.testing.assert_allclose(cal(np.array([0.1, 0.5, 0.9])), [0.1, 0.5, 0.9], atol=0.02)
+
+
+def test_beta_map_keeps_nan_and_ignores_it_when_fitting():
+    p = np.array([0.9, 0.9, 0.2, 0.2, np.nan])
+    cal = BetaCalibrator.fit(p, np.array([True, False, False, False, True]))
+    assert cal.n_rows == 4
+    out = cal(p)
+    assert np.isnan(out[-1]) and np.isfinite(out[:-1]).all()
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"kind": "beta", "a": -1.0, "b": 1.0, "c": 0.0, "n_rows": 5}, "a, b >= 0"),
+        ({"kind": "beta", "a": 1.0, "b": 1.0, "c": float("nan"), "n_rows": 5}, "non-finite"),
+        ({"kind": "beta", "a": True, "b": 1.0, "c": 0.0, "n_rows": 5}, "non-numeric"),
+        ({"kind": "beta", "a": 1.0, "b": 1.0, "n_rows": 5}, "expected kind 'beta'"),
+        ({"kind": "isotonic", "a": 1.0, "b": 1.0, "c": 0.0, "n_rows": 5}, "expected kind 'beta'"),
+        ([1.0, 1.0, 0.0], "not a saved answer calibrator"),
+    ],
+)
+def test_saved_maps_are_checked(values, message):
+    with pytest.raises(ValueError, match=message):
+        BetaCalibrator.from_dict(values)
+
+
+def test_saved_map_round_trips():
+    cal = BetaCalibrator(a=1.5, b=0.25, c=-0.5, n_rows=300)
+    assert BetaCalibrator.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+
+
+# ---------------------------------------------------------------------------- held-out rows
+def test_held_out_rows_lose_unseen_features_and_keep_unit_norm():
+    X = sp.csr_matrix(np.array([
+        [0.6, 0.8, 0.0, 0.0],   # fit row
+        [0.0, 0.6, 0.8, 0.0],   # held: feature 2 is in no fit row
+        [0.0, 0.0, 0.0, 1.0],   # held: only unseen features -> empty
+        [0.0, 0.0, 0.0, 1.0],   # fit row? no: held (feature 3 seen by no fit row)
+    ], dtype=np.float32))
+    view = held_out_view(X, np.array([0]), np.array([1, 2]))
+    np.testing.assert_allclose(view.toarray(), [[0, 1, 0, 0], [0, 0, 0, 0]])
+    # The caller's matrix is unchanged.
+    assert X[1, 2] == pytest.approx(0.8)
+
+
+def test_held_out_rows_are_rescaled_only_when_every_row_has_unit_norm():
+    X = sp.csr_matrix(np.array([[2.0, 1.0, 0.0], [1.0, 1.0, 1.0]], dtype=np.float32))
+    view = held_out_view(X, np.array([0]), np.array([1]))
+    np.testing.assert_allclose(view.toarray(), [[1.0, 1.0, 0.0]])  # unseen column 2 dropped, no rescale
+    X1 = sp.csr_matrix(np.array([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]], dtype=np.float32))  # l1 rows
+    np.testing.assert_allclose(held_out_view(X1, np.array([0]), np.array([1])).toarray(), [[0.5, 0.5, 0.0]])
+
+
+def test_dense_held_out_rows_are_the_rows():
+    X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(held_out_view(X, np.array([0, 1]), np.array([3, 2])), X[[3, 2]])
+    Xt = torch.as_tensor(X)
+    torch.testing.assert_close(held_out_view(Xt, np.array([0, 1]), np.array([2])), Xt[[2]])
+
+
+def test_right_answers_under_both_semantics():
+    paths = np.array([[0, 3, -1], [0, 3, 7], [1, -1, -1]])
+    true = np.array([3, 3, 2])
+    np.testing.assert_array_equal(answer_correct(paths, true, "terminal"), [True, False, False])
+    np.testing.assert_array_equal(answer_correct(paths, true, "partial"), [True, True, False])
+
+
+def test_chosen_path_log_prob_is_that_of_the_path_it_came_from():
+    paths = np.array([[[0, 3], [1, 4], [0, 5]], [[1, 4], [1, 6], [0, 3]]])  # (n, k, L)
+    log_prob = np.log(np.array([[0.4, 0.35, 0.25], [0.5, 0.3, 0.2]]))
+    chosen = np.array([[0, 5], [1, -1]])  # a lower-ranked path, and an ancestor of the best
+    np.testing.assert_allclose(_chosen_log_prob(paths, log_prob, chosen), np.log([0.25, 0.5]))
+
+
+# ---------------------------------------------------------------------------- when a fit calibrates
+class _Est:
+    _calibrates = True
+
+    def __init__(self, calibration="auto", fraction=0.1, train_split=None, early_stopping=False):
+        self.calibration, self.calibration_fraction = calibration, fraction
+        self.train_split, self.early_stopping = train_split, early_stopping
+
+
+@pytest.mark.parametrize(
+    "kwargs, plan_args, reason",
+    [
+        ({}, dict(epochs=1), "partial_fit"),
+        ({}, dict(streaming=True), "streamed"),
+        ({}, dict(max_epochs=1), "at least 2"),
+        ({"train_split": ValidSplit(5)}, {}, "validation split"),
+        ({"early_stopping": True}, {}, "validation split"),
+        ({}, dict(n_rows=150), "holds out 15, fewer than"),
+    ],
+)
+def test_auto_calibrates_only_where_it_can_and_beta_says_why_not(kwargs, plan_args, reason):
+    args = dict(n_rows=5000, max_epochs=3, epochs=None, streaming=False, seed=0) | plan_args
+    assert plan_calibration(_Est("auto", **kwargs), **args) is None
+    with pytest.raises(ValueError, match=reason):
+        plan_calibration(_Est("beta", **kwargs), **args)
+    assert plan_calibration(_Est(None, **kwargs), **args) is None
+
+
+def test_plan_holds_out_the_fraction_disjointly_and_reproducibly():
+    plan = plan_calibration(_Est("beta", fraction=0.2), 1000, 3, None, False, seed=7)
+    assert plan.held_rows.size == 200 and plan.fit_rows.size == 800
+    assert np.union1d(plan.held_rows, plan.fit_rows).size == 1000
+    again = plan_calibration(_Est("beta", fraction=0.2), 1000, 3, None, False, seed=7)
+    np.testing.assert_array_equal(again.held_rows, plan.held_rows)
+    # An explicit request works from 20 held-out rows.
+    assert plan_calibration(_Est("beta", fraction=0.1), 200, 3, None, False, seed=0).held_rows.size == 20
+
+
+# ---------------------------------------------------------------------------- the fit scheme
+def test_fit_is_all_epochs_but_the_last_without_the_held_rows_then_the_last_on_all(data):
+    """The calibrated fit equals, weight for weight and map for map, the documented scheme
+    run by hand through the public API (same seed: same draws, same shuffles)."""
+    X, y, tree = data
+    clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
+    assert len(clf.net_.history) == 3 and clf.calibrator_.n_rows == 250
+
+    seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))  # the fit's seed draw
+    plan = plan_calibration(clf, X.shape[0], 3, None, False, seed)
+    by_hand = HierarchicalClassifier(tree, max_epochs=2, random_state=0, calibration=None)
+    by_hand.fit(X[plan.fit_rows], y[plan.fit_rows])
+    paths, log_prob = by_hand.predict_top_k(X[plan.held_rows], 1, return_log_prob=True)
+    held_ids = tree.to_ids(y[plan.held_rows])
+    node = by_hand.predict_node(X[plan.held_rows])
+    expected = BetaCalibrator.fit(np.exp(log_prob[:, 0].astype(np.float64)), node == held_ids)
+    assert clf.calibrator_ == expected
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        by_hand.partial_fit(X, y)  # uncalibrated: nothing to drop, no warning
+    for mine, theirs in zip(clf.net_.module_.parameters(), by_hand.net_.module_.parameters()):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_predict_confidence_maps_the_probability_of_the_predicted_path(data):
+    X, y, tree = data
+    clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
+    _, log_prob = clf.predict_top_k(X[:200], 1, return_log_prob=True)
+    raw = np.exp(log_prob[:, 0].astype(np.float64))
+    np.testing.assert_allclose(clf.predict_confidence(X[:200]), clf.calibrator_(raw))
+    off = HierarchicalClassifier(tree, max_epochs=3, random_state=0, calibration=None).fit(X, y)
+    assert off.calibrator_ is None
+    np.testing.assert_allclose(off.predict_confidence(X[:200]),
+                               np.exp(off.predict_top_k(X[:200], 1, return_log_prob=True)[1][:, 0].astype(np.float64)))
+
+
+def test_calibration_lowers_the_calibration_error_on_new_rows():
+    """A model trained on 300 rows for 40 epochs is overconfident on new rows; its map, fitted
+    on held-out rows, brings the mean confidence to the accuracy."""
+    X, y, tree = make_hierarchical_classification(n_samples=6000, n_features=10, branching=4, depth=2,
+                                                  noise=1.5, random_state=3)
+    train, test = slice(0, 3000), slice(3000, None)
+    clf = HierarchicalClassifier(tree, max_epochs=30, calibration="beta", calibration_fraction=0.3,
+                                 random_state=0, batch_size=64).fit(X[train], y[train])
+    _, log_prob = clf.predict_top_k(X[test], 1, return_log_prob=True)
+    right = clf.predict_node(X[test]) == tree.to_ids(y[test])
+    raw_gap = abs(np.exp(log_prob[:, 0].astype(np.float64)).mean() - right.mean())
+    gap = abs(clf.predict_confidence(X[test]).mean() - right.mean())
+    assert raw_gap > 0.05, raw_gap  # the setting is overconfident, else the test shows nothing
+    assert gap < raw_gap / 2, (gap, raw_gap)
+
+
+def test_continuing_drops_the_map_with_a_warning(data):
+    X, y, tree = data
+    clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
+    assert clf.calibrator_ is not None
+    with pytest.warns(UserWarning, match="drops calibrator_"):
+        clf.partial_fit(X, y)
+    assert clf.calibrator_ is None
+    warm = HierarchicalClassifier(tree, max_epochs=2, random_state=0, warm_start=True).fit(X, y)
+    with pytest.warns(UserWarning, match="drops calibrator_"):
+        warm.fit(X, y)
+    first = HierarchicalClassifier(tree, random_state=0).partial_fit(X, y)
+    assert first.calibrator_ is None
+
+
+def test_sparse_text_like_fit_calibrates_on_the_new_document_view():
+    rng = np.random.default_rng(0)
+    X, y, tree = make_hierarchical_classification(n_samples=2400, n_features=30, branching=3, depth=2, random_state=1)
+    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.3, np.abs(X), 0.0).astype(np.float32))
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=2, random_state=0).fit(Xs, y)
+    assert clf.calibrator_ is not None and clf.calibrator_.n_rows == 240
+    conf = clf.predict_confidence(Xs[:50])
+    assert conf.shape == (50,) and ((conf >= 0) & (conf <= 1)).all()
+
+
+def test_multilabel_has_no_answer_to_calibrate(data):
+    X, y, tree = data
+    labels = [[label] for label in y]
+    clf = MultiLabelHierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, labels)
+    assert clf.calibrator_ is None and not hasattr(clf, "predict_confidence")
+    with pytest.raises(ValueError, match="calibration"):
+        MultiLabelHierarchicalClassifier(tree, calibration="beta", max_epochs=2).fit(X, labels)
+
+
+# ---------------------------------------------------------------------------- persistence
+def test_saved_map_loads_and_a_tampered_one_is_named(tmp_path, data):
+    X, y, tree = data
+    clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
+    folder = save_classifier(clf, tmp_path / "model")
+    loaded = load_classifier(folder)
+    assert loaded.calibrator_ == clf.calibrator_
+    np.testing.assert_array_equal(loaded.predict_confidence(X[:100]), clf.predict_confidence(X[:100]))
+
+    from hiclass_parallel.estimators._persistence import _config_digest
+
+    config = json.loads((folder / "config.json").read_text())
+    config["fitted"]["calibrator_"]["__dict__"]["a"] = -2.0
+    config["digests"]["config.json"] = _config_digest(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json: .*a, b >= 0"):
+        load_classifier(folder)
+
+    del config["fitted"]["calibrator_"]  # a file from before calibration: an uncalibrated model
+    config["digests"]["config.json"] = _config_digest(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert load_classifier(folder).calibrator_ is None
