@@ -1,18 +1,22 @@
 """How well the probability of the predicted answer is calibrated, on WordNet hypernym placement.
 
-For each subset of ``bench_text`` (glosses + lemma names, 80/20 split seed 0, one TF-IDF), the
-defaults (``HierarchicalClassifier(tree, semantics="terminal")``) are fitted on the training
-rows; on the held-out rows the answer is the best path (``predict_top_k(X, 1,
-return_log_prob=True)``), its confidence ``exp(log_prob)`` (under the sibling partition with
-stops the path probabilities of all answers sum to 1), and it is right when it is the true node.
-Reported: the expected calibration error (ECE, 15 equal-width bins, weighted by their counts),
-the maximum calibration error, mean confidence against accuracy, and the reliability curve
-(a PNG with ``--plot``).
+For each subset of ``bench_text`` (glosses + lemma names, 80/20 split, one TF-IDF), the
+defaults (``HierarchicalClassifier(tree, semantics="terminal")``, plus ``--params``) are fitted
+on the training rows; on the held-out rows the answer is the best path (``predict_node``) and
+it is right when it is the true node. Two confidences are scored: the model's own probability
+of its answer (``exp`` of ``predict_top_k(X, 1, return_log_prob=True)``; under the sibling
+partition with stops the answers' probabilities sum to 1) and ``predict_confidence`` (the
+same, mapped by ``calibrator_`` when the fit calibrated). Reported: the expected calibration
+error (ECE, 15 equal-width bins, weighted by their counts), the maximum calibration error,
+mean confidence against accuracy, hF1, and the reliability curves (a PNG with ``--plot``).
+``--compare JSON`` fits a second configuration in the same run (e.g. ``'{"calibration": null}'``,
+every epoch on every row) and reports its exact accuracy and hF1 beside, for what the held-out
+rows cost.
 
 Usage::
 
-    python -m benchmarks.bench_calibration --subsets person,nouns --out docs/_static/calibration.json \\
-        --plot docs/_static/calibration.png
+    python -m benchmarks.bench_calibration --subsets person,nouns --compare '{"calibration": null}' \\
+        --out docs/_static/calibration.json --plot docs/_static/calibration.png
 """
 
 from __future__ import annotations
@@ -62,25 +66,36 @@ def reliability(confidence: np.ndarray, correct: np.ndarray, n_bins: int = N_BIN
             "accuracy": float(correct.mean()), "bins": bins}
 
 
-def run_subset(name: str, seed: int) -> dict[str, Any]:
-    from benchmarks._peers import ids_of_label_paths
+def _fit_and_score(data: dict[str, Any], seed: int, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    from benchmarks.bench_peers import score
     from hiclass_parallel.estimators import HierarchicalClassifier
 
-    data = make_text(SUBSETS[name], seed)
     tree = data["tree"]
     labels = np.asarray(tree.labels, dtype=object)
-    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed)
+    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, **params)
     start = time.perf_counter()
     clf.fit(data["X_train"], labels[data["y_train"]])
     fit_s = time.perf_counter() - start
-    paths, log_prob = clf.predict_top_k(data["X_test"], 1, return_log_prob=True)
-    ids = ids_of_label_paths(tree, paths[:, 0], clf.pad_label_)
-    depth = (ids >= 0).sum(1)
-    predicted = ids[np.arange(ids.shape[0]), depth - 1]
-    confidence = np.exp(log_prob[:, 0].astype(np.float64))
-    correct = predicted == data["y_test"]
-    out = reliability(confidence, correct)
-    out.update(subset=name, n_test=int(correct.size), fit_s=round(fit_s, 1), load=os.getloadavg())
+    paths = clf._predict_ids(data["X_test"])
+    scores = score(tree, data["y_test"], paths)
+    return clf, {"fit_s": round(fit_s, 1), "hf1": scores["hf1"], "exact": scores["exact"]}
+
+
+def run_subset(name: str, seed: int, params: dict[str, Any] | None = None,
+               compare: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = make_text(SUBSETS[name], seed)
+    clf, fitted = _fit_and_score(data, seed, params or {})
+    _, log_prob = clf.predict_top_k(data["X_test"], 1, return_log_prob=True)
+    correct = clf.predict_node(data["X_test"]) == data["y_test"]
+    raw = reliability(np.exp(log_prob[:, 0].astype(np.float64)), correct)
+    calibrated = reliability(clf.predict_confidence(data["X_test"]), correct)
+    out = {"subset": name, "params": params or {}, "n_test": int(correct.size), **fitted,
+           "calibrator": None if clf.calibrator_ is None else clf.calibrator_.to_dict(),
+           "raw": raw, "calibrated": calibrated}
+    if compare is not None:
+        _, other = _fit_and_score(data, seed, compare)
+        out["compare"] = {"params": compare, **other}
+    out["load"] = os.getloadavg()
     return out
 
 
@@ -90,16 +105,18 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
     ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="perfect calibration")
-    for r in results:
-        conf = [b["confidence"] for b in r["bins"]]
-        acc = [b["accuracy"] for b in r["bins"]]
-        ax.plot(conf, acc, marker="o", ms=3, label=f"{r['subset']} (ECE {r['ece']:.3f})")
+    for i, r in enumerate(results):
+        color = f"C{i}"
+        for key, style, what in (("raw", ":", "model"), ("calibrated", "-", "calibrated")):
+            bins = r[key]["bins"]
+            ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], ls=style, marker="o", ms=3,
+                    color=color, label=f"{r['subset']} {what} (ECE {r[key]['ece']:.3f})")
     ax.set_xlabel("confidence of the predicted answer")
     ax.set_ylabel("exact accuracy")
     ax.set_title("Reliability of the defaults (WordNet glosses)")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -108,17 +125,26 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_calibration", description=__doc__.split("\n\n")[0])
     p.add_argument("--subsets", default="person,nouns")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--params", default="{}", help="JSON: classifier parameters besides the defaults")
+    p.add_argument("--compare", default=None, help="JSON: a second configuration fitted in the same run")
     p.add_argument("--out", default=None, help="JSON report path")
-    p.add_argument("--plot", default=None, help="reliability curve (PNG)")
+    p.add_argument("--plot", default=None, help="reliability curves (PNG)")
     args = p.parse_args(argv)
+    params = json.loads(args.params)
+    compare = None if args.compare is None else json.loads(args.compare)
     results = []
     for name in args.subsets.split(","):
-        r = run_subset(name, args.seed)
+        r = run_subset(name, args.seed, params, compare)
         results.append(r)
-        print(f"{name}: ECE {r['ece']:.3f}, MCE {r['mce']:.3f}, mean confidence {r['mean_confidence']:.3f}, "
-              f"exact {r['accuracy']:.3f}, n={r['n_test']}, fit {r['fit_s']} s, load {r['load'][0]:.1f}", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1))
+        line = (f"{name}: exact {r['exact']:.4f}, hF1 {r['hf1']:.4f}, ECE model {r['raw']['ece']:.3f} -> calibrated "
+                f"{r['calibrated']['ece']:.3f} (mean confidence {r['raw']['mean_confidence']:.3f} -> "
+                f"{r['calibrated']['mean_confidence']:.3f}), fit {r['fit_s']} s")
+        if compare is not None:
+            c = r["compare"]
+            line += f"; {json.dumps(compare)}: exact {c['exact']:.4f}, hF1 {c['hf1']:.4f}, fit {c['fit_s']} s"
+        print(f"{line}; load {r['load'][0]:.1f}", flush=True)
+        if args.out:  # written after each subset: a long run keeps what it measured
+            Path(args.out).write_text(json.dumps(results, indent=1))
     if args.plot:
         plot(results, args.plot)
 

@@ -12,7 +12,7 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "save_classifier", "load_classifier",
            "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
-           "DivergedError", "ClassTextClassifier"]
+           "DivergedError", "ClassTextClassifier", "BetaCalibrator"]
 
 
 def __getattr__(name: str) -> Any:
@@ -52,6 +52,10 @@ def __getattr__(name: str) -> Any:
         from . import _guards
 
         return getattr(_guards, name)
+    if name == "BetaCalibrator":
+        from ._calibration import BetaCalibrator
+
+        return BetaCalibrator
     if name == "DataParallel":
         from ._distributed import DataParallel
 

@@ -165,7 +165,7 @@ def test_fit_is_all_epochs_but_the_last_without_the_held_rows_then_the_last_on_a
     run by hand through the public API (same seed: same draws, same shuffles)."""
     X, y, tree = data
     clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
-    assert len(clf.net_.history) == 3 and clf.calibrator_.n_rows == 250
+    assert len(clf.net_.history) == 3 and clf.calibrator_.n_rows == 125
 
     seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))  # the fit's seed draw
     plan = plan_calibration(clf, X.shape[0], 3, None, False, seed)
@@ -231,7 +231,7 @@ def test_sparse_text_like_fit_calibrates_on_the_new_document_view():
     X, y, tree = make_hierarchical_classification(n_samples=2400, n_features=30, branching=3, depth=2, random_state=1)
     Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.3, np.abs(X), 0.0).astype(np.float32))
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=2, random_state=0).fit(Xs, y)
-    assert clf.calibrator_ is not None and clf.calibrator_.n_rows == 240
+    assert clf.calibrator_ is not None and clf.calibrator_.n_rows == 120
     conf = clf.predict_confidence(Xs[:50])
     assert conf.shape == (50,) and ((conf >= 0) & (conf <= 1)).all()
 
