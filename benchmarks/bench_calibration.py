@@ -129,7 +129,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compare", default=None, help="JSON: a second configuration fitted in the same run")
     p.add_argument("--out", default=None, help="JSON report path")
     p.add_argument("--plot", default=None, help="reliability curves (PNG)")
+    p.add_argument("--plot-subsets", default=None, help="the subsets drawn (default: all measured)")
+    p.add_argument("--replot", default=None, help="draw --plot from this saved report instead of measuring")
     args = p.parse_args(argv)
+    if args.replot:
+        _plot_some(json.loads(Path(args.replot).read_text()), args.plot, args.plot_subsets)
+        return
     params = json.loads(args.params)
     compare = None if args.compare is None else json.loads(args.compare)
     results = []
@@ -146,7 +151,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.out:  # written after each subset: a long run keeps what it measured
             Path(args.out).write_text(json.dumps(results, indent=1))
     if args.plot:
-        plot(results, args.plot)
+        _plot_some(results, args.plot, args.plot_subsets)
+
+
+def _plot_some(results: list[dict[str, Any]], path: str, subsets: str | None) -> None:
+    keep = None if subsets is None else subsets.split(",")
+    plot([r for r in results if keep is None or r["subset"] in keep], path)
 
 
 if __name__ == "__main__":

@@ -144,19 +144,15 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)
-    plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed)
+    plan = plan_calibration(estimator, data.n_rows, epochs, not isinstance(data, ArrayInput), seed)
     calibrator = None
     with training_threads(estimator), data.loading(net, targets):
         with seeded(estimator, seed):
             net.initialize()
-            if plan is None:
-                net.partial_fit(dataset, None, epochs=epochs)
-            else:
-                # All epochs but the last without the held-out rows, the map fitted on their
-                # answers, then the last epoch on every row (_calibration's docstring says why).
-                net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=config.max_epochs - 1)
-                calibrator = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
-                net.partial_fit(dataset, None, epochs=1)
+            # With calibration, the held-out rows are never trained on (_calibration says why).
+            net.partial_fit(dataset if plan is None else Subset(dataset, plan.fit_rows), None, epochs=epochs)
+        if plan is not None:
+            calibrator = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
         check_trained_scores(net, dataset)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator)
     attach_net(estimator, net)
@@ -165,13 +161,13 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray, plan: Any) -> Any:
     """The answer calibrator of the held-out rows (``ids``: every row's node id), decoded by the
-    net trained so far."""
+    trained net."""
     from ._calibration import BetaCalibrator, answer_correct, held_out_view
 
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config)
     attach_net(estimator, net)  # the prediction side reads the fitted state; fit sets it again after
     true = ids[plan.held_rows]
-    with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: training's stream stays
+    with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
         paths, log_prob = estimator._decode(held_out_view(X, plan.fit_rows, plan.held_rows), None)
     labelled = true >= 0
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)

@@ -27,7 +27,7 @@ def test_reliability_bins_and_errors():
 
 def test_end_to_end_on_a_small_subtree(tmp_path):
     out = tmp_path / "cal.json"
-    bench_calibration.main(["--subsets", "dog", "--params", json.dumps({"calibration": "beta", "calibration_fraction": 0.2}),
+    bench_calibration.main(["--subsets", "dog", "--params", json.dumps({"calibration": "beta", "calibration_size": 0.2}),
                             "--compare", json.dumps({"calibration": None}), "--out", str(out)])
     (r,) = json.loads(out.read_text())
     assert r["calibrator"]["kind"] == "beta" and r["calibrator"]["n_rows"] >= 20

@@ -17,6 +17,7 @@ from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierar
 from hiclass_parallel.estimators._calibration import (
     BetaCalibrator,
     answer_correct,
+    held_out_size,
     held_out_view,
     plan_calibration,
 )
@@ -125,8 +126,8 @@ def test_chosen_path_log_prob_is_that_of_the_path_it_came_from():
 class _Est:
     _calibrates = True
 
-    def __init__(self, calibration="auto", fraction=0.1, train_split=None, early_stopping=False):
-        self.calibration, self.calibration_fraction = calibration, fraction
+    def __init__(self, calibration="auto", size="auto", train_split=None, early_stopping=False):
+        self.calibration, self.calibration_size = calibration, size
         self.train_split, self.early_stopping = train_split, early_stopping
 
 
@@ -135,53 +136,54 @@ class _Est:
     [
         ({}, dict(epochs=1), "partial_fit"),
         ({}, dict(streaming=True), "streamed"),
-        ({}, dict(max_epochs=1), "at least 2"),
         ({"train_split": ValidSplit(5)}, {}, "validation split"),
         ({"early_stopping": True}, {}, "validation split"),
-        ({}, dict(n_rows=150), "holds out 15, fewer than"),
+        ({"size": 0.1}, dict(n_rows=150), "holds out 15 of 150 rows, fewer than"),
+        ({"size": 150}, dict(n_rows=150), "holds out all 150 rows"),
     ],
 )
 def test_auto_calibrates_only_where_it_can_and_beta_says_why_not(kwargs, plan_args, reason):
-    args = dict(n_rows=5000, max_epochs=3, epochs=None, streaming=False, seed=0) | plan_args
+    args = dict(n_rows=5000, epochs=None, streaming=False, seed=0) | plan_args
     assert plan_calibration(_Est("auto", **kwargs), **args) is None
     with pytest.raises(ValueError, match=reason):
         plan_calibration(_Est("beta", **kwargs), **args)
     assert plan_calibration(_Est(None, **kwargs), **args) is None
 
 
-def test_plan_holds_out_the_fraction_disjointly_and_reproducibly():
-    plan = plan_calibration(_Est("beta", fraction=0.2), 1000, 3, None, False, seed=7)
+@pytest.mark.parametrize("size, n_rows, held", [("auto", 2000, 100), ("auto", 65_691, 1000), (0.2, 1000, 200),
+                                                (300, 1000, 300), ("auto", 1999, 99)])
+def test_held_out_size(size, n_rows, held):
+    assert held_out_size(size, n_rows) == held
+
+
+def test_plan_holds_out_the_size_disjointly_and_reproducibly():
+    plan = plan_calibration(_Est("beta", size=0.2), 1000, None, False, seed=7)
     assert plan.held_rows.size == 200 and plan.fit_rows.size == 800
     assert np.union1d(plan.held_rows, plan.fit_rows).size == 1000
-    again = plan_calibration(_Est("beta", fraction=0.2), 1000, 3, None, False, seed=7)
+    again = plan_calibration(_Est("beta", size=0.2), 1000, None, False, seed=7)
     np.testing.assert_array_equal(again.held_rows, plan.held_rows)
-    # An explicit request works from 20 held-out rows.
-    assert plan_calibration(_Est("beta", fraction=0.1), 200, 3, None, False, seed=0).held_rows.size == 20
+    # "auto" needs 100 held-out rows (2,000 rows); an explicit request works from 20.
+    assert plan_calibration(_Est("auto"), 1999, None, False, seed=0) is None
+    assert plan_calibration(_Est("beta", size=0.1), 200, None, False, seed=0).held_rows.size == 20
 
 
 # ---------------------------------------------------------------------------- the fit scheme
-def test_fit_is_all_epochs_but_the_last_without_the_held_rows_then_the_last_on_all(data):
-    """The calibrated fit equals, weight for weight and map for map, the documented scheme
-    run by hand through the public API (same seed: same draws, same shuffles)."""
+def test_fit_trains_on_the_other_rows_and_maps_the_held_out_answers(data):
+    """The calibrated fit equals, weight for weight and map for map, the documented scheme run
+    by hand through the public API (same seed: same draws, same shuffles)."""
     X, y, tree = data
     clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
     assert len(clf.net_.history) == 3 and clf.calibrator_.n_rows == 125
 
     seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))  # the fit's seed draw
-    plan = plan_calibration(clf, X.shape[0], 3, None, False, seed)
-    by_hand = HierarchicalClassifier(tree, max_epochs=2, random_state=0, calibration=None)
+    plan = plan_calibration(clf, X.shape[0], None, False, seed)
+    by_hand = HierarchicalClassifier(tree, max_epochs=3, random_state=0, calibration=None)
     by_hand.fit(X[plan.fit_rows], y[plan.fit_rows])
-    paths, log_prob = by_hand.predict_top_k(X[plan.held_rows], 1, return_log_prob=True)
-    held_ids = tree.to_ids(y[plan.held_rows])
-    node = by_hand.predict_node(X[plan.held_rows])
-    expected = BetaCalibrator.fit(np.exp(log_prob[:, 0].astype(np.float64)), node == held_ids)
-    assert clf.calibrator_ == expected
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        by_hand.partial_fit(X, y)  # uncalibrated: nothing to drop, no warning
     for mine, theirs in zip(clf.net_.module_.parameters(), by_hand.net_.module_.parameters()):
         torch.testing.assert_close(mine, theirs)
+    _, log_prob = by_hand.predict_top_k(X[plan.held_rows], 1, return_log_prob=True)
+    right = by_hand.predict_node(X[plan.held_rows]) == tree.to_ids(y[plan.held_rows])
+    assert clf.calibrator_ == BetaCalibrator.fit(np.exp(log_prob[:, 0].astype(np.float64)), right)
 
 
 def test_predict_confidence_maps_the_probability_of_the_predicted_path(data):
@@ -197,12 +199,12 @@ def test_predict_confidence_maps_the_probability_of_the_predicted_path(data):
 
 
 def test_calibration_lowers_the_calibration_error_on_new_rows():
-    """A model trained on 300 rows for 40 epochs is overconfident on new rows; its map, fitted
-    on held-out rows, brings the mean confidence to the accuracy."""
+    """A model trained 30 epochs on 2,100 noisy rows is overconfident on new rows; its map,
+    fitted on 900 held-out rows, brings the mean confidence to the accuracy."""
     X, y, tree = make_hierarchical_classification(n_samples=6000, n_features=10, branching=4, depth=2,
                                                   noise=1.5, random_state=3)
     train, test = slice(0, 3000), slice(3000, None)
-    clf = HierarchicalClassifier(tree, max_epochs=30, calibration="beta", calibration_fraction=0.3,
+    clf = HierarchicalClassifier(tree, max_epochs=30, calibration="beta", calibration_size=0.3,
                                  random_state=0, batch_size=64).fit(X[train], y[train])
     _, log_prob = clf.predict_top_k(X[test], 1, return_log_prob=True)
     right = clf.predict_node(X[test]) == tree.to_ids(y[test])
