@@ -144,15 +144,21 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)
-    plan = plan_calibration(estimator, data.n_rows, epochs, not isinstance(data, ArrayInput), seed)
+    plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed)
     calibrator = None
     with training_threads(estimator), data.loading(net, targets):
         with seeded(estimator, seed):
             net.initialize()
-            # With calibration, the held-out rows are never trained on (_calibration says why).
-            net.partial_fit(dataset if plan is None else Subset(dataset, plan.fit_rows), None, epochs=epochs)
-        if plan is not None:
-            calibrator = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
+            if plan is None:
+                net.partial_fit(dataset, None, epochs=epochs)
+            else:
+                # Without the held-out rows; with enough epochs they join the last one, after the
+                # map is fitted (_calibration's docstring says when and why).
+                held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
+                net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
+                calibrator = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
+                if plan.rejoin:
+                    net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator)
     attach_net(estimator, net)
@@ -161,7 +167,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray, plan: Any) -> Any:
     """The answer calibrator of the held-out rows (``ids``: every row's node id), decoded by the
-    trained net."""
+    net as trained so far."""
     from ._calibration import BetaCalibrator, answer_correct, held_out_view
 
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config)

@@ -253,7 +253,7 @@ class PredictMixin:
         >>> X, y, tree = make_hierarchical_classification(
         ...     n_samples=2500, n_features=8, branching=3, depth=2, random_state=0)
         >>> clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
-        >>> clf.calibrator_.n_rows   # 5% of the rows held out of training
+        >>> clf.calibrator_.n_rows   # 5% of the rows, held out of training (3 epochs)
         125
         >>> conf = clf.predict_confidence(X[:5])
         >>> conf.shape, bool(((conf >= 0) & (conf <= 1)).all())
