@@ -186,9 +186,15 @@ def _span(low: float, high: float) -> str:
 
 def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str) -> str:
     """What is about to be trained, and for how long, printed before training starts."""
+    from .estimators._calibration import MIN_AUTO_ROWS, REJOIN_MIN_EPOCHS, held_out_size
+
     planned = _planned_epochs(n_rows, epochs)
     which = "" if epochs is not None else " (the classifier's default for this many rows)"
     line = f"training on {n_rows:,} rows, {n_classes:,} classes, {planned} epoch{'s' * (planned != 1)}{which}, device {device}"
+    held = held_out_size("auto", n_rows)
+    if held >= MIN_AUTO_ROWS:
+        when = "train only in the last epoch" if planned >= REJOIN_MIN_EPOCHS else "are held out of training"
+        line += f"; {held:,} of the rows {when}, to calibrate predict_confidence"
     if not str(device).startswith("cpu"):
         return line + f"; no time estimate for device {device!r} (the recorded times are on a CPU)"
     low, high = estimate_training_seconds(n_rows, planned, n_classes)
@@ -197,6 +203,14 @@ def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str) -> str:
         f"{RECORDED_SECONDS[0]:g}-{RECORDED_SECONDS[1]:g} s, scaled here by rows x epochs x classes ** (1/4)); "
         "several times longer, or more, when other processes share the cores"
     )
+
+
+def _mean_confidence(pipe: Any, clf: Any, X: Any) -> float | None:
+    """Mean calibrated probability that the answers are right (``None`` when the fit did not
+    calibrate: too few rows)."""
+    if clf.calibrator_ is None:
+        return None
+    return float(clf.predict_confidence(pipe[:-1].transform(X)).mean())
 
 
 def _json_number(value: Any) -> float | None:
@@ -245,7 +259,8 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     -------
     dict
         ``hierarchical_f1``, ``baseline_hierarchical_f1``, ``exact_path_accuracy``,
-        ``fit_seconds``, ``epochs`` (run), ``n_train``, ``n_test``, ``plot``,
+        ``mean_confidence`` (mean ``predict_confidence`` on the held-out synsets; ``None`` when
+        the fit was too small to calibrate), ``fit_seconds``, ``epochs`` (run), ``n_train``, ``n_test``, ``plot``,
         ``report_text`` and ``report_json`` (paths or None), ``report``.
 
     Raises
@@ -328,6 +343,10 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     say("\nHeld-out report\n" + report)
     say(f"hierarchical F1 {h_f1:.3f} vs flat most-frequent baseline {base_f1:.3f} "
         f"(always {str(baseline[0])!r}); exact path accuracy {exact:.3f}")
+    confidence = _mean_confidence(pipe, clf, X_test)
+    if confidence is not None:
+        say(f"predict_confidence: {confidence:.3f} on average, for an exact accuracy of {exact:.3f} "
+            f"(calibrated on {clf.calibrator_.n_rows:,} training rows held out: docs/calibration.md)")
 
     if n_examples:
         say("\nExamples (gloss -> predicted path | true parent):")
@@ -348,6 +367,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
             "hierarchical_precision": hierarchical_precision_score(y_test, pred, tree=tree, zero_division=0.0),
             "hierarchical_recall": hierarchical_recall_score(y_test, pred, tree=tree, zero_division=0.0),
             "exact_path_accuracy": exact,
+            "mean_confidence": confidence,
             "mean_tree_distance": mean_tree_distance(y_test, pred, tree=tree),
             "baseline": {"strategy": "most_frequent", "label": str(baseline[0]), "hierarchical_f1": base_f1},
             # null where no held-out path reaches the level (its accuracy is undefined)
@@ -365,6 +385,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
         "hierarchical_f1": h_f1,
         "baseline_hierarchical_f1": base_f1,
         "exact_path_accuracy": exact,
+        "mean_confidence": confidence,
         "fit_seconds": fit_seconds,
         "epochs": epochs_run,
         "n_train": len(X_train),

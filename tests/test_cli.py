@@ -54,6 +54,8 @@ def test_demo_small(tmp_path, capsys):
     text = Path(result["report_text"]).read_text()
     assert Path(result["report_text"]) == tmp_path / "report.txt" and result["report"] in text
     assert "training on 150 rows, 189 classes, 3 epochs" in text and "hierarchical F1 " in text
+    # 150 rows hold out 7 at the default size: too few to calibrate, so nothing is said of it.
+    assert result["mean_confidence"] is None and "calibrate" not in text
     import json
 
     figures = json.loads((tmp_path / "report.json").read_text())
@@ -64,6 +66,14 @@ def test_demo_small(tmp_path, capsys):
     assert figures["root"] == "dog.n.01" and figures["n_classes"] == 189 and len(figures["level_accuracy"]) == 6
     assert figures["level_accuracy"][0] == 1.0 and figures["level_support"][0] == 38
     assert 0 < figures["hierarchical_precision"] <= 1 and figures["mean_tree_distance"] >= 0
+
+
+def test_demo_plan_says_which_rows_calibrate():
+    from hiclass_parallel.demo import _plan
+
+    assert "1,000 of the rows are held out of training, to calibrate predict_confidence" in _plan(65_691, 82_115, 3, "cpu")
+    assert "250 of the rows train only in the last epoch" in _plan(5_000, 100, 7, "cpu")
+    assert "calibrate" not in _plan(1_000, 100, 7, "cpu")
 
 
 def test_module_entry_point_runs():
