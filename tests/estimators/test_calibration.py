@@ -276,3 +276,21 @@ def test_saved_map_loads_and_a_tampered_one_is_named(tmp_path, data):
     config["digests"]["config.json"] = _config_digest(config)
     (folder / "config.json").write_text(json.dumps(config))
     assert load_classifier(folder).calibrator_ is None
+
+
+# ---------------------------------------------------------------------------- model selection
+def test_calibration_is_a_parameter_model_selection_clones_and_sets(data):
+    from sklearn.model_selection import GridSearchCV, cross_validate
+
+    X, y, tree = data
+    base = HierarchicalClassifier(tree, max_epochs=2, random_state=0, calibration="beta")
+    folds = cross_validate(base, X, y, cv=2, return_estimator=True)
+    for fitted in folds["estimator"]:  # 1,250 rows per fold: 62 held out at the default size
+        assert fitted.calibrator_ is not None and fitted.calibrator_.n_rows == 62
+    search = GridSearchCV(base, {"calibration_size": [0.1, 300], "calibration": ["beta", None]}, cv=2).fit(X, y)
+    sizes = {(p["calibration"], p["calibration_size"]) for p in search.cv_results_["params"]}
+    assert sizes == {("beta", 0.1), ("beta", 300), (None, 0.1), (None, 300)}
+    best = search.best_estimator_
+    assert (best.calibrator_ is None) == (best.calibration is None)
+    if best.calibration is not None:
+        assert best.calibrator_.n_rows == (250 if best.calibration_size == 0.1 else 300)
