@@ -56,7 +56,8 @@ REJOIN_MIN_EPOCHS = 5
 #: An explicit ``calibration="beta"`` needs at least this many.
 MIN_ROWS = 20
 
-_EPS = 1e-7  # probabilities are clipped to [_EPS, 1 - _EPS] before the logs
+#: Probabilities are clipped to [CLIP, 1 - CLIP] before the logs (the serving module too).
+CLIP = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,7 @@ class BetaCalibrator:
 
     @staticmethod
     def _features(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1.0 - _EPS)
+        p = np.clip(np.asarray(p, dtype=np.float64), CLIP, 1.0 - CLIP)
         return np.log(p), -np.log1p(-p)  # z = a u + b v + c: increasing in p for a, b >= 0
 
     @classmethod

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from ..tree import Tree
+from ._calibration import CLIP as _CLIP
 
 __all__ = ["TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"]
 
@@ -165,27 +166,51 @@ class ServingModule(nn.Module):
     module : torch.nn.Module
         Maps a float batch ``(batch, n_features)`` to scores ``(batch, n_scores)``.
     decoder : TreeDecoder
+    calibration : tuple of 3 floats or None, default=None
+        ``(a, b, c)`` of the classifier's :class:`~hiclass_parallel.estimators.BetaCalibrator`:
+        ``forward`` then also returns the calibrated confidence of each answer
+        (``predict_confidence``); ``(1, 1, 0)`` is the identity (the model's own probability).
     """
 
-    def __init__(self, module: nn.Module, decoder: TreeDecoder):
+    def __init__(self, module: nn.Module, decoder: TreeDecoder,
+                 calibration: tuple[float, float, float] | None = None):
         super().__init__()
         self.module = module
         self.decoder = decoder
+        self.confidence = calibration is not None
+        self.register_buffer("calibration", torch.tensor(calibration if self.confidence else (1.0, 1.0, 0.0),
+                                                         dtype=torch.float32))
 
-    def forward(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(paths, log_prob)``: node-id paths ``(batch, n_levels)`` and their log-probabilities.
+    def forward(self, X: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(paths, log_prob)``: node-id paths ``(batch, n_levels)`` and their log-probabilities;
+        with ``calibration``, ``(paths, log_prob, confidence)``.
 
         A row of ``X`` holding a NaN or an infinity (which ``predict`` refuses), or whose scores
-        hold a NaN or ``+inf``, gets the empty path (all -1) and log-probability NaN.
+        hold a NaN or ``+inf``, gets the empty path (all -1), log-probability NaN and
+        confidence NaN.
         """
         X = X.to(torch.float32)
         paths, log_prob = self.decoder(self.module(X))
         # checked on X too: a module may map a non-finite feature to finite scores (a ReLU of
         # -inf is 0), which would decode to a confident path the classifier would refuse
-        return _blank(paths, log_prob, ~torch.isfinite(X).all(1))
+        paths, log_prob = _blank(paths, log_prob, ~torch.isfinite(X).all(1))
+        if not self.confidence:
+            return paths, log_prob
+        # BetaCalibrator's map on the answer's probability, clipped as it clips (NaN stays NaN)
+        p = torch.exp(log_prob).clamp(_CLIP, 1.0 - _CLIP)
+        a, b, c = self.calibration[0], self.calibration[1], self.calibration[2]
+        return paths, log_prob, torch.sigmoid(a * torch.log(p) - b * torch.log1p(-p) + c)
 
 
-def serving_module(clf: Any, semantics: str | None = None) -> ServingModule:
+def _calibration(clf: Any, confidence: bool) -> tuple[float, float, float] | None:
+    """The serving module's map: the classifier's calibrator, the identity without one."""
+    if not confidence:
+        return None
+    cal = getattr(clf, "calibrator_", None)
+    return (1.0, 1.0, 0.0) if cal is None else (cal.a, cal.b, cal.c)
+
+
+def serving_module(clf: Any, semantics: str | None = None, confidence: bool = False) -> ServingModule:
     """The fitted classifier's network and exact decoder as one torch module (eval mode, CPU copy).
 
     Parameters
@@ -194,12 +219,15 @@ def serving_module(clf: Any, semantics: str | None = None) -> ServingModule:
         A fitted classifier with ``decoding="best"``.
     semantics : {"partial", "terminal"}, default=None
         ``None``: the classifier's ``semantics``.
+    confidence : bool, default=False
+        Also return each answer's calibrated confidence, as ``clf.predict_confidence`` gives it
+        (float32; the model's own probability when ``clf.calibrator_`` is None).
 
     Returns
     -------
     ServingModule
-        ``module(X)`` returns ``(paths, log_prob)``: paths of node ids (indices into
-        ``clf.classes_``; ``-1`` pads), equal to ``clf.predict`` through
+        ``module(X)`` returns ``(paths, log_prob)`` (and ``confidence`` when asked): paths of
+        node ids (indices into ``clf.classes_``; ``-1`` pads), equal to ``clf.predict`` through
         ``clf.classes_``. ``X`` is a dense float tensor (sparse features made dense).
         A row that ``predict`` would refuse or cannot decide (a NaN or an infinity in the
         row of ``X``, a NaN or ``+inf`` in its scores) gets the empty path (all -1) and
@@ -245,7 +273,7 @@ def serving_module(clf: Any, semantics: str | None = None) -> ServingModule:
         raise ValueError("semantics='terminal' needs a model trained with stop scores (stop=True)")
     module = copy.deepcopy(clf.net_.module_).to("cpu").eval()
     decoder = TreeDecoder(clf.tree_, clf.partition_, clf.stop_, semantics)
-    return ServingModule(module, decoder).eval()
+    return ServingModule(module, decoder, _calibration(clf, confidence)).eval()
 
 
 def _example(clf: Any, example: Any) -> torch.Tensor:
@@ -257,7 +285,8 @@ def _example(clf: Any, example: Any) -> torch.Tensor:
     return example.to(torch.float32)
 
 
-def export_program(clf: Any, example: Any = None, semantics: str | None = None) -> torch.export.ExportedProgram:
+def export_program(clf: Any, example: Any = None, semantics: str | None = None,
+                   confidence: bool = False) -> torch.export.ExportedProgram:
     """``torch.export`` of :func:`serving_module` with a dynamic batch size.
 
     Parameters
@@ -267,11 +296,13 @@ def export_program(clf: Any, example: Any = None, semantics: str | None = None) 
     example : array-like or torch.Tensor of shape (n, n_features), default=None
         A batch to trace with (``n >= 2``); ``None``: zeros of batch 2.
     semantics : {"partial", "terminal"}, default=None
+    confidence : bool, default=False
+        Also output the calibrated confidence (:func:`serving_module`).
 
     Returns
     -------
     torch.export.ExportedProgram
-        ``program.module()(X)`` gives ``(paths, log_prob)`` for any batch size of
+        ``program.module()(X)`` gives ``(paths, log_prob)`` (and ``confidence``) for any batch size of
         float32 ``X`` (the exported graph checks the dtype); ``torch.export.save`` stores it.
         A row of ``X`` holding a NaN or an infinity gets the empty path (all -1) and
         log-probability NaN, as in :func:`serving_module`.
@@ -289,14 +320,15 @@ def export_program(clf: Any, example: Any = None, semantics: str | None = None) 
     >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:7])).all())
     True
     """
-    module = serving_module(clf, semantics)
+    module = serving_module(clf, semantics, confidence)
     X = _example(clf, example)
     batch = torch.export.Dim("batch", min=1)
     return torch.export.export(module, (X,), dynamic_shapes={"X": {0: batch}})
 
 
 def export_onnx(
-    clf: Any, path: str | os.PathLike, example: Any = None, semantics: str | None = None, opset: int = 18
+    clf: Any, path: str | os.PathLike, example: Any = None, semantics: str | None = None, opset: int = 18,
+    confidence: bool = False,
 ) -> str:
     """Write :func:`serving_module` as an ONNX file with a dynamic batch size.
 
@@ -314,6 +346,9 @@ def export_onnx(
     opset : int, default=18
         ONNX opset (18 or later: the group maxima are ``ScatterElements`` with
         ``reduction="max"``).
+    confidence : bool, default=False
+        A third output ``confidence`` (float32, ``(batch,)``): the calibrated confidence of
+        each answer (:func:`serving_module`).
 
     Returns
     -------
@@ -332,9 +367,10 @@ def export_onnx(
     import logging
     import warnings
 
-    module = serving_module(clf, semantics)
+    module = serving_module(clf, semantics, confidence)
     X = _example(clf, example)
     batch = torch.export.Dim("batch", min=1)
+    outputs = ["paths", "log_prob"] + (["confidence"] if confidence else [])
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)  # the exporter logs a notice per torchvision op it cannot register
@@ -342,7 +378,7 @@ def export_onnx(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the exporter's own deprecation and tracing notices
             program = torch.onnx.export(
-                module, (X,), input_names=["X"], output_names=["paths", "log_prob"], opset_version=opset,
+                module, (X,), input_names=["X"], output_names=outputs, opset_version=opset,
                 dynamic_shapes={"X": {0: batch}}, dynamo=True, verbose=False,
             )
     finally:

@@ -188,3 +188,37 @@ def test_a_multi_label_classifier_is_refused_by_name():
         with pytest.raises(TypeError, match=r"MultiLabelHierarchicalClassifier is not exported: .*unrolled tree"
                                             r".*predict"):
             export(clf)
+
+
+def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
+    """``confidence=True`` adds the calibrated confidence of each answer to every exported route,
+    equal to ``predict_confidence``; NaN on the rows it blanks; the identity map without a
+    calibrator; and the two-output graph is unchanged without the flag."""
+    X, y, tree = make_hierarchical_classification(n_samples=2500, n_features=8, branching=3, depth=2, random_state=0)
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0).fit(X, y)
+    assert clf.calibrator_ is not None
+    X = X[:40].astype(np.float32)
+    X[3, 1] = np.nan
+    finite = np.isfinite(X).all(1)
+    expected = clf.predict_confidence(X[finite])
+    dense = torch.from_numpy(X)
+    with torch.no_grad():
+        outputs = {"serving_module": serving_module(clf, confidence=True)(dense),
+                   "torch.export": export_program(clf, confidence=True).module()(dense)}
+        assert len(serving_module(clf)(dense)) == 2
+    if HAVE_ONNX:
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(export_onnx(clf, tmp_path / "model.onnx", confidence=True),
+                                               providers=["CPUExecutionProvider"])
+        assert [o.name for o in session.get_outputs()] == ["paths", "log_prob", "confidence"]
+        outputs["onnx"] = tuple(torch.from_numpy(a) for a in session.run(None, {"X": X}))
+    for route, (_, log_prob, confidence) in outputs.items():
+        confidence = np.asarray(confidence)
+        np.testing.assert_allclose(confidence[finite], expected, rtol=1e-4, atol=1e-6, err_msg=route)
+        assert np.isnan(confidence[~finite]).all(), route
+    uncalibrated = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0,
+                                          calibration=None).fit(X[finite], y[:40][finite])
+    with torch.no_grad():
+        _, log_prob, confidence = serving_module(uncalibrated, confidence=True)(dense[finite])
+    torch.testing.assert_close(confidence, torch.exp(log_prob).clamp(1e-7, 1 - 1e-7))
