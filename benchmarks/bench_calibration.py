@@ -40,7 +40,8 @@ N_BINS = 15
 
 
 def reliability(confidence: np.ndarray, correct: np.ndarray, n_bins: int = N_BINS) -> dict[str, Any]:
-    """ECE, MCE and the per-bin (mean confidence, accuracy, count) of equal-width bins.
+    """ECE, MCE and the per-bin (mean confidence, accuracy, count) of equal-width bins
+    (:func:`hiclass_parallel.metrics.expected_calibration_error` with its bins).
 
     Examples
     --------
@@ -48,22 +49,12 @@ def reliability(confidence: np.ndarray, correct: np.ndarray, n_bins: int = N_BIN
     >>> round(r["ece"], 3)
     0.1
     """
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    which = np.clip(np.digitize(confidence, edges[1:-1]), 0, n_bins - 1)
-    bins = []
-    ece = mce = 0.0
-    for b in range(n_bins):
-        sel = which == b
-        if not sel.any():
-            continue
-        conf, acc = float(confidence[sel].mean()), float(correct[sel].mean())
-        gap = abs(conf - acc)
-        ece += gap * sel.sum() / confidence.size
-        mce = max(mce, gap)
-        bins.append({"lo": float(edges[b]), "hi": float(edges[b + 1]), "confidence": conf, "accuracy": acc,
-                     "count": int(sel.sum())})
-    return {"ece": float(ece), "mce": float(mce), "mean_confidence": float(confidence.mean()),
-            "accuracy": float(correct.mean()), "bins": bins}
+    from hiclass_parallel.metrics import expected_calibration_error
+
+    ece, bins = expected_calibration_error(correct, confidence, n_bins=n_bins, return_bins=True)
+    mce = max(abs(b["confidence"] - b["accuracy"]) for b in bins)
+    return {"ece": ece, "mce": float(mce), "mean_confidence": float(np.mean(confidence)),
+            "accuracy": float(np.mean(correct)), "bins": bins}
 
 
 def _fit_and_score(data: dict[str, Any], seed: int, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -15,12 +15,14 @@ arrays (moved to the host once). Node identity is the node, never its name. See
 - :func:`tree_distance`, :func:`mean_tree_distance`, :func:`mistake_severity`
   (Bertinetto et al., 2020);
 - :func:`hierarchical_classification_report`;
+- :func:`expected_calibration_error` of the answers' confidence (``predict_confidence``);
 - scorer objects for ``scoring=``: :func:`get_scorer` (the package's scorer names, else
   scikit-learn's), :func:`get_scorers` (a dict of several), :func:`get_scorer_names`,
   :func:`make_hierarchical_scorer`; :func:`register_scorers` is deprecated and does nothing;
 - plots in :mod:`hiclass_parallel.metrics.plot` (needs matplotlib).
 """
 
+from ._calibration import expected_calibration_error
 from ._dag import (
     dag_node_set_counts,
     hierarchical_f1_score_dag,
@@ -57,6 +59,7 @@ __all__ = [
     "check_paths",
     "dag_node_set_counts",
     "exact_path_accuracy_score",
+    "expected_calibration_error",
     "get_scorer",
     "get_scorer_names",
     "get_scorers",
