@@ -202,3 +202,16 @@ def test_rows_follow_classes_learnt_from_y_and_dag_labels(dogs):
     est.fit(multi.data, multi.target)
     assert est.class_texts_ == [names.get(label, "") for label in est.classes_.tolist()]
     assert est.class_features_.shape[0] == len(est.classes_) == multi.dag.n_nodes
+
+
+def test_calibrated_confidence_through_the_class_text_route(dogs):
+    """The held-out rows come from the classifier's own split of the vectorized rows, and
+    predict_confidence is the inner classifier's on the same features."""
+    data, names = dogs
+    X, y = data.data[:150], data.target[:150]
+    est = ClassTextClassifier(TfidfVectorizer(), _clf(data.tree, calibration="beta", calibration_size=30), names)
+    est.fit(X, y)
+    assert est.classifier_.calibrator_ is not None and est.classifier_.calibrator_.n_rows == 30
+    rest = data.data[150:]
+    np.testing.assert_array_equal(est.predict_confidence(rest),
+                                  est.classifier_.predict_confidence(est.vectorizer_.transform(rest)))
