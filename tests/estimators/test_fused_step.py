@@ -65,6 +65,41 @@ def test_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, l
         assert p.grad.is_coalesced() and bool((rows[1:] > rows[:-1]).all())
 
 
+def _dense_and_listed_rows(plan, y: np.ndarray, stop_rows: bool) -> tuple[int, int]:
+    """How many of a batch's path rows the kernel reads from the dense block (their group used
+    by at least a quarter of the batch, and 8 samples) and how many it lists as pairs."""
+    groups = []
+    for t in y[y >= 0]:
+        path = plan.paths[t][plan.paths[t] >= 0]
+        groups += [int(plan.group_of[node]) for node in path]
+        if stop_rows and plan.child_group[t] >= 0:
+            groups.append(int(plan.child_group[t]))
+    uses = np.bincount(groups)
+    dense = uses[groups] >= max(len(y) // 4, 8)
+    return int(dense.sum()), int((~dense).sum())
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("level", [0.0, 0.3])
+def test_dense_rows_and_listed_pairs_together_equal_the_torch_route(random_tree, seed, level):
+    """A bigger batch on a bigger tree: the upper groups' (and depths') softmax rows are read from
+    the dense block and the rest listed as pairs, in one step; a sample's path row and level row
+    may share a column of the block."""
+    from hiclass_parallel.ops.sibling_paths import sibling_plan
+
+    module, criterion, X, y = _case(random_tree, seed, True, "terminal", level, B=160, n=400, H=16)
+    dense, listed = _dense_and_listed_rows(sibling_plan(criterion.tree, True), y.numpy(), True)
+    assert dense > 0 and listed > 0
+    loss = criterion(module.scorer(module.encode(X)), y)
+    loss.backward()
+    reference = _grads(module)
+    module.zero_grad(set_to_none=True)
+    out = fused_step(module, criterion, X, y)
+    assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+    for name, grad in _grads(module).items():
+        torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_a_batch_without_labels_has_zero_loss_and_gradients(random_tree):
     module, criterion, X, _ = _case(random_tree, 0, True, "terminal", 0.3)
     out = fused_step(module, criterion, X, torch.full((X.shape[0],), -1))

@@ -17,6 +17,14 @@
  * so that a weight row is read once per step for all the samples that need it. The gradients
  * come out already coalesced: the distinct rows touched, ascending, with their summed values.
  *
+ * A softmax row is listed one of two ways. A row over a candidate set that at least a quarter of
+ * the batch uses (an upper sibling group; a depth's in-batch ancestors) is a "dense row": the
+ * set's columns are in the dense block, and the row is (sample, set, target position), read
+ * from and written to the block's row directly. Any other row lists its (sample, column) pairs.
+ * Most of a step's softmax candidates are in the dense rows (about 150,000 of 170,000 pairs per
+ * WordNet step), and listing each as a pair (then sorting the pairs by column to sum their
+ * gradients) took longer than the products that score them.
+ *
  * Not a Python module: hiclass_parallel/ops/_native_path_step.py loads it with ctypes. Threads:
  * plain pthreads started per phase and joined (no spinning waits between steps; the count is
  * the caller's). Built by setup.py as an optional extension; without it the torch route runs.
@@ -61,9 +69,18 @@ typedef struct {
     int64_t *col_mark;         /* (N) -1, or a column's position among the step's distinct columns */
     int64_t *node_mark;        /* (C) -1, or a node's position in its depth's in-batch ancestor list */
     int64_t *feat_mark;        /* (F) -1, or a feature's position among the step's distinct features */
-    uint64_t *col_bits, *feat_bits;
-    /* the step's structure (prepare) */
-    int64_t B, R, LR, P, U, NF, NNZ;
+    int64_t *group_count;      /* (C + 1) 0, or (during prepare) the samples of the batch that use a group */
+    int64_t *group_set;        /* (C + 1) -1, or (during prepare) a dense group's set */
+    uint64_t *col_bits, *feat_bits, *dense_bits;
+    /* the step's structure (prepare): R path rows and LR level rows in all; the SR rows listed as
+     * pairs, the first RS of them path rows; P pairs (of the listed rows) */
+    int64_t B, R, LR, SR, RS, P, U, NF, NNZ;
+    /* dense sets: set q's columns set_col[set_ptr[q]:set_ptr[q + 1]] and their positions in the
+     * dense block set_k; dense rows, by sample: d_ptr (B + 1) each sample's rows, d_set their
+     * set, d_tpos the target's position in it, d_level 1 for a level row; d_cost (B + 1) the
+     * cumulative candidates (threads split the samples by it); used_groups the groups counted */
+    Buf set_ptr, set_col, set_k, d_ptr, d_set, d_tpos, d_level, d_cost, d_tmp, used_groups;
+    int64_t NS, DR, DP;
     Buf row_start, row_target, pair_sample, pair_u, u_ptr, u_pairs, ucol, feat, f_ptr, f_ent, f_row;
     Buf level_nodes, level_ptr;
     /* distinct (sample, column) entries: a pair's score is its entry's; e_ptr (U + 1) the entries
@@ -90,12 +107,18 @@ void *ps_new(int64_t C, int64_t N, int64_t F) {
     w->feat_mark = malloc(sizeof(int64_t) * (size_t)(F > 0 ? F : 1));
     w->col_bits = calloc((size_t)(N / 64 + 1), 8);
     w->feat_bits = calloc((size_t)(F / 64 + 1), 8);
-    if (!w->col_mark || !w->node_mark || !w->feat_mark || !w->col_bits || !w->feat_bits) {
+    w->dense_bits = calloc((size_t)(N / 64 + 1), 8);
+    w->group_count = calloc((size_t)(C + 1), sizeof(int64_t));  /* groups: at most C + 1 */
+    w->group_set = malloc(sizeof(int64_t) * (size_t)(C + 1));
+    if (!w->col_mark || !w->node_mark || !w->feat_mark || !w->col_bits || !w->feat_bits || !w->dense_bits
+        || !w->group_count || !w->group_set) {
         free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
+        free(w->dense_bits); free(w->group_count); free(w->group_set);
         free(w);
         return NULL;
     }
     for (int64_t i = 0; i < N; i++) w->col_mark[i] = -1;
+    for (int64_t i = 0; i <= C; i++) w->group_set[i] = -1;
     for (int64_t i = 0; i < C; i++) w->node_mark[i] = -1;
     for (int64_t i = 0; i < F; i++) w->feat_mark[i] = -1;
     return w;
@@ -108,9 +131,11 @@ void ps_free(void *handle) {
                    &w->ucol, &w->feat, &w->f_ptr, &w->f_ent, &w->f_row, &w->level_nodes, &w->level_ptr,
                    &w->score, &w->grad, &w->dh, &w->hpad, &w->e_ptr, &w->e_sample,
                    &w->pair_entry, &w->s_mark, &w->dense_u, &w->e_at,
-                   &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf};
+                   &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf, &w->set_ptr, &w->set_col, &w->set_k,
+                   &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
     free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
+    free(w->dense_bits); free(w->group_count); free(w->group_set);
     free(w);
 }
 
@@ -127,11 +152,38 @@ static int add_pairs(Work *w, int64_t sample, const int64_t *cols, int64_t n, in
         pu[P + i] = c; /* a column for now; mapped to its distinct position below */
         w->col_bits[c >> 6] |= 1ull << (c & 63);
     }
-    int64_t r = w->R + w->LR;
+    int64_t r = w->SR++;
     if (reserve(&w->row_start, 8 * (size_t)(r + 2)) || reserve(&w->row_target, 8 * (size_t)(r + 1))) return -1;
     I64(w->row_start)[r] = P;
     I64(w->row_target)[r] = P + target_pos;
     w->P = P + n;
+    return 0;
+}
+
+/* A new dense set over n columns (marked distinct and dense); returns its id, -1 out of memory. */
+static int64_t add_set(Work *w, const int64_t *cols, int64_t n) {
+    const int64_t q = w->NS, at = q ? I64(w->set_ptr)[q] : 0;
+    if (reserve(&w->set_ptr, 8 * (size_t)(q + 2)) || reserve(&w->set_col, 8 * (size_t)(at + n + 1))) return -1;
+    int64_t *sp = I64(w->set_ptr), *sc = I64(w->set_col);
+    sp[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = cols[i];
+        sc[at + i] = c;
+        w->col_bits[c >> 6] |= 1ull << (c & 63);
+        w->dense_bits[c >> 6] |= 1ull << (c & 63);
+    }
+    sp[q + 1] = at + n;
+    w->NS = q + 1;
+    return q;
+}
+
+/* A dense row: sample, set, the target's position in the set, path (0) or level (1). */
+static int add_dense_row(Work *w, int64_t sample, int64_t set, int64_t tpos, int64_t is_level) {
+    const int64_t r = w->DR;
+    if (reserve(&w->d_tmp, 8 * (size_t)(4 * (r + 1)))) return -1;
+    int64_t *t = I64(w->d_tmp) + 4 * r;
+    t[0] = sample; t[1] = set; t[2] = tpos; t[3] = is_level;
+    w->DR = r + 1;
     return 0;
 }
 
@@ -156,8 +208,9 @@ static int64_t drain_bits(uint64_t *bits, int64_t n_bits, int64_t *out) {
  *   group_ptr, group_cols, col_pos: the sibling groups (hiclass_parallel.ops.sibling_paths);
  *   stop_rows: add the stop row of an internal target (terminal semantics with stops);
  *   level: add the in-batch level rows.
- *   sizes (out, 7): U distinct columns, NF distinct features, P pairs, R path rows, LR level
- *   rows, nnz, D dense columns.
+ *   sizes (out, 7): U distinct columns, NF distinct features, P (sample, column) candidates of
+ *   all softmax rows (the listed pairs and the dense rows' sets), R path rows, LR level rows,
+ *   nnz, D dense columns.
  * Returns 0; -1 out of memory; -2 a target outside [-1, C); -3 a feature outside [0, F). */
 int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t *xptr, const int64_t *xidx,
                    int64_t L, const int64_t *paths, const int64_t *group_of, const int64_t *child_group,
@@ -165,9 +218,40 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
                    int64_t stop_rows, int64_t level, int64_t *sizes) {
     Work *w = handle;
     const int64_t C = w->C;
-    w->B = B; w->R = 0; w->LR = 0; w->P = 0;
+    w->B = B; w->R = 0; w->LR = 0; w->SR = 0; w->RS = 0; w->P = 0; w->NS = 0; w->DR = 0; w->DP = 0;
     for (int64_t b = 0; b < B; b++)
         if (target[b] < -1 || target[b] >= C) return -2;
+    /* dense sets: a group that at least a quarter of the batch (and 8 samples) uses, and a
+     * depth's in-batch ancestors when as many samples reach that depth */
+    const int64_t dense_min = B / 4 > 8 ? B / 4 : 8;
+    int64_t n_used = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t t = target[b];
+        if (t < 0) continue;
+        if (reserve(&w->used_groups, 8 * (size_t)(n_used + L + 1))) return -1;
+        int64_t *used = I64(w->used_groups);
+        const int64_t *path = paths + t * L;
+        for (int64_t d = 0; d <= L; d++) {
+            int64_t g;
+            if (d < L && path[d] >= 0) g = group_of[path[d]];
+            else if (stop_rows && child_group[t] >= 0) g = child_group[t];
+            else break;
+            if (w->group_count[g]++ == 0) used[n_used++] = g;
+            if (d == L || path[d] < 0) break; /* the stop row's group, once */
+        }
+    }
+    {
+        const int64_t *used = I64(w->used_groups);
+        for (int64_t i = 0; i < n_used; i++) {
+            const int64_t g = used[i];
+            if (w->group_count[g] >= dense_min) {
+                const int64_t q = add_set(w, group_cols + group_ptr[g], group_ptr[g + 1] - group_ptr[g]);
+                if (q < 0) return -1;
+                w->group_set[g] = q;
+            }
+            w->group_count[g] = 0;
+        }
+    }
     /* path rows */
     for (int64_t b = 0; b < B; b++) {
         int64_t t = target[b];
@@ -176,31 +260,46 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
         for (int64_t d = 0; d < L && path[d] >= 0; d++) {
             int64_t node = path[d], g = group_of[node];
             int64_t lo = group_ptr[g], n = group_ptr[g + 1] - lo;
-            if (add_pairs(w, b, group_cols + lo, n, col_pos[node])) return -1;
+            int rc = w->group_set[g] >= 0 ? add_dense_row(w, b, w->group_set[g], col_pos[node], 0)
+                                          : add_pairs(w, b, group_cols + lo, n, col_pos[node]);
+            if (rc) return -1;
             w->R++;
         }
         if (stop_rows && child_group[t] >= 0) {
             int64_t g = child_group[t], lo = group_ptr[g], n = group_ptr[g + 1] - lo;
-            if (add_pairs(w, b, group_cols + lo, n, col_pos[C + g - 1])) return -1;
+            int rc = w->group_set[g] >= 0 ? add_dense_row(w, b, w->group_set[g], col_pos[C + g - 1], 0)
+                                          : add_pairs(w, b, group_cols + lo, n, col_pos[C + g - 1]);
+            if (rc) return -1;
             w->R++;
         }
     }
+    w->RS = w->SR;
+    {
+        const int64_t *used = I64(w->used_groups);
+        for (int64_t i = 0; i < n_used; i++) w->group_set[used[i]] = -1;
+    }
     /* level rows: the distinct ancestors of each depth, in order of first appearance */
     if (level) {
-        if (reserve(&w->level_nodes, 8 * (size_t)(B * L + 1)) || reserve(&w->level_ptr, 8 * (size_t)(L + 1)))
+        if (reserve(&w->level_nodes, 8 * (size_t)(B * L + 1)) || reserve(&w->level_ptr, 8 * (size_t)(2 * L + 1)))
             return -1;
         int64_t *nodes = I64(w->level_nodes), *lptr = I64(w->level_ptr), n = 0;
+        int64_t *lset = lptr + L + 1; /* each depth's dense set, or -1 */
         for (int64_t d = 0; d < L; d++) {
             lptr[d] = n;
+            int64_t reach = 0;
             for (int64_t b = 0; b < B; b++) {
                 int64_t t = target[b];
                 if (t < 0) continue;
                 int64_t a = paths[t * L + d];
-                if (a >= 0 && w->node_mark[a] < 0) {
+                if (a < 0) continue;
+                reach++;
+                if (w->node_mark[a] < 0) {
                     w->node_mark[a] = n - lptr[d];
                     nodes[n++] = a;
                 }
             }
+            lset[d] = -1;
+            if (reach >= dense_min && (lset[d] = add_set(w, nodes + lptr[d], n - lptr[d])) < 0) return -1;
         }
         lptr[L] = n;
         for (int64_t b = 0; b < B; b++) {
@@ -208,17 +307,44 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
             if (t < 0) continue;
             const int64_t *path = paths + t * L;
             for (int64_t d = 0; d < L && path[d] >= 0; d++) {
-                if (add_pairs(w, b, nodes + lptr[d], lptr[d + 1] - lptr[d], w->node_mark[path[d]])) return -1;
+                int rc = lset[d] >= 0 ? add_dense_row(w, b, lset[d], w->node_mark[path[d]], 1)
+                                      : add_pairs(w, b, nodes + lptr[d], lptr[d + 1] - lptr[d], w->node_mark[path[d]]);
+                if (rc) return -1;
                 w->LR++;
             }
         }
         for (int64_t i = 0; i < n; i++) w->node_mark[nodes[i]] = -1;
     }
-    int64_t rows = w->R + w->LR, P = w->P;
+    /* the dense rows by sample (a counting sort, stable), and each sample's share of the work */
+    {
+        const int64_t DR = w->DR, *sp = I64(w->set_ptr);
+        if (reserve(&w->d_ptr, 8 * (size_t)(B + 1)) || reserve(&w->d_cost, 8 * (size_t)(B + 1))
+            || reserve(&w->d_set, 8 * (size_t)(DR + 1)) || reserve(&w->d_tpos, 8 * (size_t)(DR + 1))
+            || reserve(&w->d_level, 8 * (size_t)(DR + 1)))
+            return -1;
+        int64_t *dptr = I64(w->d_ptr), *dcost = I64(w->d_cost), *tmp = I64(w->d_tmp);
+        int64_t *dset = I64(w->d_set), *dtpos = I64(w->d_tpos), *dlev = I64(w->d_level);
+        for (int64_t b = 0; b <= B; b++) { dptr[b] = 0; dcost[b] = 0; }
+        for (int64_t r = 0; r < DR; r++) {
+            const int64_t b = tmp[4 * r], q = tmp[4 * r + 1];
+            dptr[b + 1]++;
+            dcost[b + 1] += sp[q + 1] - sp[q];
+        }
+        for (int64_t b = 0; b < B; b++) { dptr[b + 1] += dptr[b]; dcost[b + 1] += dcost[b]; }
+        for (int64_t r = 0; r < DR; r++) {
+            const int64_t at = dptr[tmp[4 * r]]++;
+            dset[at] = tmp[4 * r + 1]; dtpos[at] = tmp[4 * r + 2]; dlev[at] = tmp[4 * r + 3];
+        }
+        for (int64_t b = B; b > 0; b--) dptr[b] = dptr[b - 1];
+        dptr[0] = 0;
+        w->DP = dcost[B];
+    }
+    int64_t rows = w->SR, P = w->P;
     if (reserve(&w->row_start, 8 * (size_t)(rows + 1))) return -1;
     I64(w->row_start)[rows] = P;
     /* distinct columns, ascending, and each pair's position among them (a CSC of the pairs) */
-    if (reserve(&w->ucol, 8 * (size_t)(P + 1)) || reserve(&w->u_pairs, 8 * (size_t)(P + 1))) return -1;
+    const int64_t n_set_cols = w->NS ? I64(w->set_ptr)[w->NS] : 0;
+    if (reserve(&w->ucol, 8 * (size_t)(P + n_set_cols + 1)) || reserve(&w->u_pairs, 8 * (size_t)(P + 1))) return -1;
     int64_t *ucol = I64(w->ucol);
     int64_t U = drain_bits(w->col_bits, w->N, ucol);
     if (reserve(&w->u_ptr, 8 * (size_t)(U + 1))) return -1;
@@ -260,9 +386,23 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
         return -1;
     int64_t *du = I64(w->dense_u), *su = I64(w->sparse_u), *sw = I64(w->sparse_w), *eat = I64(w->e_at);
     int64_t D = 0, Us = 0;
-    const int64_t dense_min = B / 4 > 8 ? B / 4 : 8;
-    for (int64_t u = 0; u < U; u++)
-        if (eptr[u + 1] - eptr[u] >= dense_min) du[D++] = u;
+    for (int64_t u = 0; u < U; u++) {
+        const int64_t c = ucol[u];
+        const int in_set = (w->dense_bits[c >> 6] >> (c & 63)) & 1;
+        if (in_set || eptr[u + 1] - eptr[u] >= dense_min) du[D++] = u;
+    }
+    for (int64_t k = 0; k < D; k++) {
+        const int64_t c = ucol[du[k]];
+        w->dense_bits[c >> 6] = 0;
+        w->col_mark[c] = k;
+    }
+    if (reserve(&w->set_k, 8 * (size_t)(n_set_cols + 1))) return -1;
+    {
+        const int64_t *sc = I64(w->set_col);
+        int64_t *sk = I64(w->set_k);
+        for (int64_t i = 0; i < n_set_cols; i++) sk[i] = w->col_mark[sc[i]];
+    }
+    for (int64_t k = 0; k < D; k++) w->col_mark[ucol[du[k]]] = -1;
     sw[0] = 0;
     for (int64_t u = 0, k = 0; u < U; u++) {
         if (k < D && du[k] == u) {
@@ -309,7 +449,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
     fptr[0] = 0;
     for (int64_t i = 0; i < NF; i++) w->feat_mark[feat[i]] = -1;
     w->NF = NF;
-    sizes[0] = U; sizes[1] = NF; sizes[2] = P; sizes[3] = w->R; sizes[4] = w->LR; sizes[5] = nnz; sizes[6] = w->D;
+    sizes[0] = U; sizes[1] = NF; sizes[2] = P + w->DP; sizes[3] = w->R; sizes[4] = w->LR; sizes[5] = nnz; sizes[6] = w->D;
     return 0;
 }
 
@@ -365,8 +505,8 @@ struct Step {
     const float *dh_dense;
     float path_scale, level_scale;
     int T;
-    double loss[MAX_THREADS][2];
-    int nonfinite[MAX_THREADS];
+    double loss[MAX_THREADS][2], dloss[MAX_THREADS][2];
+    int nonfinite[MAX_THREADS], dnonfinite[MAX_THREADS];
 };
 
 /* The inner loops, as functions so that their restrict parameters hold (GCC does not vectorise
@@ -473,16 +613,50 @@ CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
         float total = 0.0f;
         for (int64_t i = 0; i < z - a; i++) total += expf(x[i] - top);
         const float lse = logf(total) + top;
-        const float scale = r < w->R ? s->path_scale : s->level_scale;
+        const float scale = r < w->RS ? s->path_scale : s->level_scale;
         float *g = s->grad + a;
         for (int64_t i = 0; i < z - a; i++) g[i] = scale * expf(x[i] - lse);
         s->grad[tgt[r]] -= scale;
         const double row_loss = (double)lse - (double)s->score[tgt[r]];
-        if (r < w->R) path += row_loss; else level += row_loss;
+        if (r < w->RS) path += row_loss; else level += row_loss;
     }
     m->loss[tid][0] = path;
     m->loss[tid][1] = level;
     m->nonfinite[tid] = bad;
+}
+
+/* The dense rows of samples [lo, hi): their loss, and d loss / d score added into the dense
+ * block's gradient G (after gsum_task: a sample's rows are all in one thread, and two of its
+ * rows may share a column: a path row's group and a level row's ancestors). */
+CLONES static void dense_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    Step *m = (Step *)s;
+    const Work *w = s->w;
+    const int64_t D = w->D, *dptr = w->d_ptr.p, *dset = w->d_set.p, *dtpos = w->d_tpos.p, *dlev = w->d_level.p;
+    const int64_t *sp = w->set_ptr.p, *sk = w->set_k.p;
+    double path = 0.0, level = 0.0;
+    int bad = 0;
+    for (int64_t b = lo; b < hi; b++) {
+        const float *restrict S = s->sbuf + b * D;
+        float *restrict G = s->gbuf + b * D;
+        for (int64_t r = dptr[b]; r < dptr[b + 1]; r++) {
+            const int64_t *restrict k = sk + sp[dset[r]], n = sp[dset[r] + 1] - sp[dset[r]];
+            int odd = 0;
+            float top = S[k[0]];
+            for (int64_t i = 0; i < n; i++) { const float v = S[k[i]]; odd |= is_nonfinite(v); top = v > top ? v : top; }
+            if (odd) { bad = 1; continue; }
+            float total = 0.0f;
+            for (int64_t i = 0; i < n; i++) total += expf(S[k[i]] - top);
+            const float lse = logf(total) + top;
+            const float scale = dlev[r] ? s->level_scale : s->path_scale;
+            for (int64_t i = 0; i < n; i++) G[k[i]] += scale * expf(S[k[i]] - lse);
+            G[k[dtpos[r]]] -= scale;
+            const double row_loss = (double)lse - (double)S[k[dtpos[r]]];
+            if (dlev[r]) level += row_loss; else path += row_loss;
+        }
+    }
+    m->dloss[tid][0] = path;
+    m->dloss[tid][1] = level;
+    m->dnonfinite[tid] = bad;
 }
 
 /* The pairs' gradients of distinct columns [lo, hi) summed per entry (into the dense block
@@ -616,7 +790,7 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, const float *W_out, cons
     Work *w = handle;
     Step *s = step_new(w, T, H);
     if (!s) return -1;
-    const int64_t B = w->B, D = w->D, rows = w->R + w->LR;
+    const int64_t B = w->B, D = w->D, rows = w->SR;
     s->W_out = W_out; s->dW_out = dW_out; s->db_out = db_out;
     s->path_scale = 1.0f / (float)(w->R > 0 ? w->R : 1);
     s->level_scale = level_weight / (float)(w->LR > 0 ? w->LR : 1);
@@ -624,6 +798,7 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, const float *W_out, cons
     parallel(s, s->T, loss_task, rows, w->row_start.p);
     memset(s->gbuf, 0, sizeof(float) * (size_t)(B * D));
     parallel(s, s->T, gsum_task, w->U, w->u_ptr.p);
+    parallel(s, (int)(B < s->T ? (B > 0 ? B : 1) : s->T), dense_task, B, w->d_cost.p);
     memset(s->dh, 0, sizeof(float) * (size_t)(s->T * B * s->HS));
     parallel(s, s->T, back_task, w->Us, w->sparse_w.p);
     memcpy(G, s->gbuf, sizeof(float) * (size_t)(B * D));
@@ -634,7 +809,11 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, const float *W_out, cons
     static const double NaN = __builtin_nan("");
     double path = 0.0, level = 0.0;
     int bad = 0;
-    for (int t = 0; t < s->T; t++) { path += s->loss[t][0]; level += s->loss[t][1]; bad |= s->nonfinite[t]; }
+    for (int t = 0; t < s->T; t++) {
+        path += s->loss[t][0] + s->dloss[t][0];
+        level += s->loss[t][1] + s->dloss[t][1];
+        bad |= s->nonfinite[t] | s->dnonfinite[t];
+    }
     path /= (double)(w->R > 0 ? w->R : 1);
     level /= (double)(w->LR > 0 ? w->LR : 1);
     loss[0] = bad ? NaN : path + (double)level_weight * level;
