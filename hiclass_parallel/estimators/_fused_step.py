@@ -31,8 +31,9 @@ from torch import nn
 
 from ..ops.engine import _native_path_step as native
 from ..ops.sibling_paths import sibling_plan
+from ._optim import LazyAdam
 
-__all__ = ["fused_step", "fused_step_refusal"]
+__all__ = ["fused_step", "fused_step_refusal", "fused_update_refusal"]
 
 #: One workspace per module (weakly held: it goes with the module).
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -86,17 +87,48 @@ def _rows_grad(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) ->
                                    is_coalesced=True, check_invariants=False)
 
 
-def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torch.Tensor,
+               optimizer: LazyAdam | None = None) -> dict[str, Any]:
     """One training step's loss and gradients (in ``p.grad``): ``{"loss", "y_pred"}`` as skorch's
-    ``train_step_single`` returns (``y_pred`` is the hidden representation)."""
+    ``train_step_single`` returns (``y_pred`` is the hidden representation).
+
+    With ``optimizer`` (the net's ``LazyAdam``, when nothing reads the gradients between the
+    backward pass and the optimizer's step: see :func:`fused_update_refusal`), the input and
+    output layers' touched rows are updated in the step itself, each as soon as its gradient is
+    complete, and their ``.grad`` stays unset; the biases get gradients, which the optimizer's
+    ``step`` then applies. The weights come out as after the unfused step and ``step``."""
     W_in, b_in, W_out, b_out = _params(module)
     level = criterion.level_contrast if criterion.training else 0.0
+    update = optimizer.fused_row_updates(W_in, W_out) if optimizer is not None else None
     out = _workspace(module, criterion)(
         X, y, W_in.detach(), b_in.detach(), W_out.detach(), b_out.detach().reshape(-1),
         stop_rows=criterion.semantics == "terminal", level_weight=level, threads=torch.get_num_threads(),
+        update=tuple(update) if update else None,
     )
-    _accumulate(W_in, _rows_grad(W_in, out.input_rows, out.input_grad))
+    if not update:
+        _accumulate(W_in, _rows_grad(W_in, out.input_rows, out.input_grad))
+        _accumulate(W_out, _rows_grad(W_out, out.output_rows, out.output_grad))
     _accumulate(b_in, out.input_bias_grad)
-    _accumulate(W_out, _rows_grad(W_out, out.output_rows, out.output_grad))
     _accumulate(b_out, _rows_grad(b_out, out.output_rows, out.output_bias_grad))
     return {"loss": torch.tensor(out.loss, dtype=torch.float32), "y_pred": out.hidden}
+
+
+def fused_update_refusal(net: Any) -> str | None:
+    """Why the fused step of ``net`` (a skorch net) cannot also apply the optimizer's update of
+    the input and output layers, or ``None`` when it can: the net's one optimizer is
+    :class:`LazyAdam` itself, and no callback (nor the net) hooks ``on_grad_computed``, the one
+    place skorch lets code read or change gradients before the update (gradient clipping,
+    gradient logging, the data-parallel all-reduce)."""
+    from skorch import NeuralNet
+    from skorch.callbacks import Callback
+
+    if list(getattr(net, "_optimizers", ["optimizer"])) != ["optimizer"]:
+        return "the net has more than one optimizer"
+    if type(getattr(net, "optimizer_", None)) is not LazyAdam:
+        return f"the optimizer is {type(getattr(net, 'optimizer_', None)).__name__}, not LazyAdam"
+    if type(net).on_grad_computed is not NeuralNet.on_grad_computed:
+        return f"{type(net).__name__} overrides on_grad_computed"
+    for name, callback in getattr(net, "callbacks_", ()):
+        if type(callback).on_grad_computed is not Callback.on_grad_computed:
+            return f"the callback {name!r} reads gradients (on_grad_computed)"
+    return None

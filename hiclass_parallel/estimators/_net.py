@@ -18,7 +18,7 @@ from skorch import NeuralNet
 from skorch.dataset import unpack_data
 from skorch.utils import to_tensor
 
-from ._fused_step import fused_step, fused_step_refusal
+from ._fused_step import fused_step, fused_step_refusal, fused_update_refusal
 
 __all__ = ["TreeNet", "module_kwargs"]
 
@@ -76,7 +76,12 @@ class TreeNet(NeuralNet):
             refusal = fused_step_refusal(self.module_, self.criterion_, X)
             self.step_engine_ = "torch" if refusal else "fused"
             if refusal is None:
-                return fused_step(self.module_, self.criterion_, X, y)
+                # the update of the big layers inside the step too, unless something reads the
+                # gradients first (it then runs in the optimizer's step, as on the torch route)
+                fuse_update = fused_update_refusal(self) is None
+                self.update_engine_ = "fused" if fuse_update else "optimizer"
+                return fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None)
+            self.update_engine_ = "optimizer"
         with torch.set_grad_enabled(training):
             hidden = self.module_.encode(X)
             loss = self.criterion_(self.module_.scorer(hidden), y)

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..ops.engine._native_path_step import adam_rows
+from ..ops.engine._native_path_step import RowUpdate, adam_rows
 
 __all__ = ["LazyAdam"]
 
@@ -135,20 +135,50 @@ class LazyAdam(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-            lr = lr * group.get("lr_scale", 1.0)  # groups saved before the option: 1
-            row_moment = group.get("second_moment", "entry") == "row"  # groups saved before the option: Adam's
             dense: list[torch.Tensor] = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
-                    self._sparse_step(p, lr, b1, b2, eps, wd, row_moment)
+                    self._sparse_step(p, group)
                 else:
                     dense.append(p)
             if dense:
+                lr, (b1, b2), eps, wd = group["lr"] * group.get("lr_scale", 1.0), group["betas"], group["eps"], \
+                    group["weight_decay"]
                 self._dense_step(dense, lr, b1, b2, eps, wd)
         return loss
+
+    def fused_row_updates(self, *params: torch.Tensor) -> list[RowUpdate] | None:
+        """This step's Adam updates of ``params``' touched rows, for a caller that applies them
+        itself as it computes the gradients (the fused training step), or ``None`` where it
+        cannot: a parameter without a gradient-free slot in this optimizer (its ``.grad`` is
+        set, or it is in no group) or whose state the C row update cannot serve. On success
+        each parameter's step count has advanced, as :meth:`step` would have advanced it; the
+        caller must then apply every update, and leave the parameters' ``.grad`` unset so that
+        :meth:`step` does not update them again."""
+        found = []
+        for p in params:
+            group = next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
+            if group is None or p.grad is not None or p.dim() < 2:
+                return None
+            state = self._state(p, group.get("second_moment", "entry") == "row")
+            if not _native_rows(p, state["exp_avg"], state["exp_avg_sq"]):
+                return None
+            found.append((p, group))
+        return [self._row_update(p, group) for p, group in found]
+
+    def _row_update(self, p: torch.Tensor, group: dict[str, Any]) -> RowUpdate:
+        """Advance ``p``'s step; the numbers of its sparse update (groups saved before the
+        options: ``lr_scale`` 1, per-entry second moment)."""
+        state = self._state(p, group.get("second_moment", "entry") == "row")
+        state["step"] += 1
+        step = float(state["step"])
+        (b1, b2), v = group["betas"], state["exp_avg_sq"]
+        return RowUpdate(state["exp_avg"], v, lr_t=group["lr"] * group.get("lr_scale", 1.0) / (1 - b1**step),
+                         beta1=b1, beta2=b2, eps=group["eps"], weight_decay=group["weight_decay"],
+                         bias_correction2=1 - b2**step,
+                         row_v=v.shape != p.shape or p[0].numel() == 1)  # the state's own form
 
     def _state(self, p: torch.Tensor, row_moment: bool = False) -> dict[str, Any]:
         """``p``'s state; a new one keeps its second moment per row when ``row_moment`` (and ``p``
@@ -161,27 +191,23 @@ class LazyAdam(torch.optim.Optimizer):
             state["exp_avg_sq"] = p.new_zeros(p.shape[0], 1) if by_row else torch.zeros_like(p)
         return state
 
-    def _sparse_step(self, p: torch.Tensor, lr: float, b1: float, b2: float, eps: float, wd: float,
-                     row_moment: bool) -> None:
-        state = self._state(p, row_moment)
-        state["step"] += 1
-        step = float(state["step"])
+    def _sparse_step(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+        u = self._row_update(p, group)
         grad = p.grad.coalesce()
         rows, values = grad.indices()[0], grad.values()
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        by_row = v.shape != p.shape  # the state's own form (a loaded one keeps it)
+        m, v, b1, b2, wd = u.exp_avg, u.exp_avg_sq, u.beta1, u.beta2, u.weight_decay
         if _native_rows(p, m, v, values):
             # one pass over the touched rows instead of six torch ops (the optimizer step was
             # about a third of a text model's training step)
-            adam_rows(p, m, v, rows, values, lr_t=lr / (1 - b1**step), beta1=b1, beta2=b2, eps=eps,
-                      weight_decay=wd, bias_correction2=1 - b2**step, threads=torch.get_num_threads())
+            adam_rows(p, m, v, rows, values, lr_t=u.lr_t, beta1=b1, beta2=b2, eps=u.eps, weight_decay=wd,
+                      bias_correction2=u.bias_correction2, threads=torch.get_num_threads())
             return
         # index_select / index_copy_: a coalesced gradient has each row once, and these are
         # several times faster than advanced indexing on the CPU.
         if wd:
             values = values + wd * p[rows]
         m_rows = m.index_select(0, rows).mul_(b1).add_(values, alpha=1 - b1)
-        if by_row:  # one value per row: the mean of its squared entries, broadcast over the row
+        if v.shape != p.shape:  # one value per row: the mean of its squared entries, broadcast over the row
             squares = values.reshape(values.shape[0], -1).pow(2).mean(1, keepdim=True)
             v_rows = v.index_select(0, rows).mul_(b2).add_(squares, alpha=1 - b2)
             v.index_copy_(0, rows, v_rows)
@@ -190,8 +216,8 @@ class LazyAdam(torch.optim.Optimizer):
             v_rows = v.index_select(0, rows).mul_(b2).addcmul_(values, values, value=1 - b2)
             v.index_copy_(0, rows, v_rows)
         m.index_copy_(0, rows, m_rows)
-        denom = v_rows.div_(1 - b2**step).sqrt_().add_(eps)
-        p.index_add_(0, rows, m_rows.div_(denom), alpha=-lr / (1 - b1**step))
+        denom = v_rows.div_(u.bias_correction2).sqrt_().add_(u.eps)
+        p.index_add_(0, rows, m_rows.div_(denom), alpha=-u.lr_t)
 
     def _dense_step(self, params: list[torch.Tensor], lr: float, b1: float, b2: float, eps: float, wd: float) -> None:
         # Adam's update in public tensor operations. Only the text model's small dense

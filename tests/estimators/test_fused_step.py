@@ -144,3 +144,85 @@ def test_the_classifier_trains_fused_and_reports_it():
     losses = [np.array(c.net_.history[:, "train_loss"]) for c in runs.values()]
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
     np.testing.assert_array_equal(runs["1"].predict(X[:50]), runs["0"].predict(X[:50]))
+
+
+# ---------------------------------------------------------------------------- the fused update
+def _optimizer(module: SparseMLP, weight_decay: float, second_moment: str):
+    from hiclass_parallel.estimators import LazyAdam
+
+    groups = [{"params": [module.input.embedding.weight], "second_moment": second_moment, "lr_scale": 3.0},
+              {"params": [p for n, p in module.named_parameters() if n != "input.embedding.weight"]}]
+    return LazyAdam(groups, lr=0.01, weight_decay=weight_decay)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("second_moment", "weight_decay"), [("row", 0.0), ("entry", 0.0), ("row", 1e-3)])
+def test_the_fused_update_equals_the_step_then_the_optimizer(random_tree, seed, second_moment, weight_decay):
+    """Three steps on different batches: the weights and the optimizer's state after the fused
+    update (rows updated inside the step) equal those of the unfused step followed by
+    ``LazyAdam.step``."""
+    import copy
+
+    module, criterion, X, y = _case(random_tree, seed, True, "terminal", 0.3, B=160, n=400, H=16)
+    other, start = copy.deepcopy(module), copy.deepcopy(module)
+    fused_opt, plain_opt = _optimizer(module, weight_decay, second_moment), _optimizer(other, weight_decay, second_moment)
+    rng = np.random.default_rng(seed)
+    for step in range(3):
+        X = csr_tensor(sp.random(160, 30, density=0.2, random_state=seed * 10 + step, format="csr", dtype=np.float32))
+        y = torch.as_tensor(rng.integers(-1, 400, 160))
+        for opt, mod, fuse in ((fused_opt, module, True), (plain_opt, other, False)):
+            opt.zero_grad(set_to_none=True)
+            opt.step(lambda mod=mod, opt=opt, fuse=fuse: fused_step(mod, criterion, X, y, opt if fuse else None)["loss"])
+        assert module.input.embedding.weight.grad is None and module.head.weight.weight.grad is None
+    for (name, p), q in zip(module.named_parameters(), other.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(fused_opt.state[p][key], plain_opt.state[q][key], rtol=1e-5, atol=1e-7,
+                                       msg=f"{name} {key}")
+    # the update reached the rows (equal weights could also mean neither moved)
+    moved = (module.head.weight.weight != start.head.weight.weight).any(1)
+    assert 0 < int(moved.sum()) < moved.numel()  # touched rows only
+    assert bool((module.input.embedding.weight != start.input.embedding.weight).any())
+
+
+def test_the_fused_update_steps_aside_when_gradients_are_already_set(random_tree):
+    module, criterion, X, y = _case(random_tree, 0, True, "terminal", 0.3)
+    opt = _optimizer(module, 0.0, "row")
+    W_in, W_out = module.input.embedding.weight, module.head.weight.weight
+    fused_step(module, criterion, X, y)  # gradients set, not applied
+    assert opt.fused_row_updates(W_in, W_out) is None
+    assert not opt.state  # nothing advanced
+    opt.zero_grad(set_to_none=True)
+    assert len(opt.fused_row_updates(W_in, W_out)) == 2
+    assert int(opt.state[W_in]["step"]) == 1 and int(opt.state[W_out]["step"]) == 1
+
+
+def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
+    from skorch.callbacks import Callback
+
+    from hiclass_parallel import Tree
+    from hiclass_parallel.estimators._fused_step import fused_update_refusal
+
+    class Spy(Callback):
+        seen = 0
+
+        def on_grad_computed(self, net, named_parameters, **kwargs):
+            Spy.seen += sum(p.grad is not None for _, p in named_parameters)
+
+    rng = np.random.default_rng(1)
+    tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 10), rng.integers(2, 12, 30)])
+    X = sp.random(300, 40, density=0.1, random_state=1, format="csr", dtype=np.float32)
+    y = rng.integers(0, tree.n_classes, 300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=64).fit(X, y)
+        spied = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=64, callbacks=[Spy()]).fit(X, y)
+        other_opt = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=64,
+                                           optimizer=torch.optim.SGD).fit(X, y)
+    assert plain.net_.update_engine_ == "fused" and fused_update_refusal(plain.net_) is None
+    assert spied.net_.update_engine_ == "optimizer" and other_opt.net_.update_engine_ == "optimizer"
+    assert "'Spy'" in fused_update_refusal(spied.net_) and "SGD" in fused_update_refusal(other_opt.net_)
+    assert Spy.seen > 0  # the callback saw the big layers' gradients
+    # the same training either way
+    np.testing.assert_allclose(spied.net_.history[:, "train_loss"], plain.net_.history[:, "train_loss"], rtol=1e-4)
+    np.testing.assert_array_equal(spied.predict(X[:50]), plain.predict(X[:50]))

@@ -28,7 +28,7 @@ import torch
 from ._native import load_library
 from ..sibling_paths import SiblingPlan
 
-__all__ = ["PathLocalStep", "StepResult", "adam_rows", "available"]
+__all__ = ["PathLocalStep", "RowUpdate", "StepResult", "adam_rows", "available"]
 
 _MODULE = "hiclass_parallel.ops.engine._path_step_c"
 #: What ``ps_prepare`` counts, in its order (``PathLocalStep.last_counts``, for the roofline).
@@ -57,11 +57,11 @@ def _forward() -> Any:
 
 
 def _backward() -> Any:
-    return _lib(("ps_backward",), _i, (_p, _i, _i, _p, _p, _f, _p, _p, _p, _p))
+    return _lib(("ps_backward",), _i, (_p, _i, _i, _p, _p, _f, _p, _p, _p, _p, _p, _p, _p, _i))
 
 
 def _finish() -> Any:
-    return _lib(("ps_finish",), _i, (_p, _i, _p, _p, _i, _p, _p, _p, _p, _p, _p, _p))
+    return _lib(("ps_finish",), _i, (_p, _i, _p, _p, _i, _p, _p, _p, _p, _p, _p, _p) + (_p, _p, _p, _p, _i) * 2)
 
 
 def _check(rc: int) -> None:
@@ -78,8 +78,32 @@ def available() -> bool:
     return _new() is not None
 
 
-def _ptr(t: torch.Tensor | np.ndarray) -> int:
+def _ptr(t: torch.Tensor | np.ndarray | None) -> int | None:
+    if t is None:
+        return None  # NULL
     return t.ctypes.data if isinstance(t, np.ndarray) else t.data_ptr()
+
+
+@dataclass(frozen=True)
+class RowUpdate:
+    """One Adam step of a parameter's touched rows, as ``LazyAdam`` takes it: the moments and
+    the step's numbers (``lr_t = lr / (1 - beta1**step)``, ``bias_correction2 = 1 -
+    beta2**step``). ``row_v``: ``exp_avg_sq`` holds one value per row."""
+
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    lr_t: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    bias_correction2: float
+    row_v: bool
+
+    def hyper(self) -> np.ndarray:
+        """The six numbers in the kernel's order (float32; keep it alive during the call)."""
+        return np.array([self.lr_t, self.beta1, self.beta2, self.eps, self.weight_decay, self.bias_correction2],
+                        dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -96,7 +120,8 @@ class StepResult:
     input_rows, input_grad : torch.Tensor of shape (NF,) and (NF, H)
         The distinct input features of the batch (ascending) and ``d loss / d W_in`` on them.
         ``input_grad`` and ``output_grad`` are views of the workspace's buffers, overwritten by
-        the next step (copy them to keep them).
+        the next step (copy them to keep them); ``None`` when the step updated ``W_in`` and
+        ``W_out`` itself (``update``).
     input_bias_grad : torch.Tensor of shape (H,)
     output_rows, output_grad, output_bias_grad : torch.Tensor of shape (U,), (U, H), (U,)
         The distinct score columns the loss read (ascending) and the gradients of their rows.
@@ -107,10 +132,10 @@ class StepResult:
     level_loss: float
     hidden: torch.Tensor
     input_rows: torch.Tensor
-    input_grad: torch.Tensor
+    input_grad: torch.Tensor | None
     input_bias_grad: torch.Tensor
     output_rows: torch.Tensor
-    output_grad: torch.Tensor
+    output_grad: torch.Tensor | None
     output_bias_grad: torch.Tensor
 
 
@@ -167,11 +192,18 @@ class PathLocalStep:
     def __call__(
         self, X: torch.Tensor, target: torch.Tensor, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor,
         b_out: torch.Tensor, *, stop_rows: bool, level_weight: float, threads: int,
+        update: tuple[RowUpdate, RowUpdate] | None = None,
     ) -> StepResult:
         """One step on a torch sparse CSR float32 batch ``X (B, F)`` and node ids ``target (B,)``
         (``-1``: unlabelled). Weights are float32, C-contiguous, on the CPU; ``b_out`` has
         ``n_outputs`` entries. ``stop_rows``: terminal semantics with stop columns.
-        ``level_weight > 0`` adds the in-batch level term."""
+        ``level_weight > 0`` adds the in-batch level term.
+
+        ``update``: Adam's steps of ``W_in`` and ``W_out`` (in that order): the step then
+        updates their touched rows in place, each as soon as its gradient is complete and
+        while it is still in cache, and returns no gradient for them (``input_grad`` and
+        ``output_grad`` are ``None``); the biases' gradients are returned as always. The
+        weights are the same as after :func:`adam_rows` on the returned gradients."""
         crow = X.crow_indices().to(torch.int64).contiguous()
         col = X.col_indices().to(torch.int64).contiguous()
         val = X.values().to(torch.float32).contiguous()
@@ -203,18 +235,39 @@ class PathLocalStep:
             W_dense = W_out.index_select(0, dense_cols)
             S = torch.addmm(b_out.index_select(0, dense_cols), hidden, W_dense.t())
             G = torch.empty(B, D, **f32)
-            output_grad, output_bias = self._reused("output", U, H), torch.empty(U, **f32)
+            output_grad = None if update else self._reused("output", U, H)
+            output_bias = torch.empty(U, **f32)
             loss = np.zeros(3, dtype=np.float64)
+            up_in, up_out, _hyper = _update_args(update, W_in, W_out)  # _hyper: alive through the calls
             _check(_backward().ps_backward(self._handle, T, H, _ptr(W_out), _ptr(S), float(level_weight), _ptr(G),
-                                           _ptr(output_grad), _ptr(output_bias), _ptr(loss)))
+                                           _ptr(output_grad), _ptr(output_bias), _ptr(loss), *up_out[1:]))
             dh_dense, dW_dense = G @ W_dense, G.t() @ hidden
-            input_grad, input_bias = self._reused("input", NF, H), torch.empty(H, **f32)
+            input_grad = None if update else self._reused("input", NF, H)
+            input_bias = torch.empty(H, **f32)
             input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
             _check(_finish().ps_finish(self._handle, T, _ptr(crow), _ptr(val), H, _ptr(dh_dense), _ptr(dW_dense),
                                        _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),
-                                       _ptr(output_rows)))
+                                       _ptr(output_rows), *up_in, *up_out))
         return StepResult(float(loss[0]), float(loss[1]), float(loss[2]), hidden, input_rows, input_grad,
                           input_bias, output_rows, output_grad, output_bias)
+
+
+def _update_args(update: tuple[RowUpdate, RowUpdate] | None, W_in: torch.Tensor, W_out: torch.Tensor) -> tuple:
+    """The kernel's (weights, m, v, hyper, row_v) of W_in and of W_out (NULLs without an update),
+    and the hyper arrays the pointers point into."""
+    if update is None:
+        return (None, None, None, None, 0), (None, None, None, None, 0), ()
+    for rows, param in zip(update, (W_in, W_out)):
+        for state in (rows.exp_avg, rows.exp_avg_sq):
+            if state.dtype != torch.float32 or state.device.type != "cpu" or not state.is_contiguous():
+                raise ValueError("the fused update needs float32, contiguous CPU moments")
+        if rows.exp_avg.shape != param.shape or rows.exp_avg_sq.numel() != (param.shape[0] if rows.row_v
+                                                                             else param.numel()):
+            raise ValueError(f"the moments of a {tuple(param.shape)} parameter do not match it")
+    hyper = tuple(u.hyper() for u in update)
+    args = tuple((_ptr(p), _ptr(u.exp_avg), _ptr(u.exp_avg_sq), _ptr(h), int(u.row_v))
+                 for u, p, h in zip(update, (W_in, W_out), hyper))
+    return args[0], args[1], hyper
 
 
 def adam_rows(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, rows: torch.Tensor,

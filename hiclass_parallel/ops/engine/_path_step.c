@@ -95,7 +95,7 @@ typedef struct {
     Buf dense_u, e_at, sparse_u, sparse_w;
     int64_t D, Us;
     /* per-pair scores and their gradients, per-thread hidden gradients */
-    Buf score, grad, dh, hpad, sbuf, gbuf;
+    Buf score, grad, dh, hpad, sbuf, gbuf, gscratch;
 } Work;
 
 void *ps_new(int64_t C, int64_t N, int64_t F) {
@@ -132,7 +132,7 @@ void ps_free(void *handle) {
                    &w->score, &w->grad, &w->dh, &w->hpad, &w->e_ptr, &w->e_sample,
                    &w->pair_entry, &w->s_mark, &w->dense_u, &w->e_at,
                    &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf, &w->set_ptr, &w->set_col, &w->set_k,
-                   &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups};
+                   &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups, &w->gscratch};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
     free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
     free(w->dense_bits); free(w->group_count); free(w->group_set);
@@ -494,6 +494,59 @@ static void parallel(const Step *s, int T, task_fn fn, int64_t n, const int64_t 
     }
 }
 
+/* ---------------------------------------------------------------- Adam on one row */
+
+/* LazyAdam's update of a parameter's rows (hyper: lr_t = lr / (1 - b1^step), b1, b2, eps,
+ * weight decay, bc2 = 1 - b2^step). m is the first moment (the parameter's shape); v the
+ * second, the parameter's shape, or with row_v one value per row (the mean of the row's
+ * squared gradient). */
+typedef struct {
+    float *m, *v;
+    float lr_t, b1, b2, eps, wd, bc2;
+    int64_t row_v;
+} RowAdam;
+
+static RowAdam row_adam(float *m, float *v, const float *hyper, int64_t row_v) {
+    RowAdam a = {m, v, 0, 0, 0, 0, 0, 1, row_v != 0};
+    if (m) { a.lr_t = hyper[0]; a.b1 = hyper[1]; a.b2 = hyper[2]; a.eps = hyper[3]; a.wd = hyper[4]; a.bc2 = hyper[5]; }
+    return a;
+}
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Adam on row `row` of p (H wide) with gradient g: the same operations, in the same order, as
+ * LazyAdam's torch route. */
+INLINE void adam_row(float *restrict p, const RowAdam *a, int64_t row, const float *restrict g, int64_t H) {
+    p += row * H;
+    float *restrict m = a->m + row * H;
+    if (a->row_v) {
+        float sq = 0.0f;
+        for (int64_t j = 0; j < H; j++) {
+            const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
+            sq += gj * gj;
+        }
+        const float vr = a->v[row] * a->b2 + (1.0f - a->b2) * (sq / (float)H);
+        a->v[row] = vr;
+        const float step = a->lr_t / (sqrtf(vr / a->bc2) + a->eps);
+        for (int64_t j = 0; j < H; j++) {
+            const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
+            const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
+            m[j] = mj;
+            p[j] -= step * mj;
+        }
+        return;
+    }
+    float *restrict v = a->v + row * H;
+    for (int64_t j = 0; j < H; j++) {
+        const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
+        const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
+        const float vj = v[j] * a->b2 + (1.0f - a->b2) * gj * gj;
+        m[j] = mj;
+        v[j] = vj;
+        p[j] -= a->lr_t * (mj / (sqrtf(vj / a->bc2) + a->eps));
+    }
+}
+
 /* ---------------------------------------------------------------- the step */
 
 struct Step {
@@ -502,7 +555,12 @@ struct Step {
     const int64_t *xptr, *xidx;
     const float *xval, *W_in, *b_in, *W_out, *b_out;
     float *h, *score, *grad, *dh, *sbuf, *gbuf, *dW_in, *dW_out, *db_out;
-    const float *dh_dense;
+    /* The fused update (adam.m set): the rows' gradients go to a per-thread scratch row and Adam
+     * updates the weight row (upd) at once, while the row is in cache, instead of the gradient
+     * being written out for the optimizer to read back. */
+    float *upd, *gscratch;
+    RowAdam adam;
+    const float *dh_dense, *dW_dense;
     float path_scale, level_scale;
     int T;
     double loss[MAX_THREADS][2], dloss[MAX_THREADS][2];
@@ -511,7 +569,6 @@ struct Step {
 
 /* The inner loops, as functions so that their restrict parameters hold (GCC does not vectorise
  * them through restrict locals); inlined into each target clone of their callers. */
-#define INLINE static inline __attribute__((always_inline))
 
 INLINE void dot4(const float *restrict row, const float *restrict h0, const float *restrict h1,
                  const float *restrict h2, const float *restrict h3, int64_t H, float *out) {
@@ -686,8 +743,8 @@ CLONES static void back_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i++) {
         const int64_t u = su[i];
         if (i + 2 < hi) prefetch_row(s->W_out + ucol[su[i + 2]] * H, H);
-        const float *restrict row = s->W_out + ucol[u] * H;
-        float *restrict gw = s->dW_out + u * H;
+        const float *row = s->W_out + ucol[u] * H; /* not restrict: the fused update writes it below */
+        float *restrict gw = s->adam.m ? s->gscratch + (int64_t)tid * HS : s->dW_out + u * H;
         float gb = 0.0f;
         for (int64_t j = 0; j < H; j++) gw[j] = 0.0f;
         int64_t e = eptr[u];
@@ -702,6 +759,7 @@ CLONES static void back_task(const Step *s, int tid, int64_t lo, int64_t hi) {
             gb += eg[e];
         }
         s->db_out[u] = gb;
+        if (s->adam.m) adam_row(s->upd, &s->adam, ucol[u], gw, H); /* after the row's last read */
     }
 }
 
@@ -722,16 +780,26 @@ CLONES static void reduce_task(const Step *s, int tid, int64_t lo, int64_t hi) {
 /* Input-layer gradient of the distinct features [lo, hi): the sum of value x hidden gradient
  * over the batch entries of each feature. */
 CLONES static void input_task(const Step *s, int tid, int64_t lo, int64_t hi) {
-    (void)tid;
     const Work *w = s->w;
     const int64_t H = s->H, *fptr = w->f_ptr.p, *fent = w->f_ent.p, *frow = w->f_row.p;
+    const int64_t *feat = w->feat.p;
     for (int64_t f = lo; f < hi; f++) {
-        float *restrict out = s->dW_in + f * H;
+        float *restrict out = s->adam.m ? s->gscratch + (int64_t)tid * s->HS : s->dW_in + f * H;
         for (int64_t j = 0; j < H; j++) out[j] = 0.0f;
         for (int64_t e = fptr[f]; e < fptr[f + 1]; e++) {
             axpy(out, s->dh + frow[e] * s->HS, s->xval[fent[e]], H);
         }
+        if (s->adam.m) adam_row(s->upd, &s->adam, feat[f], out, H);
     }
+}
+
+/* The fused update of the dense block's rows [lo, hi) of W_out (their gradient dW_dense from
+ * the caller's product). */
+CLONES static void dense_update_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    (void)tid;
+    const Work *w = s->w;
+    const int64_t *du = w->dense_u.p, *ucol = w->ucol.p;
+    for (int64_t k = lo; k < hi; k++) adam_row(s->upd, &s->adam, ucol[du[k]], s->dW_dense + k * s->H, s->H);
 }
 
 /* The step runs in three calls around the caller's three matrix products of the dense block
@@ -752,12 +820,13 @@ static Step *step_new(Work *w, int64_t T, int64_t H) {
      * streams all map to the same L1 sets and evict each other (measured 3x slower). */
     if (reserve(&w->score, 4 * (size_t)(w->P + 1)) || reserve(&w->grad, 4 * (size_t)(w->P + 1))
         || reserve(&w->hpad, 4 * (size_t)(B * HS + 1)) || reserve(&w->dh, 4 * (size_t)(T * B * HS + 1))
-        || reserve(&w->sbuf, 4 * (size_t)(B * w->D + w->E + 1)) || reserve(&w->gbuf, 4 * (size_t)(B * w->D + w->E + 1)))
+        || reserve(&w->sbuf, 4 * (size_t)(B * w->D + w->E + 1)) || reserve(&w->gbuf, 4 * (size_t)(B * w->D + w->E + 1))
+        || reserve(&w->gscratch, 4 * (size_t)(T * HS + 1)))
         return NULL;
     Step *s = calloc(1, sizeof(Step));
     if (!s) return NULL;
     *s = (Step){.w = w, .H = H, .HS = HS, .h = w->hpad.p, .score = w->score.p, .grad = w->grad.p, .dh = w->dh.p,
-                .sbuf = w->sbuf.p, .gbuf = w->gbuf.p, .T = (int)T};
+                .sbuf = w->sbuf.p, .gbuf = w->gbuf.p, .gscratch = w->gscratch.p, .T = (int)T};
     return s;
 }
 
@@ -784,14 +853,17 @@ int64_t ps_forward(void *handle, int64_t T, const int64_t *xptr, const int64_t *
  * and db_out (U) the gradients of the distinct columns' rows (the sparse columns' rows filled
  * here, the dense ones by ps_finish; db_out all); loss (3): the loss, its path part (mean over
  * path rows), its level part (mean over level rows, unweighted); NaN where a score was not
- * finite. */
-int64_t ps_backward(void *handle, int64_t T, int64_t H, const float *W_out, const float *S, float level_weight,
-                    float *G, float *dW_out, float *db_out, double *loss) {
+ * finite. The fused update (m not NULL): W_out's sparse rows are updated by Adam here (m, v,
+ * hyper, row_v as adam_rows takes them; W_out is written) and dW_out is not written. */
+int64_t ps_backward(void *handle, int64_t T, int64_t H, float *W_out, const float *S, float level_weight,
+                    float *G, float *dW_out, float *db_out, double *loss, float *m, float *v, const float *hyper,
+                    int64_t row_v) {
     Work *w = handle;
     Step *s = step_new(w, T, H);
     if (!s) return -1;
     const int64_t B = w->B, D = w->D, rows = w->SR;
     s->W_out = W_out; s->dW_out = dW_out; s->db_out = db_out;
+    s->upd = W_out; s->adam = row_adam(m, v, hyper, row_v);
     s->path_scale = 1.0f / (float)(w->R > 0 ? w->R : 1);
     s->level_scale = level_weight / (float)(w->LR > 0 ? w->LR : 1);
     memcpy(s->sbuf, S, sizeof(float) * (size_t)(B * D));
@@ -825,24 +897,34 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, const float *W_out, cons
 
 /* ps_finish. In: dh_dense (B, H) = G W_D and dW_dense (D, H) = G^T h (the caller's products).
  * Out: dW_in (NF, H) the input rows' gradients (rows: feat_out, NF); db_in (H); dW_out's dense
- * rows; col_out (U) the distinct columns. */
+ * rows; col_out (U) the distinct columns. The fused update (W_in not NULL): Adam updates W_in's
+ * touched rows (m_in, v_in, hyper_in, row_v_in) and W_out's dense rows (m_out, v_out,
+ * hyper_out, row_v_out) here, and dW_in and dW_out are not written. */
 int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xval, int64_t H, const float *dh_dense,
                   const float *dW_dense, float *dW_in, float *db_in, float *dW_out, int64_t *feat_out,
-                  int64_t *col_out) {
+                  int64_t *col_out, float *W_in, float *m_in, float *v_in, const float *hyper_in, int64_t row_v_in,
+                  float *W_out, float *m_out, float *v_out, const float *hyper_out, int64_t row_v_out) {
     Work *w = handle;
     Step *s = step_new(w, T, H);
     if (!s) return -1;
     const int64_t B = w->B, HS = s->HS;
     s->T = (int)(w->dh.cap / sizeof(float) >= (size_t)(s->T * B * HS) ? s->T : 1); /* blocks of ps_backward */
-    s->xptr = xptr; s->xval = xval; s->dW_in = dW_in; s->dh_dense = dh_dense;
+    s->xptr = xptr; s->xval = xval; s->dW_in = dW_in; s->dh_dense = dh_dense; s->dW_dense = dW_dense;
     int Tb = (int)(B < s->T ? (B > 0 ? B : 1) : s->T);
     parallel(s, Tb, reduce_task, B, NULL);
+    const int fused = W_in && m_in && W_out && m_out;
+    if (fused) { s->upd = W_in; s->adam = row_adam(m_in, v_in, hyper_in, row_v_in); }
     parallel(s, s->T, input_task, w->NF, w->f_ptr.p);
     for (int64_t j = 0; j < H; j++) db_in[j] = 0.0f;
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < H; j++) db_in[j] += s->dh[b * HS + j];
     const int64_t *du = w->dense_u.p;
-    for (int64_t k = 0; k < w->D; k++) memcpy(dW_out + du[k] * H, dW_dense + k * H, sizeof(float) * (size_t)H);
+    if (fused) {
+        s->upd = W_out; s->adam = row_adam(m_out, v_out, hyper_out, row_v_out);
+        parallel(s, (int)(w->D < 64 * s->T ? 1 : s->T), dense_update_task, w->D, NULL);
+    } else {
+        for (int64_t k = 0; k < w->D; k++) memcpy(dW_out + du[k] * H, dW_dense + k * H, sizeof(float) * (size_t)H);
+    }
     memcpy(feat_out, w->feat.p, sizeof(int64_t) * (size_t)w->NF);
     memcpy(col_out, w->ucol.p, sizeof(int64_t) * (size_t)w->U);
     free(s);
@@ -856,71 +938,36 @@ int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xva
  *   bc2 = 1 - b2^step.
  * The same operations, in the same order, as LazyAdam's torch route. A row-wise second moment
  * reads and writes 20 bytes per touched entry instead of 28: the update is memory-bound. */
-typedef struct {
-    float *p, *m, *v;
-    const int64_t *rows;
-    const float *g;
-    int64_t H, row_v;
-    float lr_t, b1, b2, eps, wd, bc2;
-} AdamJob;
-typedef struct { const AdamJob *a; int64_t lo, hi; } AdamChunk;
+typedef struct { float *p; const int64_t *rows; const float *g; int64_t H, lo, hi; RowAdam a; } AdamChunk;
 
 CLONES static void *adam_chunk(void *arg) {
     const AdamChunk *c = arg;
-    const AdamJob *a = c->a;
-    const int64_t H = a->H;
+    const int64_t H = c->H;
     for (int64_t i = c->lo; i < c->hi; i++) {
-        const int64_t row = a->rows[i];
-        float *p = a->p + row * H, *m = a->m + row * H;
-        const float *g = a->g + i * H;
         /* The rows are scattered: ask for the next row while this one is updated, so its
          * reads overlap the arithmetic (further ahead measured no better). */
         if (i + 1 < c->hi) {
-            const int64_t r = a->rows[i + 1];
-            prefetch_row(a->p + r * H, H);
-            prefetch_row(a->m + r * H, H);
-            if (!a->row_v) prefetch_row(a->v + r * H, H);
+            const int64_t r = c->rows[i + 1];
+            prefetch_row(c->p + r * H, H);
+            prefetch_row(c->a.m + r * H, H);
+            if (!c->a.row_v) prefetch_row(c->a.v + r * H, H);
         }
-        if (a->row_v) {
-            float sq = 0.0f;
-            for (int64_t j = 0; j < H; j++) {
-                const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
-                sq += gj * gj;
-            }
-            const float vr = a->v[row] * a->b2 + (1.0f - a->b2) * (sq / (float)H);
-            a->v[row] = vr;
-            const float step = a->lr_t / (sqrtf(vr / a->bc2) + a->eps);
-            for (int64_t j = 0; j < H; j++) {
-                const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
-                const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
-                m[j] = mj;
-                p[j] -= step * mj;
-            }
-            continue;
-        }
-        float *v = a->v + row * H;
-        for (int64_t j = 0; j < H; j++) {
-            const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];
-            const float mj = m[j] * a->b1 + (1.0f - a->b1) * gj;
-            const float vj = v[j] * a->b2 + (1.0f - a->b2) * gj * gj;
-            m[j] = mj;
-            v[j] = vj;
-            p[j] -= a->lr_t * (mj / (sqrtf(vj / a->bc2) + a->eps));
-        }
+        adam_row(c->p, &c->a, c->rows[i], c->g + i * H, H);
     }
     return NULL;
 }
 
 void adam_rows(float *p, float *m, float *v, const int64_t *rows, const float *g, int64_t n, int64_t H,
                float lr_t, float b1, float b2, float eps, float wd, float bc2, int64_t T, int64_t row_v) {
-    AdamJob a = {p, m, v, rows, g, H, row_v != 0, lr_t, b1, b2, eps, wd, bc2};
+    const float hyper[6] = {lr_t, b1, b2, eps, wd, bc2};
+    const RowAdam a = row_adam(m, v, hyper, row_v);
     if (T < 1) T = 1;
     if (T > MAX_THREADS) T = MAX_THREADS;
     if (n < 64 * T) T = 1; /* a thread start costs more than a few rows */
     AdamChunk chunks[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     int started[MAX_THREADS];
-    for (int64_t t = 0; t < T; t++) chunks[t] = (AdamChunk){&a, n * t / T, n * (t + 1) / T};
+    for (int64_t t = 0; t < T; t++) chunks[t] = (AdamChunk){p, rows, g, H, n * t / T, n * (t + 1) / T, a};
     for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&th[t], NULL, adam_chunk, &chunks[t]) == 0;
     adam_chunk(&chunks[0]);
     for (int64_t t = 1; t < T; t++) {
