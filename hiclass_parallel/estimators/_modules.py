@@ -202,9 +202,11 @@ class SparseLinear(nn.Module):
 
     def __init__(self, n_features: int, width: int, sparse: bool = True):
         super().__init__()
-        self.embedding = nn.EmbeddingBag(int(n_features), int(width), mode="sum", sparse=bool(sparse))
         bound = 1.0 / max(int(n_features), 1) ** 0.5  # nn.Linear's default initialisation
-        nn.init.uniform_(self.embedding.weight, -bound, bound)
+        # _weight: the table is drawn once, here (its own default draw, replaced at once, took
+        # 1.2 s of a 30 s fit at WordNet's 483,569 features)
+        self.embedding = nn.EmbeddingBag(int(n_features), int(width), mode="sum", sparse=bool(sparse),
+                                         _weight=torch.empty(int(n_features), int(width)).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(int(width)).uniform_(-bound, bound))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
@@ -241,10 +243,11 @@ class ColumnScorer(nn.Module):
 
     def __init__(self, width: int, n_outputs: int, class_features: Any = None):
         super().__init__()
-        self.weight = nn.Embedding(int(n_outputs), int(width), sparse=True)
-        self.bias = nn.Embedding(int(n_outputs), 1, sparse=True)
-        nn.init.normal_(self.weight.weight, std=1.0 / max(int(width), 1) ** 0.5)
-        nn.init.zeros_(self.bias.weight)
+        # _weight: drawn once (the default draw of nn.Embedding would be replaced at once)
+        std = 1.0 / max(int(width), 1) ** 0.5
+        self.weight = nn.Embedding(int(n_outputs), int(width), sparse=True,
+                                   _weight=torch.empty(int(n_outputs), int(width)).normal_(std=std))
+        self.bias = nn.Embedding(int(n_outputs), 1, sparse=True, _weight=torch.zeros(int(n_outputs), 1))
         self.width = int(width)
         self.has_text = class_features is not None
         if self.has_text:

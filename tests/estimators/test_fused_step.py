@@ -226,3 +226,18 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
     # the same training either way
     np.testing.assert_allclose(spied.net_.history[:, "train_loss"], plain.net_.history[:, "train_loss"], rtol=1e-4)
     np.testing.assert_array_equal(spied.predict(X[:50]), plain.predict(X[:50]))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_batches_gathered_from_the_csr_arrays_equal_scipy_row_indexing(fmt):
+    from hiclass_parallel.estimators._data import csr_rows
+
+    X = sp.random(50, 30, density=0.1, random_state=3, format="lil", dtype=np.float64)
+    X[7] = 0  # an empty row
+    X = X.asformat(fmt)
+    idx = np.array([7, 3, 3, 49, 0, 12], dtype=np.int64)  # repeats, any order
+    got, want = csr_rows(X, idx), csr_tensor(X[idx])
+    assert got.dtype == torch.float32 and got.shape == (6, 30)
+    for part in ("crow_indices", "col_indices", "values"):
+        torch.testing.assert_close(getattr(got, part)(), getattr(want, part)(), msg=part)
+    np.testing.assert_array_equal(got.to_dense().numpy(), X[idx].toarray().astype(np.float32))

@@ -608,6 +608,12 @@ INLINE void prefetch_row(const float *p, int64_t H) {
     for (int64_t j = 0; j < H; j += 16) __builtin_prefetch(p + j);
 }
 
+/* The moments of row `row`, asked for ahead of the fused update. */
+INLINE void prefetch_adam(const RowAdam *a, int64_t row, int64_t H) {
+    prefetch_row(a->m + row * H, H);
+    if (!a->row_v) prefetch_row(a->v + row * H, H);
+}
+
 INLINE void axpy(float *restrict out, const float *restrict x, float a, int64_t H) {
     for (int64_t j = 0; j < H; j++) out[j] += a * x[j];
 }
@@ -742,7 +748,10 @@ CLONES static void back_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     float *restrict dh = s->dh + (int64_t)tid * w->B * HS;
     for (int64_t i = lo; i < hi; i++) {
         const int64_t u = su[i];
-        if (i + 2 < hi) prefetch_row(s->W_out + ucol[su[i + 2]] * H, H);
+        if (i + 2 < hi) {
+            prefetch_row(s->W_out + ucol[su[i + 2]] * H, H);
+            if (s->adam.m) prefetch_adam(&s->adam, ucol[su[i + 2]], H);
+        }
         const float *row = s->W_out + ucol[u] * H; /* not restrict: the fused update writes it below */
         float *restrict gw = s->adam.m ? s->gscratch + (int64_t)tid * HS : s->dW_out + u * H;
         float gb = 0.0f;
@@ -784,6 +793,10 @@ CLONES static void input_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     const int64_t H = s->H, *fptr = w->f_ptr.p, *fent = w->f_ent.p, *frow = w->f_row.p;
     const int64_t *feat = w->feat.p;
     for (int64_t f = lo; f < hi; f++) {
+        if (s->adam.m && f + 2 < hi) {
+            prefetch_row(s->upd + feat[f + 2] * H, H);
+            prefetch_adam(&s->adam, feat[f + 2], H);
+        }
         float *restrict out = s->adam.m ? s->gscratch + (int64_t)tid * s->HS : s->dW_in + f * H;
         for (int64_t j = 0; j < H; j++) out[j] = 0.0f;
         for (int64_t e = fptr[f]; e < fptr[f + 1]; e++) {
@@ -799,7 +812,13 @@ CLONES static void dense_update_task(const Step *s, int tid, int64_t lo, int64_t
     (void)tid;
     const Work *w = s->w;
     const int64_t *du = w->dense_u.p, *ucol = w->ucol.p;
-    for (int64_t k = lo; k < hi; k++) adam_row(s->upd, &s->adam, ucol[du[k]], s->dW_dense + k * s->H, s->H);
+    for (int64_t k = lo; k < hi; k++) {
+        if (k + 2 < hi) {
+            prefetch_row(s->upd + ucol[du[k + 2]] * s->H, s->H);
+            prefetch_adam(&s->adam, ucol[du[k + 2]], s->H);
+        }
+        adam_row(s->upd, &s->adam, ucol[du[k]], s->dW_dense + k * s->H, s->H);
+    }
 }
 
 /* The step runs in three calls around the caller's three matrix products of the dense block
@@ -949,8 +968,7 @@ CLONES static void *adam_chunk(void *arg) {
         if (i + 1 < c->hi) {
             const int64_t r = c->rows[i + 1];
             prefetch_row(c->p + r * H, H);
-            prefetch_row(c->a.m + r * H, H);
-            if (!c->a.row_v) prefetch_row(c->a.v + r * H, H);
+            prefetch_adam(&c->a, r, H);
         }
         adam_row(c->p, &c->a, c->rows[i], c->g + i * H, H);
     }
