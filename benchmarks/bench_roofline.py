@@ -44,7 +44,12 @@ data loader or validation), on the fused route and on the torch route
 (``HICLASS_PARALLEL_NATIVE=0``), each in a fresh process with ``OMP_WAIT_POLICY=PASSIVE``, after
 a toy fit that pays the process's one-time costs. The fused route's phases are timed by
 wrapping the C calls (``ps_prepare``, ``ps_forward``, ``ps_backward``, ``ps_finish``,
-``adam_rows``); the rest of ``fused_step`` is the three BLAS products and torch glue. Every
+``adam_rows``); the rest of ``fused_step`` is the three BLAS products and torch glue. With the
+fused update (the default, ``update_engine`` ``"fused"`` in the JSON) Adam on the big layers'
+rows runs inside ``ps_backward`` (the output rows outside the dense block) and ``ps_finish``
+(the input rows and the dense block's rows), and ``adam_rows`` updates only the biases. The
+byte count of the floor stays the one above, for comparison with earlier runs: the fused
+update moves less than it (neither writes nor reads back a gradient). Every
 figure has ``os.getloadavg()`` beside it (the machine is shared).
 
 Usage::
@@ -343,6 +348,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     net = clf.net_
     timer = next(cb for _, cb in net.callbacks_ if type(cb).__name__ == "StepTimer")  # the fit's copy
     result["step_engine"] = getattr(net, "step_engine_", None)
+    result["update_engine"] = getattr(net, "update_engine_", None)  # "fused": Adam inside ps_backward/ps_finish
     steps = np.array([s for s, _ in timer.steps_])
     sizes = np.array([b for _, b in timer.steps_])
     full = steps[sizes == clf.batch_size] if (sizes == clf.batch_size).any() else steps
