@@ -6,7 +6,7 @@ and coalesced sparse gradients in C) or through torch (the module's ``encode``/`
 criterion, autograd). The fused step serves exactly the model it was written for:
 
 - the module is :class:`~hiclass_parallel.estimators.SparseMLP` itself (not a subclass), linear
-  (``activation=None``), without dropout or input dropout and without class text;
+  (``activation=None``), without dropout or input dropout (with or without class text);
 - the criterion is :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` itself, ``"mean"``;
 - the batch is a torch sparse CSR tensor, the weights float32 on the CPU, all trainable;
 - the C kernel was built and ``HICLASS_PARALLEL_NATIVE`` is not ``0``.
@@ -48,13 +48,11 @@ def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str |
         return f"the module is {type(module).__name__}, not SparseMLP"
     if not isinstance(module.activation, nn.Identity) or module.dropout.p > 0 or module.input_dropout.p > 0:
         return "the module has an activation or dropout"
-    if module.head.has_text:
-        return "the module has class_features"
     if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
         return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
     if not isinstance(X, torch.Tensor) or X.layout != torch.sparse_csr or X.device.type != "cpu":
         return "the batch is not a torch sparse CSR tensor on the CPU"
-    params = _params(module)
+    params = _params(module) + ((module.match_weight,) if module.head.has_text else ())
     if any(p.dtype != torch.float32 or p.device.type != "cpu" or not p.is_contiguous() or not p.requires_grad
            for p in params):
         return "the weights are not trainable float32 CPU tensors"
@@ -100,11 +98,18 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     W_in, b_in, W_out, b_out = _params(module)
     level = criterion.level_contrast if criterion.training else 0.0
     update = optimizer.fused_row_updates(W_in, W_out) if optimizer is not None else None
+    text = None
+    if module.head.has_text:
+        head = module.head
+        text = native.ClassText(module.vocabulary_position, head.text_ptr, head.text_idx, head.text_val,
+                                module.class_feature_scale * module.match_weight.detach())
     out = _workspace(module, criterion)(
         X, y, W_in.detach(), b_in.detach(), W_out.detach(), b_out.detach().reshape(-1),
         stop_rows=criterion.semantics == "terminal", level_weight=level, threads=torch.get_num_threads(),
-        update=tuple(update) if update else None,
+        update=tuple(update) if update else None, text=text,
     )
+    if text is not None:  # the kernel's gradient is of the scaled weights
+        _accumulate(module.match_weight, module.class_feature_scale * out.text_grad)
     if not update:
         _accumulate(W_in, _rows_grad(W_in, out.input_rows, out.input_grad))
         _accumulate(W_out, _rows_grad(W_out, out.output_rows, out.output_grad))

@@ -26,13 +26,18 @@ pytestmark = pytest.mark.skipif(not _native_path_step.available(),
                                 reason="the fused step's C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
 
 
-def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int = 23, n: int = 60, H: int = 8):
+def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int = 23, n: int = 60, H: int = 8,
+          text: bool = False):
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, n)
     torch.manual_seed(seed)
-    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H)
+    # class text: a few features per class (some absent from any batch row), stop columns without
+    class_features = sp.random(n, 30, density=0.08, random_state=seed, format="csr", dtype=np.float32) if text else None
+    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H, class_features=class_features)
     with torch.no_grad():
         module.head.bias.weight.normal_()  # zero at the start: give the bias gradient something to check
+        if text:
+            module.match_weight.normal_(std=0.003)  # zero at the start: give the match a value
     criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level)
     module.train()
     criterion.train()
@@ -93,6 +98,27 @@ def test_dense_rows_and_listed_pairs_together_equal_the_torch_route(random_tree,
     loss = criterion(module.scorer(module.encode(X)), y)
     loss.backward()
     reference = _grads(module)
+    module.zero_grad(set_to_none=True)
+    out = fused_step(module, criterion, X, y)
+    assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+    for name, grad in _grads(module).items():
+        torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("stop", "semantics", "level", "B"),
+                         [(True, "terminal", 0.3, 160), (False, "partial", 0.0, 23), (True, "partial", 0.3, 23)])
+def test_class_text_on_the_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, level, B):
+    """The class-text match (module__class_features) in the fused step: the same loss and the
+    same gradients, the match weights' included, as the torch route (dense rows and listed
+    pairs in the bigger batch)."""
+    module, criterion, X, y = _case(random_tree, seed, stop, semantics, level, B=B, n=400 if B > 100 else 60,
+                                    H=16, text=True)
+    assert fused_step_refusal(module, criterion, X) is None
+    loss = criterion(module.scorer(module.encode(X)), y)
+    loss.backward()
+    reference = _grads(module)
+    assert float(reference["match_weight"].abs().max()) > 0  # the match is trained, not only scored
     module.zero_grad(set_to_none=True)
     out = fused_step(module, criterion, X, y)
     assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)

@@ -28,7 +28,7 @@ import torch
 from ._native import load_library
 from ..sibling_paths import SiblingPlan
 
-__all__ = ["PathLocalStep", "RowUpdate", "StepResult", "adam_rows", "available"]
+__all__ = ["ClassText", "PathLocalStep", "RowUpdate", "StepResult", "adam_rows", "available"]
 
 _MODULE = "hiclass_parallel.ops.engine._path_step_c"
 #: What ``ps_prepare`` counts, in its order (``PathLocalStep.last_counts``, for the roofline).
@@ -62,6 +62,14 @@ def _backward() -> Any:
 
 def _finish() -> Any:
     return _lib(("ps_finish",), _i, (_p, _i, _p, _p, _i, _p, _p, _p, _p, _p, _p, _p) + (_p, _p, _p, _p, _i) * 2)
+
+
+def _text_scores() -> Any:
+    return _lib(("ps_text_scores",), _i, (_p, _i, _p, _p, _p, _p, _i, _p, _p, _p, _p, _p))
+
+
+def _text_grad() -> Any:
+    return _lib(("ps_text_grad",), _i, (_p, _i, _p, _p, _p, _p, _i, _p))
 
 
 def _check(rc: int) -> None:
@@ -107,6 +115,20 @@ class RowUpdate:
 
 
 @dataclass(frozen=True)
+class ClassText:
+    """The class-text match of ``SparseMLP``: ``vocabulary_position (F,)`` each input feature's
+    position in the class vocabulary (or -1); the columns' texts over that vocabulary as CSR
+    parts ``text_ptr (n_outputs + 1,)``, ``text_idx``, ``text_val``; ``weight (V,)`` the match
+    weights, already scaled (``class_feature_scale * match_weight``). int64 / float32, CPU."""
+
+    vocabulary_position: torch.Tensor
+    text_ptr: torch.Tensor
+    text_idx: torch.Tensor
+    text_val: torch.Tensor
+    weight: torch.Tensor
+
+
+@dataclass(frozen=True)
 class StepResult:
     """What one fused step computed.
 
@@ -125,6 +147,8 @@ class StepResult:
     input_bias_grad : torch.Tensor of shape (H,)
     output_rows, output_grad, output_bias_grad : torch.Tensor of shape (U,), (U, H), (U,)
         The distinct score columns the loss read (ascending) and the gradients of their rows.
+    text_grad : torch.Tensor of shape (V,) or None
+        With class text: ``d loss / d weight`` of the scaled match weights.
     """
 
     loss: float
@@ -137,6 +161,7 @@ class StepResult:
     output_rows: torch.Tensor
     output_grad: torch.Tensor | None
     output_bias_grad: torch.Tensor
+    text_grad: torch.Tensor | None = None
 
 
 class PathLocalStep:
@@ -192,7 +217,7 @@ class PathLocalStep:
     def __call__(
         self, X: torch.Tensor, target: torch.Tensor, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor,
         b_out: torch.Tensor, *, stop_rows: bool, level_weight: float, threads: int,
-        update: tuple[RowUpdate, RowUpdate] | None = None,
+        update: tuple[RowUpdate, RowUpdate] | None = None, text: ClassText | None = None,
     ) -> StepResult:
         """One step on a torch sparse CSR float32 batch ``X (B, F)`` and node ids ``target (B,)``
         (``-1``: unlabelled). Weights are float32, C-contiguous, on the CPU; ``b_out`` has
@@ -203,7 +228,10 @@ class PathLocalStep:
         updates their touched rows in place, each as soon as its gradient is complete and
         while it is still in cache, and returns no gradient for them (``input_grad`` and
         ``output_grad`` are ``None``); the biases' gradients are returned as always. The
-        weights are the same as after :func:`adam_rows` on the returned gradients."""
+        weights are the same as after :func:`adam_rows` on the returned gradients.
+
+        ``text``: add the class-text match to every score (:class:`ClassText`); its gradient
+        comes back as ``text_grad``."""
         crow = X.crow_indices().to(torch.int64).contiguous()
         col = X.col_indices().to(torch.int64).contiguous()
         val = X.values().to(torch.float32).contiguous()
@@ -234,6 +262,10 @@ class PathLocalStep:
             # The columns most rows need (the upper groups) as one dense block, through BLAS.
             W_dense = W_out.index_select(0, dense_cols)
             S = torch.addmm(b_out.index_select(0, dense_cols), hidden, W_dense.t())
+            if text is not None:
+                t = _text_args(text, self.n_features, self.plan.n_outputs)
+                _check(_text_scores().ps_text_scores(self._handle, T, _ptr(crow), _ptr(col), _ptr(val), _ptr(t[0]),
+                                                     int(t[4].shape[0]), *(_ptr(a) for a in t[1:]), _ptr(S)))
             G = torch.empty(B, D, **f32)
             output_grad = None if update else self._reused("output", U, H)
             output_bias = torch.empty(U, **f32)
@@ -241,6 +273,11 @@ class PathLocalStep:
             up_in, up_out, _hyper = _update_args(update, W_in, W_out)  # _hyper: alive through the calls
             _check(_backward().ps_backward(self._handle, T, H, _ptr(W_out), _ptr(S), float(level_weight), _ptr(G),
                                            _ptr(output_grad), _ptr(output_bias), _ptr(loss), *up_out[1:]))
+            text_grad = None
+            if text is not None:
+                text_grad = torch.empty(t[4].shape[0], **f32)
+                _check(_text_grad().ps_text_grad(self._handle, T, *(_ptr(a) for a in t[1:]), int(t[4].shape[0]),
+                                                 _ptr(text_grad)))
             dh_dense, dW_dense = G @ W_dense, G.t() @ hidden
             input_grad = None if update else self._reused("input", NF, H)
             input_bias = torch.empty(H, **f32)
@@ -249,7 +286,23 @@ class PathLocalStep:
                                        _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),
                                        _ptr(output_rows), *up_in, *up_out))
         return StepResult(float(loss[0]), float(loss[1]), float(loss[2]), hidden, input_rows, input_grad,
-                          input_bias, output_rows, output_grad, output_bias)
+                          input_bias, output_rows, output_grad, output_bias, text_grad)
+
+
+def _text_args(text: ClassText, n_features: int, n_outputs: int) -> tuple[torch.Tensor, ...]:
+    """The class text's arrays, contiguous and typed for the kernel, their sizes checked."""
+    vpos = text.vocabulary_position.to(torch.int64).contiguous()
+    ptr = text.text_ptr.to(torch.int64).contiguous()
+    idx = text.text_idx.to(torch.int64).contiguous()
+    val = text.text_val.to(torch.float32).contiguous()
+    weight = text.weight.detach().to(torch.float32).contiguous()
+    V = int(weight.shape[0])
+    if vpos.shape != (n_features,) or ptr.shape != (n_outputs + 1,) or idx.shape != val.shape \
+            or int(ptr[-1]) != idx.shape[0] or (idx.numel() and not (0 <= int(idx.min()) and int(idx.max()) < V)) \
+            or (vpos.numel() and int(vpos.max()) >= V):
+        raise ValueError(f"the class text does not fit the step: {n_features} features, {n_outputs} columns, "
+                         f"{V} vocabulary weights")
+    return vpos, ptr, idx, val, weight
 
 
 def _update_args(update: tuple[RowUpdate, RowUpdate] | None, W_in: torch.Tensor, W_out: torch.Tensor) -> tuple:

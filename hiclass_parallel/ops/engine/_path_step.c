@@ -96,6 +96,11 @@ typedef struct {
     int64_t D, Us;
     /* per-pair scores and their gradients, per-thread hidden gradients */
     Buf score, grad, dh, hpad, sbuf, gbuf, gscratch;
+    /* class text (ps_text_scores / ps_text_grad): v_mark (V) -1, or a vocabulary feature's slot
+     * among those present in the batch; slot_v (NP) each slot's feature; xv (B x NP) the batch's
+     * input on the present features; tgrad (T x NP) the threads' match-weight gradients */
+    Buf v_mark, slot_v, xv, tgrad;
+    int64_t V, NP;
 } Work;
 
 void *ps_new(int64_t C, int64_t N, int64_t F) {
@@ -132,7 +137,8 @@ void ps_free(void *handle) {
                    &w->score, &w->grad, &w->dh, &w->hpad, &w->e_ptr, &w->e_sample,
                    &w->pair_entry, &w->s_mark, &w->dense_u, &w->e_at,
                    &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf, &w->set_ptr, &w->set_col, &w->set_k,
-                   &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups, &w->gscratch};
+                   &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups, &w->gscratch,
+                   &w->v_mark, &w->slot_v, &w->xv, &w->tgrad};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
     free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
     free(w->dense_bits); free(w->group_count); free(w->group_set);
@@ -947,6 +953,153 @@ int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xva
     memcpy(feat_out, w->feat.p, sizeof(int64_t) * (size_t)w->NF);
     memcpy(col_out, w->ucol.p, sizeof(int64_t) * (size_t)w->U);
     free(s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- class text
+ *
+ * SparseMLP's class text adds to each score the lexical match of the sample's input with the
+ * column's text: match(b, c) = sum over the text's entries (v, f) of x_b[feature of v] * mw[v]
+ * * f, with mw the (scaled) match weights over the class vocabulary (V features). Only the
+ * vocabulary features present in the batch can match (a few thousand), so the batch's input
+ * on them is one (B, NP) table, and each entry reads its column's few text entries from it.
+ * The match has no gradient into the hidden rows or the output layer, only into mw. */
+
+typedef struct {
+    const Work *w;
+    const int64_t *tptr, *tidx;
+    const float *tval, *mw, *G;
+    float *S;
+    int T;
+} Text;
+
+/* The match of sample b with column c. */
+static inline float text_match(const Work *w, const Text *t, int64_t b, int64_t c) {
+    const int64_t *vm = w->v_mark.p;
+    const float *xv = (const float *)w->xv.p + b * w->NP;
+    float acc = 0.0f;
+    for (int64_t q = t->tptr[c]; q < t->tptr[c + 1]; q++) {
+        const int64_t slot = vm[t->tidx[q]];
+        if (slot >= 0) acc += xv[slot] * t->mw[t->tidx[q]] * t->tval[q];
+    }
+    return acc;
+}
+
+/* d loss / d mw of sample b's entry with column c (gradient g), into this thread's slots. */
+static inline void text_grad(const Work *w, const Text *t, float *restrict out, int64_t b, int64_t c, float g) {
+    const int64_t *vm = w->v_mark.p;
+    const float *xv = (const float *)w->xv.p + b * w->NP;
+    for (int64_t q = t->tptr[c]; q < t->tptr[c + 1]; q++) {
+        const int64_t slot = vm[t->tidx[q]];
+        if (slot >= 0) out[slot] += g * xv[slot] * t->tval[q];
+    }
+}
+
+typedef struct { const Text *t; int tid; int64_t lo, hi, grad; } TextJob;
+
+/* Columns [lo, hi) of the distinct columns: the match into their entries' scores (grad 0), or
+ * their entries' match-weight gradient into the thread's slots (grad 1). */
+static void *text_columns(void *arg) {
+    const TextJob *j = arg;
+    const Text *t = j->t;
+    const Work *w = t->w;
+    const int64_t B = w->B, D = w->D, *ucol = w->ucol.p, *du = w->dense_u.p, *eptr = w->e_ptr.p;
+    const int64_t *es = w->e_sample.p, *eat = w->e_at.p;
+    float *sbuf = w->sbuf.p;
+    float *out = (float *)w->tgrad.p + (int64_t)j->tid * (w->NP > 0 ? w->NP : 1);
+    /* the dense block's columns come first in this numbering: k < D, then the distinct columns */
+    for (int64_t i = j->lo; i < j->hi; i++) {
+        if (i < D) {
+            const int64_t c = ucol[du[i]];
+            if (t->tptr[c] == t->tptr[c + 1]) continue;
+            for (int64_t b = 0; b < B; b++) {
+                if (j->grad) text_grad(w, t, out, b, c, t->G[b * D + i]);
+                else t->S[b * D + i] += text_match(w, t, b, c);
+            }
+            continue;
+        }
+        const int64_t u = i - D, c = ucol[u];
+        if (t->tptr[c] == t->tptr[c + 1]) continue;
+        for (int64_t e = eptr[u]; e < eptr[u + 1]; e++) {
+            if (eat[e] < B * D) continue; /* a dense column's entry: scored in the block */
+            if (j->grad) text_grad(w, t, out, es[e], c, ((const float *)w->gbuf.p)[eat[e]]);
+            else sbuf[eat[e]] += text_match(w, t, es[e], c);
+        }
+    }
+    return NULL;
+}
+
+static void text_parallel(const Text *t, int64_t grad) {
+    const int64_t n = t->w->D + t->w->U;
+    int T = t->T < 1 ? 1 : (t->T > MAX_THREADS ? MAX_THREADS : t->T);
+    TextJob jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started[MAX_THREADS];
+    for (int i = 0; i < T; i++) jobs[i] = (TextJob){t, i, n * i / T, n * (i + 1) / T, grad};
+    for (int i = 1; i < T; i++) started[i] = pthread_create(&th[i], NULL, text_columns, &jobs[i]) == 0;
+    text_columns(&jobs[0]);
+    for (int i = 1; i < T; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else text_columns(&jobs[i]);
+    }
+}
+
+/* ps_text_scores: after ps_forward (same batch) and the caller's dense product S (B, D): adds
+ * the class-text match to S and to the sparse entries' scores. vpos (F) each input feature's
+ * vocabulary position or -1; tptr (N + 1), tidx, tval the columns' texts over the vocabulary
+ * (V features); mw (V) the scaled match weights. Returns 0, or -1 out of memory. */
+int64_t ps_text_scores(void *handle, int64_t T, const int64_t *xptr, const int64_t *xidx, const float *xval,
+                       const int64_t *vpos, int64_t V, const int64_t *tptr, const int64_t *tidx, const float *tval,
+                       const float *mw, float *S) {
+    Work *w = handle;
+    const int64_t B = w->B, nnz = xptr[B] - xptr[0];
+    if (V > w->V) {
+        if (reserve(&w->v_mark, 8 * (size_t)V)) return -1;
+        for (int64_t v = w->V; v < V; v++) I64(w->v_mark)[v] = -1;
+        w->V = V;
+    }
+    if (reserve(&w->slot_v, 8 * (size_t)(nnz + 1))) return -1;
+    int64_t *vm = I64(w->v_mark), *sv = I64(w->slot_v), NP = 0;
+    for (int64_t k = xptr[0]; k < xptr[B]; k++) {
+        const int64_t v = vpos[xidx[k]];
+        if (v >= 0 && vm[v] < 0) { vm[v] = NP; sv[NP++] = v; }
+    }
+    w->NP = NP;
+    if (reserve(&w->xv, 4 * (size_t)(B * NP + 1)) || reserve(&w->tgrad, 4 * (size_t)(MAX_THREADS * (NP + 1))))
+        return -1;
+    float *xv = w->xv.p;
+    memset(xv, 0, 4 * (size_t)(B * NP));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = xptr[b]; k < xptr[b + 1]; k++) {
+            const int64_t v = vpos[xidx[k]];
+            if (v >= 0) xv[b * NP + vm[v]] += xval[k];
+        }
+    Text t = {w, tptr, tidx, tval, mw, NULL, S, (int)T};
+    text_parallel(&t, 0);
+    return 0;
+}
+
+/* ps_text_grad: after ps_backward (same batch): d loss / d mw (V, out; zero where no present
+ * feature). Clears the batch's vocabulary marks. */
+int64_t ps_text_grad(void *handle, int64_t T, const int64_t *tptr, const int64_t *tidx, const float *tval,
+                     const float *mw, int64_t V, float *grad) {
+    Work *w = handle;
+    const int64_t NP = w->NP;
+    int Tn = (int)(T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T));
+    memset(w->tgrad.p, 0, 4 * (size_t)(Tn * (NP > 0 ? NP : 1)));
+    Text t = {w, tptr, tidx, tval, mw, w->gbuf.p, NULL, Tn};
+    text_parallel(&t, 1);
+    const float *tg = w->tgrad.p;
+    int64_t *vm = I64(w->v_mark);
+    const int64_t *sv = I64(w->slot_v);
+    for (int64_t v = 0; v < V; v++) grad[v] = 0.0f;
+    for (int64_t slot = 0; slot < NP; slot++) {
+        float g = 0.0f;
+        for (int i = 0; i < Tn; i++) g += tg[(int64_t)i * (NP > 0 ? NP : 1) + slot];
+        grad[sv[slot]] = g;
+        vm[sv[slot]] = -1;
+    }
+    w->NP = 0;
     return 0;
 }
 
