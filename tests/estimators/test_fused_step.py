@@ -50,12 +50,9 @@ def _grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).clone() for k, p in module.named_parameters()}
 
 
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize(("stop", "semantics"), [(False, "partial"), (True, "partial"), (True, "terminal")])
-@pytest.mark.parametrize("level", [0.0, 0.3])
-def test_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, level):
-    module, criterion, X, y = _case(random_tree, seed, stop, semantics, level)
-    assert fused_step_refusal(module, criterion, X) is None
+def _assert_fused_equals_torch(module, criterion, X, y) -> dict[str, torch.Tensor]:
+    """The torch route's loss and gradients, then the fused step's: equal within float
+    tolerance. Returns the torch route's gradients (the fused step's stay in ``p.grad``)."""
     loss = criterion(module.scorer(module.encode(X)), y)
     loss.backward()
     reference = _grads(module)
@@ -64,6 +61,16 @@ def test_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, l
     assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
     for name, grad in _grads(module).items():
         torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
+    return reference
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("stop", "semantics"), [(False, "partial"), (True, "partial"), (True, "terminal")])
+@pytest.mark.parametrize("level", [0.0, 0.3])
+def test_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, level):
+    module, criterion, X, y = _case(random_tree, seed, stop, semantics, level)
+    assert fused_step_refusal(module, criterion, X) is None
+    _assert_fused_equals_torch(module, criterion, X, y)
     # the sparse gradients come out coalesced: distinct rows, ascending
     for p in (module.input.embedding.weight, module.head.weight.weight):
         rows = p.grad.indices()[0]
@@ -95,14 +102,7 @@ def test_dense_rows_and_listed_pairs_together_equal_the_torch_route(random_tree,
     module, criterion, X, y = _case(random_tree, seed, True, "terminal", level, B=160, n=400, H=16)
     dense, listed = _dense_and_listed_rows(sibling_plan(criterion.tree, True), y.numpy(), True)
     assert dense > 0 and listed > 0
-    loss = criterion(module.scorer(module.encode(X)), y)
-    loss.backward()
-    reference = _grads(module)
-    module.zero_grad(set_to_none=True)
-    out = fused_step(module, criterion, X, y)
-    assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
-    for name, grad in _grads(module).items():
-        torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
+    _assert_fused_equals_torch(module, criterion, X, y)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -115,15 +115,8 @@ def test_class_text_on_the_fused_step_equals_the_torch_route(random_tree, seed, 
     module, criterion, X, y = _case(random_tree, seed, stop, semantics, level, B=B, n=400 if B > 100 else 60,
                                     H=16, text=True)
     assert fused_step_refusal(module, criterion, X) is None
-    loss = criterion(module.scorer(module.encode(X)), y)
-    loss.backward()
-    reference = _grads(module)
+    reference = _assert_fused_equals_torch(module, criterion, X, y)
     assert float(reference["match_weight"].abs().max()) > 0  # the match is trained, not only scored
-    module.zero_grad(set_to_none=True)
-    out = fused_step(module, criterion, X, y)
-    assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
-    for name, grad in _grads(module).items():
-        torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_a_batch_without_labels_has_zero_loss_and_gradients(random_tree):
