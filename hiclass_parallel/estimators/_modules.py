@@ -354,6 +354,32 @@ class _ColumnScores:
             return None
         return lambda: (self.h, *weights)
 
+    @property
+    def matched_linear_parts(self) -> Callable[[], tuple[Any, ...]] | None:
+        """With class text: ``() -> (h, weight, bias, match)``, the linear layer plus the
+        lexical match as a sparse term (the rows' weighted vocabulary entries against the
+        columns' texts), so that best-first decoding searches in C as without class text.
+        ``None`` without class text."""
+        head = self.head
+        if not getattr(head, "has_text", False) or not isinstance(self.h, TextBatch):
+            return None
+
+        def parts() -> tuple[Any, ...]:
+            words = self.h.words.detach()
+            present = self.h.present if self.h.present is not None else torch.arange(words.shape[1])
+            nz = words.nonzero()  # row-major: each row's entries together
+            rows, cols = nz[:, 0], nz[:, 1]
+            row_ptr = torch.zeros(words.shape[0] + 1, dtype=torch.int64)
+            row_ptr[1:] = torch.cumsum(torch.bincount(rows, minlength=words.shape[0]), 0)
+            row_idx = present[cols]
+            width = 1 + max(int(row_idx.max()) if row_idx.numel() else 0,
+                            int(head.text_idx.max()) if head.text_idx.numel() else 0)
+            match = (row_ptr, row_idx, words[rows, cols], head.text_ptr, head.text_idx,
+                     head.text_val.to(words.dtype), width)
+            return (self.h.h, head.weight.weight, head.bias.weight[:, 0], match)
+
+        return parts
+
 
 class TextBatch:
     """A hidden batch of :class:`SparseMLP` with class text: the rows, and their weighted input

@@ -185,8 +185,15 @@ def _search_native(score: ScoreFn, plan: Any, kk: int, terminal: bool, max_colum
 
     from .engine._native_best_first import search
 
-    h, weight, bias = (t.detach().numpy() for t in score.linear_parts())
-    top_v, top_n, work, status = search(h, weight, bias, plan, kk, terminal, max_columns)
+    match = None
+    if getattr(score, "linear_parts", None) is None:  # a linear layer plus a sparse match term
+        *parts, match = score.matched_linear_parts()
+    else:
+        parts = score.linear_parts()
+    h, weight, bias = (t.detach().numpy() for t in parts)
+    if match is not None:
+        match = tuple(m.detach().numpy() if hasattr(m, "detach") else m for m in match)
+    top_v, top_n, work, status = search(h, weight, bias, plan, kk, terminal, max_columns, match)
     out = tuple(torch.from_numpy(a) for a in (top_v, top_n, work))
     return (*out, torch.from_numpy(status != 0), out[0].dtype)
 
@@ -213,7 +220,9 @@ def best_first_paths(
         vector (``C`` classes, then the stop columns with ``stop=True``). One that also has
         ``linear_parts() -> (h, weight, bias)`` (scores ``h @ weight.T + bias``, see
         :class:`~hiclass_parallel.ops.sibling_paths.LinearScores`) is searched in C on the
-        CPU, for float32 or float64 tensors, where the optional library was built.
+        CPU, for float32 or float64 tensors, where the optional library was built; so is one
+        with ``matched_linear_parts() -> (h, weight, bias, match)``, the same plus a sparse
+        match term (``match``: see :func:`~hiclass_parallel.ops.engine._native_best_first.search`).
     n_rows : int
         Number of rows (samples).
     tree : Tree

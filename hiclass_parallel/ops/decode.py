@@ -404,11 +404,12 @@ def _c_searchable(score: Any, device: Any) -> bool:
     from .engine import _native_best_first
 
     parts = getattr(score, "linear_parts", None)
-    if parts is None or (device is not None and torch.device(device).type != "cpu"):
+    matched = getattr(score, "matched_linear_parts", None)
+    if (parts is None and matched is None) or (device is not None and torch.device(device).type != "cpu"):
         return False
     if not _native_best_first.available():
         return False
-    tensors = parts()
+    tensors = parts() if parts is not None else matched()[:3]
     dtypes = {t.dtype for t in tensors}
     return (len(dtypes) == 1 and dtypes.pop() in (torch.float32, torch.float64)
             and all(t.device.type == "cpu" for t in tensors))

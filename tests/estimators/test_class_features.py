@@ -110,10 +110,11 @@ def test_names_in_the_input_place_classes_never_seen_in_training():
     assert accuracy[True] > 0.9, accuracy
 
 
-def test_best_first_decoding_with_class_text_equals_exhaustive(random_tree):
-    # The C search handles plain linear layers only: with class text the score function says
-    # so (linear_parts is None) and the torch search, which scores through it, decodes.
-    from hiclass_parallel.ops import best_paths
+def test_best_first_decoding_with_class_text_equals_exhaustive(random_tree, decoding_routes_ran):
+    # With class text the score function is no plain linear layer (linear_parts is None); it
+    # offers the layer plus the match as a sparse term (matched_linear_parts), which the C
+    # search scores: its answers and top-k equal the exhaustive route's and the torch search's.
+    from hiclass_parallel.ops import best_paths, topk_paths
 
     tree = random_tree(3, 30)
     rng = np.random.default_rng(3)
@@ -125,9 +126,23 @@ def test_best_first_decoding_with_class_text_equals_exhaustive(random_tree):
     assert model.path_local_
     hidden = model.net_.module_.encode(torch.as_tensor(X[:2].toarray()))
     assert model.net_.module_.scorer(hidden).linear_parts is None
-    paths, _ = best_paths(torch.as_tensor(model.decision_function(X)), tree, partition="sibling", stop=True,
-                          semantics="terminal")
+    assert model.net_.module_.scorer(hidden).matched_linear_parts is not None
+    assert float(model.net_.module_.match_weight.detach().abs().max()) > 0  # the match takes part
+    scores = torch.as_tensor(model.decision_function(X))
+    paths, _ = best_paths(scores, tree, partition="sibling", stop=True, semantics="terminal")
+    decoding_routes_ran.clear()
     np.testing.assert_array_equal(model._predict_ids(X), paths.numpy())
+    assert decoding_routes_ran == ["best_first_c"]
+    top, top_lp = topk_paths(scores, tree, 3, partition="sibling", stop=True, semantics="terminal")
+    got, got_lp = model.predict_top_k(X, 3, return_log_prob=True)
+    np.testing.assert_array_equal(got, model._label_lookup()[top.numpy()])
+    np.testing.assert_allclose(np.asarray(got_lp), top_lp.numpy(), rtol=1e-5, atol=1e-5)
+    # the torch search, which scores through the module, agrees
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("hiclass_parallel.ops.decode._c_searchable", lambda *a, **k: False)
+        decoding_routes_ran.clear()
+        np.testing.assert_array_equal(model._predict_ids(X), paths.numpy())
+        assert decoding_routes_ran == ["best_first_torch"]
 
 
 def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):

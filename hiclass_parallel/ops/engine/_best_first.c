@@ -24,7 +24,11 @@
  *   - the heap pops the open internal node of highest J; it is expanded unless J is below the
  *     k-th candidate's value minus a small slack (J never increases down a path, up to rounding);
  *   - a row that scores a NaN or +inf, or more than max_columns columns, is flagged and left to
- *     the caller's exhaustive route (which gives the exact answer, the empty path for NaN/+inf). */
+ *     the caller's exhaustive route (which gives the exact answer, the empty path for NaN/+inf).
+ *
+ * An optional sparse match term (class text): score(r, c) += sum over the features j the row and
+ * the column share of rval(r, j) * tval(c, j); each row's entries are scattered into a dense
+ * scratch of the match's width for its search and cleared after it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -115,18 +119,25 @@ static void NAME##_offer(T* top_v, int64_t* top_n, int64_t k, T v, int64_t node)
  *   work (n_rows) out: columns scored; status (n_rows) out: ROW_*.                                 \
  *   heap_cap: room for the open nodes (each internal node is pushed at most once, and only while   \
  *   at most max_columns are scored: min(n_classes, max_columns) suffices); largest: the largest group. \
+ *   The match term (rptr NULL: none): rptr (n_rows + 1) absolute offsets into ridx, rval (the      \
+ *   rows' features in [0, V) and values); tptr (n_outputs + 1), tidx, tval the columns'.           \
  * Returns 0, or -1 when out of memory. */                                                         \
 int NAME(const T* h, int64_t n_rows, int64_t dim, const T* W, const T* b, int64_t n_classes,       \
          const int64_t* group_ptr, const int64_t* group_cols, const int64_t* child_group,            \
          const int64_t* group_parent, const uint8_t* is_leaf, int64_t k, int terminal,              \
          int64_t max_columns, int64_t heap_cap, int64_t largest,                                     \
-         T* top_v, int64_t* top_n, int64_t* work, uint8_t* status) {                                \
+         T* top_v, int64_t* top_n, int64_t* work, uint8_t* status,                                  \
+         const int64_t* rptr, const int64_t* ridx, const T* rval,                                   \
+         const int64_t* tptr, const int64_t* tidx, const T* tval, int64_t V) {                      \
     NAME##_entry* heap = malloc(sizeof(NAME##_entry) * (size_t)(heap_cap > 0 ? heap_cap : 1));      \
     T* s = malloc(sizeof(T) * (size_t)(largest > 0 ? largest : 1));                                  \
-    if (!heap || !s) { free(heap); free(s); return -1; }                                             \
+    T* words = rptr ? calloc((size_t)(V > 0 ? V : 1), sizeof(T)) : NULL;                            \
+    if (!heap || !s || (rptr && !words)) { free(heap); free(s); free(words); return -1; }           \
     const T inf = (T)INFINITY;                                                                       \
     for (int64_t r = 0; r < n_rows; r++) {                                                           \
         const T* hr = h + r * dim;                                                                   \
+        if (words)                                                                                  \
+            for (int64_t q = rptr[r]; q < rptr[r + 1]; q++) words[ridx[q]] += rval[q];              \
         T* tv = top_v + r * k;                                                                       \
         int64_t* tn = top_n + r * k;                                                                 \
         for (int64_t i = 0; i < k; i++) { tv[i] = -inf; tn[i] = (int64_t)1 << 62; }                  \
@@ -144,7 +155,12 @@ int NAME(const T* h, int64_t n_rows, int64_t dim, const T* W, const T* b, int64_
             for (int64_t i = 0; i < len; i++) {                                                      \
                 const int64_t c = group_cols[lo + i];                                                \
                 if (i + PREFETCH < len) NAME##_prefetch(W + group_cols[lo + i + PREFETCH] * dim, dim); \
-                const T v = NAME##_dot(hr, W + c * dim, dim) + b[c];                                 \
+                T v = NAME##_dot(hr, W + c * dim, dim) + b[c];                                      \
+                if (words) {                                                                        \
+                    T match = 0;                                                                    \
+                    for (int64_t q = tptr[c]; q < tptr[c + 1]; q++) match += words[tidx[q]] * tval[q];\
+                    v += match;                                                                     \
+                }                                                                                   \
                 if (isnan(v) || v == inf) st = ROW_UNDECIDABLE;                                      \
                 s[i] = v;                                                                            \
                 m = v > m ? v : m;                                                                   \
@@ -178,9 +194,12 @@ int NAME(const T* h, int64_t n_rows, int64_t dim, const T* W, const T* b, int64_
         }                                                                                            \
         work[r] = done;                                                                              \
         status[r] = st;                                                                              \
+        if (words)                                                                                  \
+            for (int64_t q = rptr[r]; q < rptr[r + 1]; q++) words[ridx[q]] = 0;                     \
     }                                                                                                \
     free(heap);                                                                                      \
     free(s);                                                                                         \
+    free(words);                                                                                    \
     return 0;                                                                                        \
 }
 

@@ -41,7 +41,7 @@ _MIN_CHUNK_ROWS = 64
 def _library() -> Any:
     """The loaded library, or ``None`` where it was not built or is turned off."""
     p, i = ctypes.c_void_p, ctypes.c_int64
-    argtypes = (p, i, i, p, p, i, p, p, p, p, p, i, ctypes.c_int, i, i, i, p, p, p, p)
+    argtypes = (p, i, i, p, p, i, p, p, p, p, p, i, ctypes.c_int, i, i, i, p, p, p, p, p, p, p, p, p, p, i)
     return load_library(_MODULE, tuple(_FUNCTIONS.values()), ctypes.c_int, argtypes)
 
 
@@ -59,7 +59,8 @@ def _tree_arrays(plan: SiblingPlan) -> tuple[np.ndarray, int]:
 
 
 def search(
-    h: np.ndarray, weight: np.ndarray, bias: np.ndarray, plan: SiblingPlan, k: int, terminal: bool, max_columns: int
+    h: np.ndarray, weight: np.ndarray, bias: np.ndarray, plan: SiblingPlan, k: int, terminal: bool, max_columns: int,
+    match: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Best-first search of every row of ``h`` against the linear layer ``(weight, bias)``.
 
@@ -73,6 +74,10 @@ def search(
     terminal : bool
     max_columns : int
         A row that would score more columns is stopped with status ``ROW_OVER_BUDGET``.
+    match : tuple, default=None
+        A sparse match term added to every score (class text): ``(row_ptr, row_idx, row_val,
+        col_ptr, col_idx, col_val, width)``, the rows' and the columns' entries as CSR parts
+        over ``width`` features; ``score(r, c) += sum_j row_val(r, j) * col_val(c, j)``.
 
     Returns
     -------
@@ -102,12 +107,18 @@ def search(
     fn = getattr(_library(), _FUNCTIONS[h.dtype])
     heap_cap = min(plan.n_classes, int(max_columns)) + 1
     tree_args = [a.ctypes.data for a in (plan.group_ptr, plan.group_cols, plan.child_group, plan.group_parent, is_leaf)]
+    match_arrays = _match_arrays(match, n_rows, plan.n_outputs, h.dtype) if match is not None else None
 
     def chunk(a: int, b: int) -> None:
+        if match_arrays is None:
+            match_args = [None] * 6 + [0]
+        else:
+            rptr, ridx, rval, tptr, tidx, tval, width = match_arrays
+            match_args = [rptr[a:].ctypes.data, *(x.ctypes.data for x in (ridx, rval, tptr, tidx, tval)), width]
         rc = fn(
             h[a:].ctypes.data, b - a, dim, weight.ctypes.data, bias.ctypes.data, plan.n_classes, *tree_args,
             k, int(terminal), int(max_columns), heap_cap, largest,
-            top_v[a:].ctypes.data, top_n[a:].ctypes.data, work[a:].ctypes.data, status[a:].ctypes.data,
+            top_v[a:].ctypes.data, top_n[a:].ctypes.data, work[a:].ctypes.data, status[a:].ctypes.data, *match_args,
         )
         if rc != 0:
             raise MemoryError("best-first search: out of memory for its heap")
@@ -116,3 +127,16 @@ def search(
     step = max(_MIN_CHUNK_ROWS, -(-n_rows // (4 * _n_threads())))
     map_ranges(chunk, [(a, min(n_rows, a + step)) for a in range(0, n_rows, step)])
     return top_v, top_n, work, status
+
+
+def _match_arrays(match: tuple, n_rows: int, n_outputs: int, dtype: np.dtype) -> tuple:
+    """The match term's arrays, contiguous and typed for the kernel, their sizes checked."""
+    rptr, ridx, tptr, tidx = (np.ascontiguousarray(match[i], dtype=np.int64) for i in (0, 1, 3, 4))
+    rval, tval = (np.ascontiguousarray(match[i], dtype=dtype) for i in (2, 5))
+    width = int(match[6])
+    ok = (rptr.shape == (n_rows + 1,) and tptr.shape == (n_outputs + 1,) and ridx.shape == rval.shape
+          and tidx.shape == tval.shape and int(rptr[-1]) == ridx.shape[0] and int(tptr[-1]) == tidx.shape[0]
+          and all(x.size == 0 or (0 <= int(x.min()) and int(x.max()) < width) for x in (ridx, tidx)))
+    if not ok:
+        raise ValueError(f"the match term does not fit: {n_rows} rows, {n_outputs} columns, width {width}")
+    return rptr, ridx, rval, tptr, tidx, tval, width
