@@ -88,7 +88,8 @@ def _rows_grad(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) ->
 def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torch.Tensor,
                optimizer: LazyAdam | None = None) -> dict[str, Any]:
     """One training step's loss and gradients (in ``p.grad``): ``{"loss", "y_pred"}`` as skorch's
-    ``train_step_single`` returns (``y_pred`` is the hidden representation).
+    ``train_step_single`` returns (``y_pred`` is the hidden representation), and
+    ``"fused_update"``, whether the step also applied the update of the big layers.
 
     With ``optimizer`` (the net's ``LazyAdam``, when nothing reads the gradients between the
     backward pass and the optimizer's step: see :func:`fused_update_refusal`), the input and
@@ -115,7 +116,7 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
         _accumulate(W_out, _rows_grad(W_out, out.output_rows, out.output_grad))
     _accumulate(b_in, out.input_bias_grad)
     _accumulate(b_out, _rows_grad(b_out, out.output_rows, out.output_bias_grad))
-    return {"loss": torch.tensor(out.loss, dtype=torch.float32), "y_pred": out.hidden}
+    return {"loss": torch.tensor(out.loss, dtype=torch.float32), "y_pred": out.hidden, "fused_update": bool(update)}
 
 
 def fused_update_refusal(net: Any) -> str | None:

@@ -79,8 +79,9 @@ class TreeNet(NeuralNet):
                 # the update of the big layers inside the step too, unless something reads the
                 # gradients first (it then runs in the optimizer's step, as on the torch route)
                 fuse_update = fused_update_refusal(self) is None
-                self.update_engine_ = "fused" if fuse_update else "optimizer"
-                return fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None)
+                step = fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None)
+                self.update_engine_ = "fused" if step["fused_update"] else "optimizer"
+                return step
             self.update_engine_ = "optimizer"
         with torch.set_grad_enabled(training):
             hidden = self.module_.encode(X)

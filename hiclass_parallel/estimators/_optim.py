@@ -132,8 +132,15 @@ class LazyAdam(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = None
         if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+            # While the closure runs, a fused step may apply this step's row updates itself
+            # (fused_row_updates); called outside a step (a loop that accumulates gradients
+            # over batches and steps later), it must not.
+            self._in_step = True
+            try:
+                with torch.enable_grad():
+                    loss = closure()
+            finally:
+                self._in_step = False
         for group in self.param_groups:
             dense: list[torch.Tensor] = []
             for p in group["params"]:
@@ -152,11 +159,15 @@ class LazyAdam(torch.optim.Optimizer):
     def fused_row_updates(self, *params: torch.Tensor) -> list[RowUpdate] | None:
         """This step's Adam updates of ``params``' touched rows, for a caller that applies them
         itself as it computes the gradients (the fused training step), or ``None`` where it
-        cannot: a parameter without a gradient-free slot in this optimizer (its ``.grad`` is
-        set, or it is in no group) or whose state the C row update cannot serve. On success
+        cannot: outside :meth:`step`'s closure (a loop that accumulates gradients over batches
+        and steps later must get gradients), a parameter without a gradient-free slot in this
+        optimizer (its ``.grad`` is set, or it is in no group) or whose state the C row update
+        cannot serve. On success
         each parameter's step count has advanced, as :meth:`step` would have advanced it; the
         caller must then apply every update, and leave the parameters' ``.grad`` unset so that
         :meth:`step` does not update them again."""
+        if not getattr(self, "_in_step", False):  # only inside step(closure): the update is due now
+            return None
         found = []
         for p in params:
             group = next((g for g in self.param_groups if any(q is p for q in g["params"])), None)

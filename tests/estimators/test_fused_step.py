@@ -208,12 +208,32 @@ def test_the_fused_update_steps_aside_when_gradients_are_already_set(random_tree
     module, criterion, X, y = _case(random_tree, 0, True, "terminal", 0.3)
     opt = _optimizer(module, 0.0, "row")
     W_in, W_out = module.input.embedding.weight, module.head.weight.weight
+    seen = []
     fused_step(module, criterion, X, y)  # gradients set, not applied
-    assert opt.fused_row_updates(W_in, W_out) is None
-    assert not opt.state  # nothing advanced
+    opt.step(lambda: seen.append(opt.fused_row_updates(W_in, W_out)))
+    assert seen == [None]  # the gradients were set: the optimizer's own step applied them
+    assert int(opt.state[W_in]["step"]) == 1
     opt.zero_grad(set_to_none=True)
-    assert len(opt.fused_row_updates(W_in, W_out)) == 2
-    assert int(opt.state[W_in]["step"]) == 1 and int(opt.state[W_out]["step"]) == 1
+    opt.step(lambda: seen.append(opt.fused_row_updates(W_in, W_out)))
+    assert len(seen[-1]) == 2 and int(opt.state[W_in]["step"]) == 2 and int(opt.state[W_out]["step"]) == 2
+
+
+def test_outside_the_optimizers_step_the_fused_step_leaves_gradients(random_tree):
+    """A loop that accumulates gradients over batches and steps later (skorch's recipe calls
+    train_step_single itself) must get gradients, not updates, even with the optimizer given."""
+    import copy
+
+    module, criterion, X, y = _case(random_tree, 1, True, "terminal", 0.3, B=160, n=400, H=16)
+    other = copy.deepcopy(module)
+    opt = _optimizer(module, 0.0, "row")
+    before = module.head.weight.weight.detach().clone()
+    fused_step(module, criterion, X, y, opt)  # not inside opt.step: no update
+    fused_step(module, criterion, X, y, opt)  # accumulates
+    assert torch.equal(module.head.weight.weight, before) and not opt.state
+    assert module.head.weight.weight.grad is not None
+    fused_step(other, criterion, X, y)
+    torch.testing.assert_close(module.head.weight.weight.grad.to_dense(),
+                               2 * other.head.weight.weight.grad.to_dense(), rtol=1e-5, atol=1e-7)
 
 
 def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
