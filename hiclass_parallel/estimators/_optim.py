@@ -188,8 +188,7 @@ class LazyAdam(torch.optim.Optimizer):
         (b1, b2), v = group["betas"], state["exp_avg_sq"]
         return RowUpdate(state["exp_avg"], v, lr_t=group["lr"] * group.get("lr_scale", 1.0) / (1 - b1**step),
                          beta1=b1, beta2=b2, eps=group["eps"], weight_decay=group["weight_decay"],
-                         bias_correction2=1 - b2**step,
-                         row_v=v.shape != p.shape or p[0].numel() == 1)  # the state's own form
+                         bias_correction2=1 - b2**step)
 
     def _state(self, p: torch.Tensor, row_moment: bool = False) -> dict[str, Any]:
         """``p``'s state; a new one keeps its second moment per row when ``row_moment`` (and ``p``

@@ -96,7 +96,8 @@ def _ptr(t: torch.Tensor | np.ndarray | None) -> int | None:
 class RowUpdate:
     """One Adam step of a parameter's touched rows, as ``LazyAdam`` takes it: the moments and
     the step's numbers (``lr_t = lr / (1 - beta1**step)``, ``bias_correction2 = 1 -
-    beta2**step``). ``row_v``: ``exp_avg_sq`` holds one value per row."""
+    beta2**step``). Whether ``exp_avg_sq`` holds one value per row follows from its size
+    (:func:`_row_moment`)."""
 
     exp_avg: torch.Tensor
     exp_avg_sq: torch.Tensor
@@ -106,7 +107,6 @@ class RowUpdate:
     eps: float
     weight_decay: float
     bias_correction2: float
-    row_v: bool
 
     def hyper(self) -> np.ndarray:
         """The six numbers in the kernel's order (float32; keep it alive during the call)."""
@@ -305,6 +305,13 @@ def _text_args(text: ClassText, n_features: int, n_outputs: int) -> tuple[torch.
     return vpos, ptr, idx, val, weight
 
 
+def _row_moment(param: torch.Tensor, exp_avg_sq: torch.Tensor) -> bool:
+    """Whether ``exp_avg_sq`` is a row-wise second moment of ``param`` (one value per row; a
+    parameter of one value per row counts as row-wise), as the kernel's ``row_v`` wants it."""
+    width = int(param[0].numel()) if param.shape[0] else 0
+    return exp_avg_sq.numel() != param.numel() or width == 1
+
+
 def _update_args(update: tuple[RowUpdate, RowUpdate] | None, W_in: torch.Tensor, W_out: torch.Tensor) -> tuple:
     """The kernel's (weights, m, v, hyper, row_v) of W_in and of W_out (NULLs without an update),
     and the hyper arrays the pointers point into."""
@@ -314,11 +321,12 @@ def _update_args(update: tuple[RowUpdate, RowUpdate] | None, W_in: torch.Tensor,
         for state in (rows.exp_avg, rows.exp_avg_sq):
             if state.dtype != torch.float32 or state.device.type != "cpu" or not state.is_contiguous():
                 raise ValueError("the fused update needs float32, contiguous CPU moments")
-        if rows.exp_avg.shape != param.shape or rows.exp_avg_sq.numel() != (param.shape[0] if rows.row_v
+        row_v = _row_moment(param, rows.exp_avg_sq)
+        if rows.exp_avg.shape != param.shape or rows.exp_avg_sq.numel() != (param.shape[0] if row_v
                                                                              else param.numel()):
             raise ValueError(f"the moments of a {tuple(param.shape)} parameter do not match it")
     hyper = tuple(u.hyper() for u in update)
-    args = tuple((_ptr(p), _ptr(u.exp_avg), _ptr(u.exp_avg_sq), _ptr(h), int(u.row_v))
+    args = tuple((_ptr(p), _ptr(u.exp_avg), _ptr(u.exp_avg_sq), _ptr(h), int(_row_moment(p, u.exp_avg_sq)))
                  for u, p, h in zip(update, (W_in, W_out), hyper))
     return args[0], args[1], hyper
 
@@ -333,7 +341,7 @@ def adam_rows(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tens
     width = int(param[0].numel()) if param.shape[0] else 0
     rows = rows.to(torch.int64).contiguous()
     grad = grad.to(torch.float32).contiguous()
-    row_v = exp_avg_sq.numel() != param.numel() or width == 1
+    row_v = _row_moment(param, exp_avg_sq)
     if row_v and exp_avg_sq.numel() != param.shape[0]:
         raise ValueError(f"exp_avg_sq has shape {tuple(exp_avg_sq.shape)}: it needs the shape of the parameter "
                          f"{tuple(param.shape)} or one value per row ({param.shape[0]}, 1)")
