@@ -317,6 +317,7 @@ class _ColumnScores:
     def __init__(self, head: ColumnScorer | _LinearColumns, h: torch.Tensor | TextBatch):
         self.head, self.h = head, h
         self._scored: tuple[torch.Tensor, torch.Tensor] | None = None  # (columns, block) of the last call
+        self._matched: tuple[Any, ...] | None = None  # matched_linear_parts(), built once
 
     def __call__(self, samples: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         # The rows of a batch share most of their columns (the upper groups of the tree), so
@@ -359,12 +360,15 @@ class _ColumnScores:
         """With class text: ``() -> (h, weight, bias, match)``, the linear layer plus the
         lexical match as a sparse term (the rows' weighted vocabulary entries against the
         columns' texts), so that best-first decoding searches in C as without class text.
-        ``None`` without class text."""
+        ``None`` without class text. Built once per hidden batch (the decoder asks for the parts
+        both to pick its route and to search)."""
         head = self.head
         if not getattr(head, "has_text", False) or not isinstance(self.h, TextBatch):
             return None
 
         def parts() -> tuple[Any, ...]:
+            if self._matched is not None:
+                return self._matched
             words = self.h.words.detach()
             present = self.h.present if self.h.present is not None else torch.arange(words.shape[1])
             nz = words.nonzero()  # row-major: each row's entries together
@@ -376,7 +380,8 @@ class _ColumnScores:
                             int(head.text_idx.max()) if head.text_idx.numel() else 0)
             match = (row_ptr, row_idx, words[rows, cols], head.text_ptr, head.text_idx,
                      head.text_val.to(words.dtype), width)
-            return (self.h.h, head.weight.weight, head.bias.weight[:, 0], match)
+            self._matched = (self.h.h, head.weight.weight, head.bias.weight[:, 0], match)
+            return self._matched
 
         return parts
 
