@@ -80,18 +80,20 @@ def collate_batch(batch: Any) -> Any:
     return default_collate(batch)
 
 
-def csr_tensor(X: sp.spmatrix) -> torch.Tensor:
-    """A scipy sparse batch as a torch sparse CSR float32 tensor (for ``SparseLinear``)."""
-    X = sp.csr_matrix(X)
+def _torch_csr(crow: np.ndarray, col: np.ndarray, val: np.ndarray, shape: tuple[int, int]) -> torch.Tensor:
+    """CSR parts as a torch sparse CSR tensor: int64 indices, float32 values."""
     with warnings.catch_warnings():  # torch flags sparse CSR as beta; the layer uses only its parts
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(
-            torch.from_numpy(X.indptr.astype(np.int64)),
-            torch.from_numpy(X.indices.astype(np.int64)),
-            torch.from_numpy(X.data.astype(np.float32, copy=False)),
-            size=X.shape,
-            check_invariants=False,
+            torch.from_numpy(crow.astype(np.int64)), torch.from_numpy(col.astype(np.int64)),
+            torch.from_numpy(val.astype(np.float32, copy=False)), size=shape, check_invariants=False,
         )
+
+
+def csr_tensor(X: sp.spmatrix) -> torch.Tensor:
+    """A scipy sparse batch as a torch sparse CSR float32 tensor (for ``SparseLinear``)."""
+    X = sp.csr_matrix(X)
+    return _torch_csr(X.indptr, X.indices, X.data, X.shape)
 
 
 def csr_rows(X: sp.spmatrix, idx: np.ndarray) -> torch.Tensor:
@@ -104,13 +106,7 @@ def csr_rows(X: sp.spmatrix, idx: np.ndarray) -> torch.Tensor:
     crow = np.zeros(idx.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=crow[1:])
     pos = np.repeat(starts - crow[:-1], lengths) + np.arange(crow[-1], dtype=np.int64)
-    with warnings.catch_warnings():  # torch flags sparse CSR as beta; the layer uses only its parts
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(
-            torch.from_numpy(crow), torch.from_numpy(X.indices[pos].astype(np.int64)),
-            torch.from_numpy(X.data[pos].astype(np.float32, copy=False)), size=(idx.shape[0], X.shape[1]),
-            check_invariants=False,
-        )
+    return _torch_csr(crow, X.indices[pos], X.data[pos], (idx.shape[0], X.shape[1]))
 
 
 class TreeDataset(Dataset):
