@@ -100,6 +100,7 @@ typedef struct {
      * among those present in the batch; slot_v (NP) each slot's feature; xv (B x NP) the batch's
      * input on the present features; tgrad (T x NP) the threads' match-weight gradients */
     Buf v_mark, slot_v, xv, tgrad;
+    Buf dense_rows; /* (D) the dense block's W_out rows (ps_finish's fused update) */
     int64_t V, NP;
 } Work;
 
@@ -138,7 +139,7 @@ void ps_free(void *handle) {
                    &w->pair_entry, &w->s_mark, &w->dense_u, &w->e_at,
                    &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf, &w->set_ptr, &w->set_col, &w->set_k,
                    &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups, &w->gscratch,
-                   &w->v_mark, &w->slot_v, &w->xv, &w->tgrad};
+                   &w->v_mark, &w->slot_v, &w->xv, &w->tgrad, &w->dense_rows};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
     free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
     free(w->dense_bits); free(w->group_count); free(w->group_set);
@@ -462,6 +463,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
 /* ---------------------------------------------------------------- threads */
 
 typedef struct Step Step;
+typedef struct Text Text;
 typedef void (*task_fn)(const Step *s, int tid, int64_t lo, int64_t hi);
 typedef struct { task_fn fn; const Step *s; int tid; int64_t lo, hi; } Job;
 
@@ -566,11 +568,15 @@ struct Step {
      * being written out for the optimizer to read back. */
     float *upd, *gscratch;
     RowAdam adam;
-    const float *dh_dense, *dW_dense;
+    const int64_t *upd_rows; /* rows_update_task: the rows of upd to update, their gradients upd_grad */
+    const float *upd_grad;
+    const float *dh_dense;
     float path_scale, level_scale;
     int T;
     double loss[MAX_THREADS][2], dloss[MAX_THREADS][2];
     int nonfinite[MAX_THREADS], dnonfinite[MAX_THREADS];
+    const Text *text; /* ps_text_scores / ps_text_grad: the class texts; text_grad 1 for the gradient */
+    int text_grad;
 };
 
 /* The inner loops, as functions so that their restrict parameters hold (GCC does not vectorise
@@ -812,20 +818,24 @@ CLONES static void input_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     }
 }
 
-/* The fused update of the dense block's rows [lo, hi) of W_out (their gradient dW_dense from
- * the caller's product). */
-CLONES static void dense_update_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+/* Adam on rows upd_rows[lo, hi) of upd with gradients upd_grad (row i's at i * H): adam_rows,
+ * and the fused update of the dense block's rows. The rows are scattered: the next row is asked
+ * for while this one is updated, so its reads overlap the arithmetic (further ahead measured
+ * no better). */
+CLONES static void rows_update_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     (void)tid;
-    const Work *w = s->w;
-    const int64_t *du = w->dense_u.p, *ucol = w->ucol.p;
-    for (int64_t k = lo; k < hi; k++) {
-        if (k + 2 < hi) {
-            prefetch_row(s->upd + ucol[du[k + 2]] * s->H, s->H);
-            prefetch_adam(&s->adam, ucol[du[k + 2]], s->H);
+    const int64_t H = s->H;
+    for (int64_t i = lo; i < hi; i++) {
+        if (i + 1 < hi) {
+            prefetch_row(s->upd + s->upd_rows[i + 1] * H, H);
+            prefetch_adam(&s->adam, s->upd_rows[i + 1], H);
         }
-        adam_row(s->upd, &s->adam, ucol[du[k]], s->dW_dense + k * s->H, s->H);
+        adam_row(s->upd, &s->adam, s->upd_rows[i], s->upd_grad + i * H, H);
     }
 }
+
+/* Threads for n row updates: one when there are few (a thread start costs more than a few rows). */
+static int rows_threads(int64_t n, int T) { return n < 64 * (int64_t)T ? 1 : T; }
 
 /* The step runs in three calls around the caller's three matrix products of the dense block
  * (BLAS does them near the machine's peak; these loops do the sparse rest):
@@ -934,7 +944,7 @@ int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xva
     if (!s) return -1;
     const int64_t B = w->B, HS = s->HS;
     s->T = (int)(w->dh.cap / sizeof(float) >= (size_t)(s->T * B * HS) ? s->T : 1); /* blocks of ps_backward */
-    s->xptr = xptr; s->xval = xval; s->dW_in = dW_in; s->dh_dense = dh_dense; s->dW_dense = dW_dense;
+    s->xptr = xptr; s->xval = xval; s->dW_in = dW_in; s->dh_dense = dh_dense;
     int Tb = (int)(B < s->T ? (B > 0 ? B : 1) : s->T);
     parallel(s, Tb, reduce_task, B, NULL);
     const int fused = W_in && m_in && W_out && m_out;
@@ -945,8 +955,13 @@ int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xva
         for (int64_t j = 0; j < H; j++) db_in[j] += s->dh[b * HS + j];
     const int64_t *du = w->dense_u.p;
     if (fused) {
+        if (reserve(&w->dense_rows, 8 * (size_t)(w->D + 1))) { free(s); return -1; }
+        int64_t *ids = I64(w->dense_rows);
+        const int64_t *ucol = w->ucol.p;
+        for (int64_t k = 0; k < w->D; k++) ids[k] = ucol[du[k]];
         s->upd = W_out; s->adam = row_adam(m_out, v_out, hyper_out, row_v_out);
-        parallel(s, (int)(w->D < 64 * s->T ? 1 : s->T), dense_update_task, w->D, NULL);
+        s->upd_rows = ids; s->upd_grad = dW_dense;
+        parallel(s, rows_threads(w->D, s->T), rows_update_task, w->D, NULL);
     } else {
         for (int64_t k = 0; k < w->D; k++) memcpy(dW_out + du[k] * H, dW_dense + k * H, sizeof(float) * (size_t)H);
     }
@@ -965,13 +980,12 @@ int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xva
  * on them is one (B, NP) table, and each entry reads its column's few text entries from it.
  * The match has no gradient into the hidden rows or the output layer, only into mw. */
 
-typedef struct {
-    const Work *w;
+/* The class texts and mw of one call (Step.text); S the caller's dense scores (scores pass). */
+struct Text {
     const int64_t *tptr, *tidx;
-    const float *tval, *mw, *G;
+    const float *tval, *mw;
     float *S;
-    int T;
-} Text;
+};
 
 /* The match of sample b with column c. */
 static inline float text_match(const Work *w, const Text *t, int64_t b, int64_t c) {
@@ -995,25 +1009,23 @@ static inline void text_grad(const Work *w, const Text *t, float *restrict out, 
     }
 }
 
-typedef struct { const Text *t; int tid; int64_t lo, hi, grad; } TextJob;
-
-/* Columns [lo, hi) of the distinct columns: the match into their entries' scores (grad 0), or
- * their entries' match-weight gradient into the thread's slots (grad 1). */
-static void *text_columns(void *arg) {
-    const TextJob *j = arg;
-    const Text *t = j->t;
-    const Work *w = t->w;
+/* Columns [lo, hi) of the dense block's D columns followed by the U distinct columns: the match
+ * into their entries' scores, or (s->text_grad) their entries' match-weight gradient, from the
+ * block's and the entries' d loss / d score (gbuf), into the thread's slots. */
+static void text_task(const Step *s, int tid, int64_t lo, int64_t hi) {
+    const Text *t = s->text;
+    const Work *w = s->w;
     const int64_t B = w->B, D = w->D, *ucol = w->ucol.p, *du = w->dense_u.p, *eptr = w->e_ptr.p;
     const int64_t *es = w->e_sample.p, *eat = w->e_at.p;
     float *sbuf = w->sbuf.p;
-    float *out = (float *)w->tgrad.p + (int64_t)j->tid * (w->NP > 0 ? w->NP : 1);
-    /* the dense block's columns come first in this numbering: k < D, then the distinct columns */
-    for (int64_t i = j->lo; i < j->hi; i++) {
+    const float *gbuf = w->gbuf.p;
+    float *out = (float *)w->tgrad.p + (int64_t)tid * (w->NP > 0 ? w->NP : 1);
+    for (int64_t i = lo; i < hi; i++) {
         if (i < D) {
             const int64_t c = ucol[du[i]];
             if (t->tptr[c] == t->tptr[c + 1]) continue;
             for (int64_t b = 0; b < B; b++) {
-                if (j->grad) text_grad(w, t, out, b, c, t->G[b * D + i]);
+                if (s->text_grad) text_grad(w, t, out, b, c, gbuf[b * D + i]);
                 else t->S[b * D + i] += text_match(w, t, b, c);
             }
             continue;
@@ -1022,26 +1034,16 @@ static void *text_columns(void *arg) {
         if (t->tptr[c] == t->tptr[c + 1]) continue;
         for (int64_t e = eptr[u]; e < eptr[u + 1]; e++) {
             if (eat[e] < B * D) continue; /* a dense column's entry: scored in the block */
-            if (j->grad) text_grad(w, t, out, es[e], c, ((const float *)w->gbuf.p)[eat[e]]);
+            if (s->text_grad) text_grad(w, t, out, es[e], c, gbuf[eat[e]]);
             else sbuf[eat[e]] += text_match(w, t, es[e], c);
         }
     }
-    return NULL;
 }
 
-static void text_parallel(const Text *t, int64_t grad) {
-    const int64_t n = t->w->D + t->w->U;
-    int T = t->T < 1 ? 1 : (t->T > MAX_THREADS ? MAX_THREADS : t->T);
-    TextJob jobs[MAX_THREADS];
-    pthread_t th[MAX_THREADS];
-    int started[MAX_THREADS];
-    for (int i = 0; i < T; i++) jobs[i] = (TextJob){t, i, n * i / T, n * (i + 1) / T, grad};
-    for (int i = 1; i < T; i++) started[i] = pthread_create(&th[i], NULL, text_columns, &jobs[i]) == 0;
-    text_columns(&jobs[0]);
-    for (int i = 1; i < T; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        else text_columns(&jobs[i]);
-    }
+/* Run text_task over the dense block's and the distinct columns in T threads. */
+static void text_run(Work *w, int T, const Text *t, int grad) {
+    Step st = {.w = w, .T = T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T), .text = t, .text_grad = grad};
+    parallel(&st, st.T, text_task, w->D + w->U, NULL);
 }
 
 /* ps_text_scores: after ps_forward (same batch) and the caller's dense product S (B, D): adds
@@ -1074,8 +1076,8 @@ int64_t ps_text_scores(void *handle, int64_t T, const int64_t *xptr, const int64
             const int64_t v = vpos[xidx[k]];
             if (v >= 0) xv[b * NP + vm[v]] += xval[k];
         }
-    Text t = {w, tptr, tidx, tval, mw, NULL, S, (int)T};
-    text_parallel(&t, 0);
+    const Text t = {tptr, tidx, tval, mw, S};
+    text_run(w, (int)T, &t, 0);
     return 0;
 }
 
@@ -1087,8 +1089,8 @@ int64_t ps_text_grad(void *handle, int64_t T, const int64_t *tptr, const int64_t
     const int64_t NP = w->NP;
     int Tn = (int)(T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T));
     memset(w->tgrad.p, 0, 4 * (size_t)(Tn * (NP > 0 ? NP : 1)));
-    Text t = {w, tptr, tidx, tval, mw, w->gbuf.p, NULL, Tn};
-    text_parallel(&t, 1);
+    const Text t = {tptr, tidx, tval, mw, NULL};
+    text_run(w, Tn, &t, 1);
     const float *tg = w->tgrad.p;
     int64_t *vm = I64(w->v_mark);
     const int64_t *sv = I64(w->slot_v);
@@ -1110,39 +1112,10 @@ int64_t ps_text_grad(void *handle, int64_t T, const int64_t *tptr, const int64_t
  *   bc2 = 1 - b2^step.
  * The same operations, in the same order, as LazyAdam's torch route. A row-wise second moment
  * reads and writes 20 bytes per touched entry instead of 28: the update is memory-bound. */
-typedef struct { float *p; const int64_t *rows; const float *g; int64_t H, lo, hi; RowAdam a; } AdamChunk;
-
-CLONES static void *adam_chunk(void *arg) {
-    const AdamChunk *c = arg;
-    const int64_t H = c->H;
-    for (int64_t i = c->lo; i < c->hi; i++) {
-        /* The rows are scattered: ask for the next row while this one is updated, so its
-         * reads overlap the arithmetic (further ahead measured no better). */
-        if (i + 1 < c->hi) {
-            const int64_t r = c->rows[i + 1];
-            prefetch_row(c->p + r * H, H);
-            prefetch_adam(&c->a, r, H);
-        }
-        adam_row(c->p, &c->a, c->rows[i], c->g + i * H, H);
-    }
-    return NULL;
-}
-
 void adam_rows(float *p, float *m, float *v, const int64_t *rows, const float *g, int64_t n, int64_t H,
                float lr_t, float b1, float b2, float eps, float wd, float bc2, int64_t T, int64_t row_v) {
     const float hyper[6] = {lr_t, b1, b2, eps, wd, bc2};
-    const RowAdam a = row_adam(m, v, hyper, row_v);
-    if (T < 1) T = 1;
-    if (T > MAX_THREADS) T = MAX_THREADS;
-    if (n < 64 * T) T = 1; /* a thread start costs more than a few rows */
-    AdamChunk chunks[MAX_THREADS];
-    pthread_t th[MAX_THREADS];
-    int started[MAX_THREADS];
-    for (int64_t t = 0; t < T; t++) chunks[t] = (AdamChunk){p, rows, g, H, n * t / T, n * (t + 1) / T, a};
-    for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&th[t], NULL, adam_chunk, &chunks[t]) == 0;
-    adam_chunk(&chunks[0]);
-    for (int64_t t = 1; t < T; t++) {
-        if (started[t]) pthread_join(th[t], NULL);
-        else adam_chunk(&chunks[t]);
-    }
+    Step st = {.upd = p, .adam = row_adam(m, v, hyper, row_v), .H = H, .upd_rows = rows, .upd_grad = g};
+    st.T = (int)(T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T));
+    parallel(&st, rows_threads(n, st.T), rows_update_task, n, NULL);
 }
