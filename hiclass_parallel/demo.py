@@ -186,14 +186,14 @@ def _span(low: float, high: float) -> str:
 
 def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str) -> str:
     """What is about to be trained, and for how long, printed before training starts."""
-    from .estimators._calibration import MIN_AUTO_ROWS, REJOIN_MIN_EPOCHS, held_out_size
+    from .estimators._calibration import MIN_AUTO_ROWS, held_out_size, rejoins
 
     planned = _planned_epochs(n_rows, epochs)
     which = "" if epochs is not None else " (the classifier's default for this many rows)"
     line = f"training on {n_rows:,} rows, {n_classes:,} classes, {planned} epoch{'s' * (planned != 1)}{which}, device {device}"
     held = held_out_size("auto", n_rows)
     if held >= MIN_AUTO_ROWS:
-        when = "train only in the last epoch" if planned >= REJOIN_MIN_EPOCHS else "are held out of training"
+        when = "train only in the last epoch" if rejoins(planned, sparse_module=True) else "are held out of training"
         line += f"; {held:,} of the rows {when}, to calibrate predict_confidence"
     if not str(device).startswith("cpu"):
         return line + f"; no time estimate for device {device!r} (the recorded times are on a CPU)"

@@ -144,7 +144,8 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)
-    plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed)
+    plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed,
+                            sparse_module=config.capabilities.accepts_sparse)
     calibrator = None
     with training_threads(estimator), data.loading(net, targets):
         with seeded(estimator, seed):

@@ -159,9 +159,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Calibrate the probability of the predicted answer (:meth:`predict_confidence`):
         ``fit`` holds out ``calibration_size`` rows, trains on the others, and fits a monotone
         map from the model's probability of its answer to the chance that the answer is right
-        on the held-out rows (beta calibration, three parameters). With 5 epochs or more the
-        map is fitted before the last epoch, which then trains on every row; with fewer
-        (bigger data sets) the held-out rows stay out of training. ``"auto"``: where the fit
+        on the held-out rows (beta calibration, three parameters). A text model (sparse
+        ``X``) with 5 epochs or more fits the map before the last epoch, which then trains on
+        every row; with fewer (bigger data sets), and on dense ``X``, where such a late
+        epoch moves every weight, the held-out rows stay out of training. ``"auto"``: where the fit
         allows it (arrays, ``fit`` rather than ``partial_fit``, no ``train_split`` or
         ``early_stopping``, at least 100 held-out rows), else not; ``"beta"``: always, an error
         where it cannot; ``None``: never (every row trains). On the WordNet gloss benchmarks

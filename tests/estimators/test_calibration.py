@@ -143,7 +143,7 @@ class _Est:
     ],
 )
 def test_auto_calibrates_only_where_it_can_and_beta_says_why_not(kwargs, plan_args, reason):
-    args = dict(n_rows=5000, max_epochs=3, epochs=None, streaming=False, seed=0) | plan_args
+    args = dict(n_rows=5000, max_epochs=3, epochs=None, streaming=False, seed=0, sparse_module=True) | plan_args
     assert plan_calibration(_Est("auto", **kwargs), **args) is None
     with pytest.raises(ValueError, match=reason):
         plan_calibration(_Est("beta", **kwargs), **args)
@@ -157,31 +157,37 @@ def test_held_out_size(size, n_rows, held):
 
 
 def test_plan_holds_out_the_size_disjointly_and_reproducibly():
-    plan = plan_calibration(_Est("beta", size=0.2), 1000, 4, None, False, seed=7)
+    plan = plan_calibration(_Est("beta", size=0.2), 1000, 4, None, False, seed=7, sparse_module=True)
     assert plan.held_rows.size == 200 and plan.fit_rows.size == 800 and not plan.rejoin
-    assert plan_calibration(_Est("beta", size=0.2), 1000, 5, None, False, seed=7).rejoin
+    assert plan_calibration(_Est("beta", size=0.2), 1000, 5, None, False, seed=7, sparse_module=True).rejoin
+    # A dense module's held-out rows never rejoin (every weight moves at every step).
+    assert not plan_calibration(_Est("beta", size=0.2), 1000, 10, None, False, seed=7, sparse_module=False).rejoin
     assert np.union1d(plan.held_rows, plan.fit_rows).size == 1000
-    again = plan_calibration(_Est("beta", size=0.2), 1000, 4, None, False, seed=7)
+    again = plan_calibration(_Est("beta", size=0.2), 1000, 4, None, False, seed=7, sparse_module=True)
     np.testing.assert_array_equal(again.held_rows, plan.held_rows)
     # "auto" needs 100 held-out rows (2,000 rows); an explicit request works from 20.
-    assert plan_calibration(_Est("auto"), 1999, 3, None, False, seed=0) is None
-    assert plan_calibration(_Est("beta", size=0.1), 200, 3, None, False, seed=0).held_rows.size == 20
+    assert plan_calibration(_Est("auto"), 1999, 3, None, False, seed=0, sparse_module=True) is None
+    assert plan_calibration(_Est("beta", size=0.1), 200, 3, None, False, seed=0, sparse_module=True).held_rows.size == 20
 
 
 # ---------------------------------------------------------------------------- the fit scheme
 @pytest.mark.parametrize("epochs", [3, 5])
-def test_fit_is_the_documented_scheme(data, epochs):
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_fit_is_the_documented_scheme(data, epochs, sparse):
     """The calibrated fit equals, weight for weight and map for map, the scheme run by hand
-    through the public API (same seed: same draws, same shuffles): under 5 epochs, every epoch
-    without the held-out rows and the map on the final model; from 5, all epochs but the last
-    without them, the map, then the last epoch on every row."""
+    through the public API (same seed: same draws, same shuffles): under 5 epochs, and on dense
+    input, every epoch without the held-out rows and the map on the final model; a text model
+    from 5 epochs: all epochs but the last without them, the map, then the last epoch on every
+    row."""
     X, y, tree = data
+    if sparse:  # non-negative, like TF-IDF: the text module (SparseMLP)
+        X = sp.csr_matrix(np.abs(X).astype(np.float32))
     clf = HierarchicalClassifier(tree, max_epochs=epochs, random_state=0).fit(X, y)
     assert len(clf.net_.history) == epochs and clf.calibrator_.n_rows == 125
 
     seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))  # the fit's seed draw
-    plan = plan_calibration(clf, X.shape[0], epochs, None, False, seed)
-    assert plan.rejoin == (epochs >= 5)
+    plan = plan_calibration(clf, X.shape[0], epochs, None, False, seed, sparse_module=sparse)
+    assert plan.rejoin == (sparse and epochs >= 5)
     by_hand = HierarchicalClassifier(tree, max_epochs=epochs - plan.rejoin, random_state=0, calibration=None)
     by_hand.fit(X[plan.fit_rows], y[plan.fit_rows])
     _, log_prob = by_hand.predict_top_k(X[plan.held_rows], 1, return_log_prob=True)
