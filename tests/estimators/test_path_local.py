@@ -132,7 +132,7 @@ def test_text_route_defaults(one_torch_thread, random_tree):
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, batch_size=100).fit(X, y)
     assert type(clf.net_.module_).__name__ == "SparseMLP" and clf.net_.module_.head.weight.embedding_dim == 256
     assert clf.partition_ == "sibling" and clf.path_local_
-    assert clf.net_.criterion_.level_contrast == 0.3  # the in-batch level term (test_level_contrast.py)
+    assert clf.net_.criterion_.level_contrast == 0.1  # the in-batch level term (test_level_contrast.py)
     off = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, criterion__level_contrast=0.0).fit(X, y)
     assert off.path_local_ and off.net_.criterion_.level_contrast == 0.0
     assert type(clf.net_.optimizer_).__name__ == "LazyAdam"
