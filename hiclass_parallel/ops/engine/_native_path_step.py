@@ -317,6 +317,7 @@ def _update_args(update: tuple[RowUpdate, RowUpdate] | None, W_in: torch.Tensor,
     and the hyper arrays the pointers point into."""
     if update is None:
         return (None, None, None, None, 0), (None, None, None, None, 0), ()
+    row_vs = []
     for rows, param in zip(update, (W_in, W_out)):
         for state in (rows.exp_avg, rows.exp_avg_sq):
             if state.dtype != torch.float32 or state.device.type != "cpu" or not state.is_contiguous():
@@ -325,9 +326,10 @@ def _update_args(update: tuple[RowUpdate, RowUpdate] | None, W_in: torch.Tensor,
         if rows.exp_avg.shape != param.shape or rows.exp_avg_sq.numel() != (param.shape[0] if row_v
                                                                              else param.numel()):
             raise ValueError(f"the moments of a {tuple(param.shape)} parameter do not match it")
+        row_vs.append(row_v)
     hyper = tuple(u.hyper() for u in update)
-    args = tuple((_ptr(p), _ptr(u.exp_avg), _ptr(u.exp_avg_sq), _ptr(h), int(_row_moment(p, u.exp_avg_sq)))
-                 for u, p, h in zip(update, (W_in, W_out), hyper))
+    args = tuple((_ptr(p), _ptr(u.exp_avg), _ptr(u.exp_avg_sq), _ptr(h), int(row_v))
+                 for u, p, h, row_v in zip(update, (W_in, W_out), hyper, row_vs))
     return args[0], args[1], hyper
 
 

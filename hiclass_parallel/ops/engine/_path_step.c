@@ -846,9 +846,11 @@ static int rows_threads(int64_t n, int T) { return n < 64 * (int64_t)T ? 1 : T; 
  * Each takes the workspace of ps_prepare (same batch) and T threads. Weights: W_in (F, H),
  * b_in (H), W_out (N, H), b_out (N), C-contiguous float32. Return 0, or -1 out of memory. */
 
+/* A caller's thread count within [1, MAX_THREADS]. */
+static int clamp_threads(int64_t T) { return (int)(T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T)); }
+
 static Step *step_new(Work *w, int64_t T, int64_t H) {
-    if (T < 1) T = 1;
-    if (T > MAX_THREADS) T = MAX_THREADS;
+    T = clamp_threads(T);
     const int64_t B = w->B, HS = H + 16;
     /* Rows of the (B, H) blocks are HS apart, not H: with H = 256 floats every row starts at a
      * multiple of 1 KiB, so the four h rows, four dh rows and the weight row a blocked loop
@@ -1041,8 +1043,8 @@ static void text_task(const Step *s, int tid, int64_t lo, int64_t hi) {
 }
 
 /* Run text_task over the dense block's and the distinct columns in T threads. */
-static void text_run(Work *w, int T, const Text *t, int grad) {
-    Step st = {.w = w, .T = T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T), .text = t, .text_grad = grad};
+static void text_run(Work *w, int64_t T, const Text *t, int grad) {
+    Step st = {.w = w, .T = clamp_threads(T), .text = t, .text_grad = grad};
     parallel(&st, st.T, text_task, w->D + w->U, NULL);
 }
 
@@ -1077,7 +1079,7 @@ int64_t ps_text_scores(void *handle, int64_t T, const int64_t *xptr, const int64
             if (v >= 0) xv[b * NP + vm[v]] += xval[k];
         }
     const Text t = {tptr, tidx, tval, mw, S};
-    text_run(w, (int)T, &t, 0);
+    text_run(w, T, &t, 0);
     return 0;
 }
 
@@ -1087,7 +1089,7 @@ int64_t ps_text_grad(void *handle, int64_t T, const int64_t *tptr, const int64_t
                      const float *mw, int64_t V, float *grad) {
     Work *w = handle;
     const int64_t NP = w->NP;
-    int Tn = (int)(T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T));
+    const int Tn = clamp_threads(T);
     memset(w->tgrad.p, 0, 4 * (size_t)(Tn * (NP > 0 ? NP : 1)));
     const Text t = {tptr, tidx, tval, mw, NULL};
     text_run(w, Tn, &t, 1);
@@ -1116,6 +1118,6 @@ void adam_rows(float *p, float *m, float *v, const int64_t *rows, const float *g
                float lr_t, float b1, float b2, float eps, float wd, float bc2, int64_t T, int64_t row_v) {
     const float hyper[6] = {lr_t, b1, b2, eps, wd, bc2};
     Step st = {.upd = p, .adam = row_adam(m, v, hyper, row_v), .H = H, .upd_rows = rows, .upd_grad = g};
-    st.T = (int)(T < 1 ? 1 : (T > MAX_THREADS ? MAX_THREADS : T));
+    st.T = clamp_threads(T);
     parallel(&st, rows_threads(n, st.T), rows_update_task, n, NULL);
 }
