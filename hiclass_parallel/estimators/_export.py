@@ -240,7 +240,9 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
         network scores the DAG's unrolled tree, whose node ids are copies, not indices into
         ``classes_``, and its answers are label sets, not one path.
     ValueError
-        For ``decoding="threshold"``, or terminal semantics without stop scores.
+        For ``decoding="threshold"``, terminal semantics without stop scores, or a model whose
+        answer the class prototypes re-rank (``prototypes_`` with a weight above 0: set
+        ``prototypes=None`` to export the model's own answer).
 
     Examples
     --------
@@ -268,6 +270,13 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     check_is_fitted(clf)
     if clf.decoding != "best":
         raise ValueError(f"only decoding='best' is exported; this classifier has decoding={clf.decoding!r}")
+    if clf._prototype_weight() is not None:
+        raise ValueError(
+            "the class prototypes' re-ranking of the answer (prototypes_, weight "
+            f"{clf.prototypes_.weight:.3g}) is not exported: it compares sparse rows with per-class sums on the host. "
+            "Export the model's own answer with clf.set_params(prototypes=None) (predict then gives the same "
+            "answers as the export), or serve with clf.predict"
+        )
     semantics = clf.semantics if semantics is None else semantics
     if semantics == "terminal" and not clf.stop_:
         raise ValueError("semantics='terminal' needs a model trained with stop scores (stop=True)")

@@ -37,6 +37,7 @@ from ._config import config_changes, resolve_config
 from ._guards import check_trained_scores, fitted_attributes, warn_ignored_changes
 from ._input import validate_X
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
+from ._prototypes import ClassPrototypes
 
 __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]
 
@@ -157,28 +158,80 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                 # map is fitted (_calibration's docstring says when and why).
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
-                calibrator = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
+                calibrator, weight = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
-    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator)
+    prototypes = None
+    if _wants_prototypes(estimator, data):
+        prototypes = ClassPrototypes.from_rows(data.X, np.asarray(dataset.y), targets.tree.n_classes,
+                                               _fixed_weight(estimator) if plan is None else weight)
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
+                           prototypes_=prototypes)
     attach_net(estimator, net)
     return estimator
 
 
-def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray, plan: Any) -> Any:
+def _wants_prototypes(estimator: Any, data: Any) -> bool:
+    """Class prototypes (:mod:`._prototypes`) are kept for sparse ``X`` (text) of a
+    one-answer classifier, unless ``prototypes=None``."""
+    import scipy.sparse as sp
+
+    return (type(estimator)._reranks and estimator.prototypes is not None
+            and sp.issparse(getattr(data, "X", None)))
+
+
+def _fixed_weight(estimator: Any) -> float:
+    """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the default."""
+    from ._prototypes import DEFAULT_WEIGHT
+
+    return DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
+
+
+def _choose_prototype_weight(estimator: Any, view: Any, true: np.ndarray) -> float:
+    """``prototypes="auto"``: the weight that answers most held-out rows (``view``, node ids
+    ``true``) right, re-ranking the model's candidates as trained so far."""
+    from ._calibration import answer_correct
+    from ._prototypes import choose_weight
+
+    k = min(estimator.prototype_candidates, estimator._n_candidates())
+    paths, log_prob = estimator._decode_model(view, k)
+    n, k, depth = paths.shape
+    correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)
+    length = (paths >= 0).sum(axis=2)
+    last = np.take_along_axis(paths, np.maximum(length - 1, 0)[..., None], axis=2)[..., 0]
+    last[length == 0] = -1
+    similarity = estimator.prototypes_.similarity(view, last)
+    labelled = true >= 0
+    return choose_weight(log_prob[labelled], similarity[labelled], correct[labelled])
+
+
+def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
+                    plan: Any) -> tuple[Any, float | None]:
     """The answer calibrator of the held-out rows (``ids``: every row's node id), decoded by the
-    net as trained so far."""
+    net as trained so far, and the class prototypes' weight (chosen on the same rows first for
+    ``prototypes="auto"``; ``None`` without prototypes)."""
     from ._calibration import BetaCalibrator, answer_correct, held_out_view
 
-    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config)
+    ids = np.asarray(ids)
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, prototypes_=None)
     attach_net(estimator, net)  # the prediction side reads the fitted state; fit sets it again after
     true = ids[plan.held_rows]
+    view = held_out_view(X, plan.fit_rows, plan.held_rows)
+    weight = None
     with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
-        paths, log_prob = estimator._decode(held_out_view(X, plan.fit_rows, plan.held_rows), None)
+        if _wants_prototypes(estimator, ArrayInput(X, None)):
+            # The prototypes of the rows the model trained on so far, so that a held-out row
+            # never meets its own contribution.
+            estimator.prototypes_ = ClassPrototypes.from_rows(X[plan.fit_rows], ids[plan.fit_rows],
+                                                              targets.tree.n_classes, _fixed_weight(estimator))
+            if isinstance(estimator.prototypes, str):
+                estimator.prototypes_.weight = _choose_prototype_weight(estimator, view, true)
+            weight = estimator.prototypes_.weight
+        paths, log_prob = estimator._decode(view, None)  # the answers predict will give: re-ranked
     labelled = true >= 0
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
-    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct)
+    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct), weight
 
 
 def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
@@ -198,6 +251,8 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     net = estimator.net_
     _hand_over(estimator, net, config, data.n_rows, live)
     _drop_calibrator(estimator)
+    if getattr(estimator, "prototypes_", None) is not None and _wants_prototypes(estimator, data):
+        estimator.prototypes_.add_rows(data.X, np.asarray(dataset.y))
     # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
     net.set_params(callbacks__finite_loss__snapshot=True)
     with training_threads(estimator), data.loading(net, targets):

@@ -63,6 +63,10 @@ ALLOWED_MODULES = ("hiclass_parallel", "torch.nn", "torch.optim")
 
 WEIGHTS, TREE, CONFIG = "weights.safetensors", "tree.npz", "config.json"
 
+#: The class prototypes' sums (``prototypes_``), where the model has them: CSR arrays in an
+#: ``.npz`` read with ``allow_pickle=False``.
+PROTOTYPES = "prototypes.npz"
+
 #: The ``format`` field of ``config.json``.
 FORMAT = "hiclass_parallel.HierarchicalClassifier"
 
@@ -283,6 +287,8 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
         fitted["feature_names_in_"] = [str(v) for v in clf.feature_names_in_]
     calibrator = getattr(clf, "calibrator_", None)
     fitted["calibrator_"] = None if calibrator is None else _encode(calibrator.to_dict(), "calibrator_")
+    prototypes = getattr(clf, "prototypes_", None)
+    fitted["prototypes_"] = None if prototypes is None else {"__dict__": {"weight": float(prototypes.weight)}}
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -302,7 +308,13 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     state = {k: v.detach().to("cpu").contiguous() for k, v in clf.net_.module_.state_dict().items()}
     # Shared tensors (tied weights) must be stored once: safetensors refuses aliases.
     st.save_file(_untie(state), str(folder / WEIGHTS), metadata={"format_version": str(FORMAT_VERSION)})
-    config["digests"] = {name: _file_digest(folder / name) for name in (TREE, WEIGHTS)}
+    files = (TREE, WEIGHTS)
+    if prototypes is not None:
+        np.savez(folder / PROTOTYPES, **prototypes.to_arrays())
+        files += (PROTOTYPES,)
+    elif (folder / PROTOTYPES).exists():  # left by an earlier save into this folder: not this model's
+        (folder / PROTOTYPES).unlink()
+    config["digests"] = {name: _file_digest(folder / name) for name in files}
     config["digests"][CONFIG] = _config_digest(config)
     text = json.dumps(config, indent=1, sort_keys=True, allow_nan=True)
     (folder / CONFIG).write_text(text + "\n", encoding="utf-8")
@@ -415,6 +427,7 @@ def load_classifier(
         clf.calibrator_ = None if saved_calibrator is None else BetaCalibrator.from_dict(saved_calibrator)
     except ValueError as exc:
         raise ValueError(f"{folder / CONFIG}: {exc}") from None
+    clf.prototypes_ = _load_prototypes(folder, fitted.get("prototypes_"), tree.n_classes, fitted["n_features_in_"])
 
     state = _safetensors().load_file(str(folder / WEIGHTS), device="cpu")
     with torch.random.fork_rng(devices=[]):  # building the net draws initial weights: leave the caller's RNG
@@ -472,12 +485,36 @@ def _check_digests(folder: Path, config: dict[str, Any]) -> None:
             f"{folder / CONFIG} was modified after it was saved (its content does not match its digest); "
             "refusing to load it"
         )
-    for name in (TREE, WEIGHTS):
+    for name in (TREE, WEIGHTS) + ((PROTOTYPES,) if PROTOTYPES in digests else ()):
+        if not (folder / name).exists():
+            raise ValueError(f"{folder / name} is missing: {folder / CONFIG} was saved with it")
         if digests.get(name) != _file_digest(folder / name):
             raise ValueError(
                 f"{folder / name} is not the file saved with {folder / CONFIG} (its SHA-256 differs): "
                 "the folder mixes files of different models, or one was modified"
             )
+
+
+def _load_prototypes(folder: Path, saved: Any, n_classes: int, n_features: int) -> Any:
+    """``prototypes_`` from :data:`PROTOTYPES` and its weight in ``config.json`` (``None``:
+    the model had none, or was saved before prototypes existed)."""
+    from ._prototypes import ClassPrototypes
+
+    if saved is None:
+        return None
+    weight = saved.get("weight") if isinstance(saved, dict) else None
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not np.isfinite(weight) or weight < 0:
+        raise ValueError(f"{folder / CONFIG}: prototypes_ must hold a weight >= 0, got {saved!r}")
+    if not (folder / PROTOTYPES).exists():
+        raise ValueError(f"{folder / PROTOTYPES} is missing: {folder / CONFIG} describes class prototypes")
+    with np.load(folder / PROTOTYPES, allow_pickle=False) as arrays:
+        missing = {"data", "indices", "indptr", "shape"} - set(arrays.files)
+        if missing:
+            raise ValueError(f"{folder / PROTOTYPES} lacks {', '.join(sorted(missing))}")
+        try:
+            return ClassPrototypes.from_arrays(arrays, weight, n_classes, n_features)
+        except ValueError as exc:
+            raise ValueError(f"{folder / PROTOTYPES}: {exc}") from None
 
 
 def _fitted_from_format_1(folder: Path, fitted: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted
 from .._labels import as_host_labels, labels_to_ids
 from ..tree import PAD
 from ._guards import check_decidable
+from ._prototypes import rerank_order
 
 __all__ = ["PredictMixin"]
 
@@ -68,8 +69,43 @@ class PredictMixin:
         """Number of candidate answers: every node (terminal semantics) or every leaf."""
         return self.tree_.n_classes if self.semantics == "terminal" else int(self.tree_.is_leaf.sum())
 
+    def _prototype_weight(self) -> float | None:
+        """The weight of the class prototypes' re-ranking at prediction (``None``: off): the
+        ``prototypes`` parameter's number, or the fitted one for ``"auto"``."""
+        fitted = getattr(self, "prototypes_", None)  # absent on models fitted before prototypes
+        if fitted is None or self.prototypes is None:
+            return None
+        weight = fitted.weight if isinstance(self.prototypes, str) else float(self.prototypes)
+        return weight if weight > 0 else None
+
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and their log-probabilities.
+        """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and
+        their log-probabilities, re-ranked by the class prototypes where they apply
+        (``decoding="best"`` and top-``k``; :mod:`._prototypes`)."""
+        weight = self._prototype_weight()
+        if weight is None or (k is None and self.decoding != "best"):
+            return self._decode_model(X, k)
+        return self._decode_reranked(X, k, weight)
+
+    def _decode_reranked(self, X: Any, k: int | None, weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """The model's ``prototype_candidates`` best paths (at least ``k``), ordered by
+        ``log p + weight * cos(x, prototype)``: the first (``k=None``) or the first ``k``."""
+        n_candidates = min(max(self.prototype_candidates, k or 1), self._n_candidates())
+        paths, log_prob = self._decode_model(X, n_candidates)
+        X = self._validate_X(X, reset=False)
+        if isinstance(X, torch.Tensor):  # prototypes compare rows on the host (scipy)
+            X = (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
+        depth = (paths >= 0).sum(axis=2)
+        last = np.take_along_axis(paths, np.maximum(depth - 1, 0)[..., None], axis=2)[..., 0]
+        last[depth == 0] = -1
+        similarity = self.prototypes_.similarity(X, last)
+        order = rerank_order(log_prob, similarity, weight)[:, : (k or 1)]
+        paths = np.take_along_axis(paths, order[..., None], axis=1)
+        log_prob = np.take_along_axis(log_prob, order, axis=1)
+        return (paths[:, 0], log_prob[:, 0]) if k is None else (paths, log_prob)
+
+    def _decode_model(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """The model's own best (``k=None``: ``decoding`` applies) or top-``k`` paths.
 
         The route is :func:`~hiclass_parallel.ops.decode.decoding_route`'s: path-locally
         trained models on the CPU search best-first from their hidden rows, scoring only the
@@ -86,7 +122,7 @@ class PredictMixin:
 
         kwargs = self._decode_kwargs()
         if k is None and self.decoding == "hf1":
-            paths, log_prob = self._decode(X, min(self.top_k, self._n_candidates()))
+            paths, log_prob = self._decode_model(X, min(self.top_k, self._n_candidates()))
             chosen, _ = expected_hf1_paths(paths, log_prob)
             return chosen, _chosen_log_prob(paths, log_prob, chosen)
         threshold = self.threshold if self.decoding == "threshold" else None

@@ -172,6 +172,19 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     calibration_size : "auto", float or int, default="auto"
         Rows held out of training to fit the calibration: ``"auto"`` is 5% of the rows, at
         most 1,000; a float in (0, 1) a fraction of the rows; an int a number of rows.
+    prototypes : "auto", float or None, default="auto"
+        Re-rank the answer with class prototypes (sparse ``X``, such as TF-IDF, only): each
+        class keeps the sum of its training rows, and :meth:`predict` picks, among the model's
+        ``prototype_candidates`` most probable answers, the one with the highest
+        ``log p(answer) + weight * cos(x, prototype)``. This gives every class evidence of its
+        own over the input features, which the hidden layer's low-rank map lacks (on the WordNet
+        gloss benchmarks exact accuracy +0.02 to +0.07 and hF1 +0.003 to +0.025 on every subset
+        measured, ``docs/classifier.md``). ``"auto"``: the weight (nats) that answers the
+        rows held out for ``calibration`` right most often, 0 included, or 16 when the fit holds
+        no rows out; a float: that weight; ``None``: the model's own answer. Only the answer
+        changes: probabilities and scores are the model's. Ignored for dense ``X``.
+    prototype_candidates : int, default=20
+        How many of the model's most probable answers the prototypes re-rank.
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
@@ -217,6 +230,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Number of features seen in :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen in :meth:`fit`, when ``X`` has string column names.
+    prototypes_ : ClassPrototypes or None
+        The class prototypes (per-class sums of the training rows, sparse) and their fitted
+        weight; ``None`` for dense ``X`` or ``prototypes=None``.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,
         fitted on held-out rows (``calibration``); ``None`` when the fit did not
@@ -288,6 +304,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "calibration": [StrOptions({"auto", "beta"}), None],
         "calibration_size": [StrOptions({"auto"}), Interval(RealNotInt, 0, 1, closed="neither"),
                              Interval(Integral, 1, None, closed="left")],
+        "prototypes": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left"), None],
+        "prototype_candidates": [Interval(Integral, 1, None, closed="left")],
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -298,6 +316,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
 
     #: One answer per sample, whose probability ``calibration`` can calibrate.
     _calibrates = True
+
+    #: One answer per sample, which class prototypes can re-rank (``prototypes``).
+    _reranks = True
 
     def __init__(
         self,
@@ -325,6 +346,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         warm_start: bool = False,
         calibration: str | None = "auto",
         calibration_size: str | float | int = "auto",
+        prototypes: str | float | None = "auto",
+        prototype_candidates: int = 20,
         verbose: int = 0,
         device: str | torch.device = "cpu",
         random_state: Any = None,
@@ -353,6 +376,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.warm_start = warm_start
         self.calibration = calibration
         self.calibration_size = calibration_size
+        self.prototypes = prototypes
+        self.prototype_candidates = prototype_candidates
         self.verbose = verbose
         self.device = device
         self.random_state = random_state

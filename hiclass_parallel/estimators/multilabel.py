@@ -71,6 +71,9 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         map could correct): ``"auto"`` and ``None`` both train on every row, and
         ``calibration="beta"`` is refused. ``calibrator_`` is ``None`` and there is no
         ``predict_confidence``.
+    prototypes : "auto", float or None, default="auto"
+        Not used here (class prototypes re-rank one answer per sample; a set of labels is
+        thresholded instead): ``prototypes_`` is ``None``.
     **kwargs
         Every other parameter of :class:`HierarchicalClassifier`.
 
@@ -140,6 +143,7 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     }
 
     _calibrates = False  # label sets: no single answer's probability to calibrate
+    _reranks = False  # label sets: no single answer for class prototypes to re-rank
 
     # ------------------------------------------------------------------ prediction
     def _node_labels(self) -> np.ndarray:

@@ -1,0 +1,202 @@
+"""Class prototypes: each class's own evidence over the input features, to re-rank the answer.
+
+The text model reaches every class through one hidden layer of a few hundred units (a low-rank
+map from the features to the classes), so it finds the right branch well and the exact class
+less well than a flat model with a weight vector per class (``docs/benchmark-text.md``). A
+prototype gives each class a full-rank vector at no training cost: the sum of its training
+rows, compared by cosine (the Rocchio classifier). Decoding takes the model's
+``prototype_candidates`` most probable answers and picks the one with the highest
+
+    log p(answer) + weight * cos(x, prototype of the answer)
+
+``weight`` is in nats. With ``prototypes="auto"`` it is fitted on the rows the fit holds out
+for calibration (:func:`choose_weight`: the likelihood of the right candidate; 0 where
+prototypes do not help), or is :data:`DEFAULT_WEIGHT` when the fit holds no rows out. Memory: one sparse matrix with at most
+as many non-zeros as the training rows (every row adds to one class's sum).
+
+Only the answer changes: ``predict_proba``, ``predict_answer_proba`` and the log-probabilities
+are the model's own, and the probability of the chosen answer (``predict_confidence``) is the
+model's probability of that path, mapped by a calibrator fitted on the re-ranked answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "rerank_order"]
+
+#: Each class's prototype keeps its largest this many feature sums: it bounds the memory and
+#: the cost of comparing a row with every prototype; on the gloss benchmarks 32 answered as
+#: well as all of them (all nouns exact 0.462 vs 0.463, artifact.n.01 0.530 vs 0.522).
+FEATURES = 32
+
+#: The largest weight ``prototypes="auto"`` fits (nats per unit of cosine).
+MAX_WEIGHT = 64.0
+
+#: ``prototypes="auto"`` fits the weight on at least this many held-out rows whose right
+#: answer is among the candidates, else takes :data:`DEFAULT_WEIGHT`.
+MIN_ROWS = 20
+
+#: ``prototypes="auto"`` without held-out rows (``calibration=None``, a validation split, too
+#: few rows). On the WordNet gloss benchmarks the weight chosen on held-out rows was 8-32 and
+#: 16 gained exact accuracy on every subset measured (``docs/benchmark-text.md``).
+DEFAULT_WEIGHT = 16.0
+
+
+@dataclasses.dataclass
+class ClassPrototypes:
+    """Per-class sums of training rows (``sums``, sparse ``(n_classes, n_features)``) and the
+    weight of their cosine in the re-ranked score."""
+
+    sums: sp.csr_matrix
+    weight: float
+
+    @classmethod
+    def from_rows(cls, X: Any, ids: np.ndarray, n_classes: int, weight: float = 0.0) -> ClassPrototypes:
+        """The sums of the rows of sparse ``X`` per node id in ``ids`` (``-1``: unlabelled, skipped)."""
+        ids = np.asarray(ids)
+        rows = np.flatnonzero(ids >= 0)
+        member = sp.csr_matrix((np.ones(rows.size, dtype=np.float32), (ids[rows], rows)),
+                               shape=(n_classes, X.shape[0]))
+        return cls(sums=sp.csr_matrix(member @ sp.csr_matrix(X, dtype=np.float32), dtype=np.float32), weight=weight)
+
+    def add_rows(self, X: Any, ids: np.ndarray) -> None:
+        """Add more training rows (``partial_fit``, a warm start) to the sums."""
+        more = ClassPrototypes.from_rows(X, ids, self.sums.shape[0])
+        self.sums = sp.csr_matrix(self.sums + more.sums, dtype=np.float32)
+        self.__dict__.pop("_unit", None)  # the cached unit prototypes were of the old sums
+
+    def _unit_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each class's :data:`FEATURES` largest sums scaled to unit L2 norm, as dense
+        ``(n_classes, FEATURES)`` feature ids (``-1`` pads) and values (0 pads), cached."""
+        unit = self.__dict__.get("_unit")
+        if unit is None:
+            sums = self.sums
+            lengths = np.diff(sums.indptr)
+            row = np.repeat(np.arange(sums.shape[0]), lengths)
+            # By class, largest first, equal sums by feature id (whatever the storage order).
+            order = np.lexsort((sums.indices, -sums.data, row))
+            rank = np.arange(order.size) - np.repeat(sums.indptr[:-1], lengths)
+            keep = order[rank < FEATURES]
+            features = np.full((sums.shape[0], FEATURES), -1, dtype=np.int64)
+            values = np.zeros((sums.shape[0], FEATURES), dtype=np.float32)
+            features[row[keep], rank[rank < FEATURES]] = sums.indices[keep]
+            values[row[keep], rank[rank < FEATURES]] = sums.data[keep]
+            norm = np.sqrt(np.square(values, dtype=np.float64).sum(axis=1, keepdims=True))
+            values = np.divide(values, norm, out=np.zeros_like(values), where=norm > 0)
+            unit = self.__dict__["_unit"] = (features, values.astype(np.float32))
+        return unit
+
+    def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+        """``x_i . u_c`` for each row ``i`` and candidate ``c = nodes[i, j]``, ``(n, k)`` float32,
+        where ``u_c`` is the class's unit prototype: the cosine for unit-norm rows (as a
+        vectorizer gives them); 0 for ``-1`` and classes without rows."""
+        X = sp.csr_matrix(X, dtype=np.float32)
+        X.sum_duplicates()
+        n, k = nodes.shape
+        features, values = self._unit_rows()
+        # A chunk of rows is made dense over the features it holds (local column ids); the
+        # candidates' prototype features are looked up there, and a feature the chunk lacks
+        # reads the zero column at the end.
+        local = np.full(X.shape[1] + 1, -1, dtype=np.int64)  # the extra -1 is the pad's (-1) entry
+        out = np.zeros((n, k), dtype=np.float32)
+        for start in range(0, n, 256):
+            stop = min(n, start + 256)
+            rows = X[start:stop]
+            held = np.unique(rows.indices)
+            local[held] = np.arange(held.size)
+            dense = np.zeros((stop - start, held.size + 1), dtype=np.float32)
+            dense[np.repeat(np.arange(stop - start), np.diff(rows.indptr)), local[rows.indices]] = rows.data
+            cand = np.maximum(nodes[start:stop], 0)
+            column = local[features[cand]]  # (rows, k, FEATURES)
+            column[column < 0] = held.size
+            found = dense[np.arange(stop - start)[:, None, None], column]
+            out[start:stop] = np.einsum("rkf,rkf->rk", found, values[cand])
+            local[held] = -1
+        out[nodes < 0] = 0.0
+        return out
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The sums as plain arrays (CSR parts), for saving without pickle."""
+        return {"data": self.sums.data, "indices": self.sums.indices, "indptr": self.sums.indptr,
+                "shape": np.asarray(self.sums.shape, dtype=np.int64)}
+
+    @classmethod
+    def from_arrays(cls, arrays: Any, weight: float, n_classes: int, n_features: int) -> ClassPrototypes:
+        """The inverse of :meth:`to_arrays`, checked against the model it belongs to."""
+        shape = tuple(int(v) for v in np.asarray(arrays["shape"]).ravel())
+        if shape != (n_classes, n_features):
+            raise ValueError(f"the saved class prototypes have shape {shape}, but the model has {n_classes} classes "
+                             f"and {n_features} features: the files are from different models")
+        try:
+            sums = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]), shape=shape)
+            sums.check_format(full_check=True)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"the saved class prototypes are not a valid sparse matrix: {exc}") from None
+        if not np.isfinite(sums.data).all():
+            raise ValueError("the saved class prototypes hold non-finite values")
+        return cls(sums=sp.csr_matrix(sums, dtype=np.float32), weight=float(weight))
+
+
+def rerank_order(log_prob: np.ndarray, similarity: np.ndarray, weight: float) -> np.ndarray:
+    """Each row's candidates (columns) ordered by ``log_prob + weight * similarity``, best first.
+
+    A candidate whose log-probability is not finite (no such path) goes last; a row with NaN
+    (undecidable scores) keeps the model's order. Ties keep the model's order (stable sort).
+    """
+    score = np.where(np.isfinite(log_prob), log_prob + np.float32(weight) * similarity, -np.inf)
+    order = np.argsort(-score, axis=1, kind="stable")
+    undecidable = np.isnan(log_prob).any(axis=1)
+    order[undecidable] = np.arange(log_prob.shape[1])
+    return order
+
+
+def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndarray) -> float:
+    """The prototypes' weight fitted on labelled rows: a conditional logit over each row's
+    candidates, ``softmax(a * log_prob + b * similarity)``, fitted by maximum likelihood of the
+    right candidate (``correct``: ``(n, k)`` bool), and the weight ``b / a`` it implies (the
+    same ranking as ``a * log_prob + b * similarity``), within ``[0, MAX_WEIGHT]``.
+
+    The likelihood uses every row whose right answer is a candidate, so it is steadier than
+    counting right first answers on a few hundred rows (which picked weights from 4 to 48 on
+    400-row samples of one benchmark where the likelihood's stayed within 17-23). Rows whose
+    right answer is not a candidate say nothing about the weight; with fewer than
+    :data:`MIN_ROWS` others the weight is :data:`DEFAULT_WEIGHT`.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> lp = np.log(rng.dirichlet(np.ones(5), size=400)).astype(np.float32)
+    >>> sim = rng.random((400, 5)).astype(np.float32)
+    >>> right = np.argmax(lp + 3.0 * sim + rng.gumbel(size=(400, 5)), axis=1)   # true weight 3
+    >>> correct = np.arange(5) == right[:, None]
+    >>> 2.0 < choose_weight(lp, sim, correct) < 4.5
+    True
+    """
+    from scipy.optimize import minimize
+    from scipy.special import logsumexp, softmax
+
+    valid = np.isfinite(log_prob)
+    rows = (correct & valid).any(axis=1)
+    if rows.sum() < MIN_ROWS:
+        return DEFAULT_WEIGHT
+    lp = np.where(valid, log_prob, 0.0)[rows].astype(np.float64)
+    sim = similarity[rows].astype(np.float64)
+    right = (correct & valid)[rows]
+    right = right & (np.cumsum(right, axis=1) == 1)  # one right candidate per row
+    invalid = ~valid[rows]
+
+    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        z = theta[0] * lp + theta[1] * sim
+        z[invalid] = -np.inf
+        p = softmax(z, axis=1)
+        value = -(z[right] - logsumexp(z, axis=1)).sum()
+        grad = -np.array([(lp[right] - (p * lp).sum(axis=1)).sum(), (sim[right] - (p * sim).sum(axis=1)).sum()])
+        return float(value), grad
+
+    fit = minimize(nll, np.array([1.0, 1.0]), jac=True, method="L-BFGS-B", bounds=[(1e-3, None), (0.0, None)])
+    return float(np.clip(fit.x[1] / fit.x[0], 0.0, MAX_WEIGHT))

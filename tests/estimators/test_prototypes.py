@@ -1,0 +1,231 @@
+"""Class prototypes: the similarity, the weight, the re-ranked answer, fitting, persistence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
+from hiclass_parallel.estimators._persistence import load_classifier, save_classifier
+from hiclass_parallel.estimators._prototypes import (
+    DEFAULT_WEIGHT,
+    FEATURES,
+    ClassPrototypes,
+    choose_weight,
+    rerank_order,
+)
+
+
+def _dense_prototypes(sums: np.ndarray) -> np.ndarray:
+    """The reference: each class's FEATURES largest sums, scaled to unit norm, by brute force."""
+    out = np.zeros_like(sums, dtype=np.float64)
+    for c, row in enumerate(sums):
+        keep = np.argsort(-row, kind="stable")[:FEATURES]
+        out[c, keep] = row[keep]
+        norm = np.linalg.norm(out[c])
+        out[c] /= norm if norm > 0 else 1.0
+    return out
+
+
+def _text_like(n_samples=1500, n_features=60, seed=0, **kwargs):
+    """Sparse non-negative rows (like TF-IDF) whose class decides which features are likely."""
+    X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, random_state=seed,
+                                                  **kwargs)
+    rng = np.random.default_rng(seed)
+    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.3, np.abs(X), 0.0).astype(np.float32))
+    return Xs, y, tree
+
+
+# ---------------------------------------------------------------------------- the prototypes
+@pytest.mark.parametrize("seed", range(3))
+def test_similarity_equals_the_dense_cosine_of_truncated_prototypes(seed):
+    rng = np.random.default_rng(seed)
+    n_classes, n_features = 30, 400
+    X = sp.random(900, n_features, density=0.04, random_state=seed, format="csr", dtype=np.float32)
+    X = sp.csr_matrix(sp.diags((np.arange(900) != 3).astype(np.float32)) @ X)  # row 3 empty
+    ids = rng.integers(-1, n_classes - 5, 900)  # unlabelled rows, and classes without rows
+    prototypes = ClassPrototypes.from_rows(X, ids, n_classes)
+    dense = np.zeros((n_classes, n_features))
+    np.add.at(dense, ids[ids >= 0], X[np.flatnonzero(ids >= 0)].toarray())
+    np.testing.assert_allclose(prototypes.sums.toarray(), dense, rtol=1e-5, atol=1e-6)
+    nodes = rng.integers(-1, n_classes, (900, 6))
+    reference = X.toarray() @ _dense_prototypes(dense).T
+    reference = np.where(nodes >= 0, np.take_along_axis(reference, np.maximum(nodes, 0), axis=1), 0.0)
+    np.testing.assert_allclose(prototypes.similarity(X, nodes), reference, rtol=1e-5, atol=1e-6)
+    assert (dense.astype(bool).sum(axis=1) > FEATURES).any()  # the truncation is exercised
+
+
+def test_added_rows_give_the_prototypes_of_all_rows():
+    rng = np.random.default_rng(0)
+    X = sp.random(200, 50, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    ids = rng.integers(0, 10, 200)
+    some = ClassPrototypes.from_rows(X[:120], ids[:120], 10, weight=3.0)
+    nodes = rng.integers(0, 10, (200, 4))
+    some.similarity(X, nodes)  # fills the cache, which the new rows must replace
+    some.add_rows(X[120:], ids[120:])
+    whole = ClassPrototypes.from_rows(X, ids, 10)
+    np.testing.assert_allclose(some.sums.toarray(), whole.sums.toarray(), rtol=1e-6)
+    np.testing.assert_allclose(some.similarity(X, nodes), whole.similarity(X, nodes), rtol=1e-6)
+    assert some.weight == 3.0
+
+
+def test_rerank_order_puts_missing_paths_last_and_keeps_undecidable_rows():
+    lp = np.array([[-1.0, -2.0, -np.inf], [-1.0, -1.5, -3.0], [np.nan, -1.0, -2.0]], dtype=np.float32)
+    sim = np.array([[0.0, 0.2, 1.0], [0.0, 0.0, 0.5], [0.0, 1.0, 0.0]], dtype=np.float32)
+    np.testing.assert_array_equal(rerank_order(lp, sim, 10.0), [[1, 0, 2], [2, 0, 1], [0, 1, 2]])
+    np.testing.assert_array_equal(rerank_order(lp, sim, 0.0), [[0, 1, 2], [0, 1, 2], [0, 1, 2]])
+
+
+def test_weight_is_fitted_where_rows_allow_and_defaults_otherwise():
+    rng = np.random.default_rng(1)
+    lp = np.log(rng.dirichlet(np.ones(8), size=2000)).astype(np.float32)
+    sim = rng.random((2000, 8)).astype(np.float32)
+    for true_weight in (0.0, 2.0, 6.0):
+        right = np.argmax(lp + true_weight * sim + rng.gumbel(size=lp.shape), axis=1)
+        fitted = choose_weight(lp, sim, np.arange(8) == right[:, None])
+        assert abs(fitted - true_weight) < 0.6, (true_weight, fitted)
+    nobody = np.zeros((2000, 8), dtype=bool)  # no right answer among the candidates
+    assert choose_weight(lp, sim, nobody) == DEFAULT_WEIGHT
+
+
+def test_saved_prototypes_are_checked_against_the_model():
+    X = sp.random(20, 9, density=0.3, random_state=0, format="csr", dtype=np.float32)
+    arrays = ClassPrototypes.from_rows(X, np.arange(20) % 4, 4).to_arrays()
+    with pytest.raises(ValueError, match="different models"):
+        ClassPrototypes.from_arrays(arrays, 1.0, n_classes=5, n_features=9)
+    bad = dict(arrays, indices=arrays["indices"] + 100)
+    with pytest.raises(ValueError, match="not a valid sparse matrix"):
+        ClassPrototypes.from_arrays(bad, 1.0, n_classes=4, n_features=9)
+
+
+# ---------------------------------------------------------------------------- the classifier
+@pytest.fixture(scope="module")
+def text():
+    return _text_like(n_samples=2500, n_features=80, branching=3, depth=3)
+
+
+@pytest.fixture(scope="module")
+def fitted(text):
+    X, y, tree = text
+    return HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0).fit(X, y)
+
+
+def test_auto_fits_prototypes_of_every_training_row_and_a_weight(text, fitted):
+    X, y, tree = text
+    assert fitted.prototypes_.weight >= 0 and fitted.calibrator_ is not None
+    whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree.n_classes)
+    np.testing.assert_allclose(fitted.prototypes_.sums.toarray(), whole.sums.toarray(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("semantics", ["partial", "terminal"])
+def test_reranked_answer_equals_the_brute_force_argmax_over_every_candidate(random_tree, semantics):
+    """With every candidate re-ranked, the answer is the argmax over all answers of
+    log p(answer) + weight * cos, computed from predict_answer_proba and dense prototypes,
+    on a random tree with shuffled ids."""
+    rng = np.random.default_rng(4)
+    tree = random_tree(rng, 40)
+    n_candidates = tree.n_classes if semantics == "terminal" else int(tree.is_leaf.sum())
+    targets = np.arange(tree.n_classes) if semantics == "terminal" else np.flatnonzero(tree.is_leaf)
+    y_ids = rng.choice(targets, 900)
+    centers = rng.random((tree.n_classes, 50)) < 0.15
+    X = sp.csr_matrix((centers[y_ids] * rng.random((900, 50)) + (rng.random((900, 50)) < 0.05)).astype(np.float32))
+    y = tree.labels[y_ids]
+    clf = HierarchicalClassifier(tree, semantics=semantics, max_epochs=4, random_state=0, prototypes=5.0,
+                                 prototype_candidates=n_candidates).fit(X, y)
+    proto = _dense_prototypes(clf.prototypes_.sums.toarray())
+    with np.errstate(divide="ignore"):
+        score = np.log(clf.predict_answer_proba(X).astype(np.float64)) + 5.0 * (X.toarray() @ proto.T)
+    if semantics == "partial":
+        score[:, ~tree.is_leaf] = -np.inf
+    expected = np.argmax(score, axis=1)
+    got = clf.predict_node(X)
+    close = np.sort(score, axis=1)[:, -1] - np.sort(score, axis=1)[:, -2] < 1e-4  # float ties
+    assert (got == expected)[~close].all() and (~close).mean() > 0.9
+    assert (got != clf.set_params(prototypes=None).predict_node(X)).any()  # the re-ranking changed answers
+
+
+def test_predict_is_the_first_of_predict_top_k_and_confidence_maps_its_probability(text, fitted):
+    X, _, _ = text
+    paths, log_prob = fitted.predict_top_k(X[:300], 3, return_log_prob=True)
+    np.testing.assert_array_equal(fitted.predict(X[:300]), paths[:, 0])
+    np.testing.assert_allclose(fitted.predict_confidence(X[:300]),
+                               fitted.calibrator_(np.exp(log_prob[:, 0].astype(np.float64))))
+
+
+def test_prototypes_none_or_zero_gives_the_models_own_answer(text, fitted):
+    X, y, tree = text
+    own = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, prototypes=None).fit(X, y)
+    assert own.prototypes_ is None
+    clf = fitted.set_params(prototypes=0.0)
+    try:
+        np.testing.assert_array_equal(clf.predict(X[:400]), own.predict(X[:400]))
+        _, lp = clf.predict_top_k(X[:400], 4, return_log_prob=True)
+        assert (np.diff(lp, axis=1) <= 0).all()  # the model's order, most probable first
+    finally:
+        fitted.set_params(prototypes="auto")
+
+
+def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_rows(text):
+    X, y, tree = text
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=2, random_state=0, calibration=None).fit(X, y)
+    assert clf.prototypes_.weight == DEFAULT_WEIGHT
+    first = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X[:1000], y[:1000])
+    first.partial_fit(X[1000:], y[1000:])
+    whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree.n_classes)
+    np.testing.assert_allclose(first.prototypes_.sums.toarray(), whole.sums.toarray(), rtol=1e-5)
+
+
+def test_dense_input_and_label_sets_have_no_prototypes(text):
+    X, y, tree = text
+    dense = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X.toarray(), y)
+    assert dense.prototypes_ is None
+    multi = MultiLabelHierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, [[v] for v in y])
+    assert multi.prototypes_ is None
+
+
+@pytest.mark.parametrize("bad", [-1.0, "yes", np.nan])
+def test_bad_prototypes_parameter_is_named(text, bad):
+    X, y, tree = text
+    with pytest.raises(ValueError, match="prototypes"):
+        HierarchicalClassifier(tree, prototypes=bad, max_epochs=1).fit(X, y)
+    with pytest.raises(ValueError, match="prototype_candidates"):
+        HierarchicalClassifier(tree, prototype_candidates=0, max_epochs=1).fit(X, y)
+
+
+def test_export_refuses_the_reranking_and_serves_the_models_own_answer(text, fitted):
+    torch = pytest.importorskip("torch")
+    from hiclass_parallel.estimators import serving_module
+
+    X, _, _ = text
+    with pytest.raises(ValueError, match="prototypes=None"):
+        serving_module(fitted)
+    own = fitted.set_params(prototypes=None)
+    try:
+        paths, _ = serving_module(own)(torch.from_numpy(X[:50].toarray()))
+        np.testing.assert_array_equal(own.classes_[paths.numpy()], own.predict(X[:50]))
+    finally:
+        fitted.set_params(prototypes="auto")
+
+
+# ---------------------------------------------------------------------------- persistence
+def test_saved_prototypes_load_and_a_mismatch_is_named(tmp_path, text, fitted):
+    pytest.importorskip("safetensors")
+    X, _, _ = text
+    folder = save_classifier(fitted, tmp_path / "model")
+    assert (folder / "prototypes.npz").exists()
+    loaded = load_classifier(folder)
+    assert loaded.prototypes_.weight == fitted.prototypes_.weight
+    np.testing.assert_array_equal(loaded.predict(X[:300]), fitted.predict(X[:300]))
+
+    other = tmp_path / "other"
+    np.savez(other.with_suffix(".npz"), **ClassPrototypes.from_rows(X[:10], np.zeros(10, int),
+                                                                     fitted.tree_.n_classes).to_arrays())
+    (folder / "prototypes.npz").write_bytes(other.with_suffix(".npz").read_bytes())
+    with pytest.raises(ValueError, match="prototypes.npz is not the file saved"):
+        load_classifier(folder)
+    (folder / "prototypes.npz").unlink()
+    with pytest.raises(ValueError, match="prototypes.npz is missing"):
+        load_classifier(folder)
+
