@@ -164,8 +164,8 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
         check_trained_scores(net, dataset)
     prototypes = None
     if _wants_prototypes(estimator, data):
-        prototypes = ClassPrototypes.from_rows(data.X, np.asarray(dataset.y), targets.tree.n_classes,
-                                               _fixed_weight(estimator) if plan is None else weight)
+        prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y),
+                                    _fixed_weight(estimator) if plan is None else weight)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes)
     attach_net(estimator, net)
@@ -181,11 +181,54 @@ def _wants_prototypes(estimator: Any, data: Any) -> bool:
             and sp.issparse(getattr(data, "X", None)))
 
 
+def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float) -> ClassPrototypes:
+    """The class prototypes of the rows ``X`` (node ids ``ids``), with each class's text
+    (``module__class_features``, in the space of ``X``) as one more row of its class, summed
+    over the ranks of a data-parallel fit."""
+    import scipy.sparse as sp
+
+    prototypes = ClassPrototypes.from_rows(X, ids, targets.tree.n_classes, weight)
+    text = estimator._skorch_kwargs("module__").get("class_features")
+    if sp.issparse(text) and text.shape == (len(targets.classes), X.shape[1]):
+        # A class no training row has gets its name as its prototype (a class seen in training
+        # gets its name as one row more): without it the re-ranking would pass over classes
+        # the class text can place.
+        prototypes.add_sums(sp.csr_matrix(text)[targets.node_rows()])
+    group = _data_parallel_group(estimator)
+    if group is not None:
+        prototypes.sum_over_ranks(group[0])
+    return prototypes
+
+
+def _data_parallel_group(estimator: Any) -> tuple[Any] | None:
+    """``(group,)`` of the estimator's :class:`DataParallel` callback when its process group
+    has several ranks, else ``None``."""
+    from ._distributed import DataParallel, _active
+
+    for callback in estimator.callbacks or []:
+        if isinstance(callback, DataParallel) and _active(callback.group):
+            return (callback.group,)
+    return None
+
+
 def _fixed_weight(estimator: Any) -> float:
     """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the default."""
     from ._prototypes import DEFAULT_WEIGHT
 
     return DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
+
+
+def _agreed(estimator: Any, weight: float) -> float:
+    """The mean of every rank's ``weight`` in a data-parallel fit (each fitted it on its own
+    held-out rows), so that all ranks predict alike; ``weight`` otherwise."""
+    group = _data_parallel_group(estimator)
+    if group is None:
+        return weight
+    import torch.distributed as dist
+
+    weights: list[Any] = [None] * dist.get_world_size(group[0])
+    dist.all_gather_object(weights, float(weight), group=group[0])
+    return float(np.mean(weights))
 
 
 def _choose_prototype_weight(estimator: Any, view: Any, true: np.ndarray) -> float:
@@ -223,10 +266,10 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
         if _wants_prototypes(estimator, ArrayInput(X, None)):
             # The prototypes of the rows the model trained on so far, so that a held-out row
             # never meets its own contribution.
-            estimator.prototypes_ = ClassPrototypes.from_rows(X[plan.fit_rows], ids[plan.fit_rows],
-                                                              targets.tree.n_classes, _fixed_weight(estimator))
+            estimator.prototypes_ = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows],
+                                                   _fixed_weight(estimator))
             if isinstance(estimator.prototypes, str):
-                estimator.prototypes_.weight = _choose_prototype_weight(estimator, view, true)
+                estimator.prototypes_.weight = _agreed(estimator, _choose_prototype_weight(estimator, view, true))
             weight = estimator.prototypes_.weight
         paths, log_prob = estimator._decode(view, None)  # the answers predict will give: re-ranked
     labelled = true >= 0
@@ -252,7 +295,11 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     _hand_over(estimator, net, config, data.n_rows, live)
     _drop_calibrator(estimator)
     if getattr(estimator, "prototypes_", None) is not None and _wants_prototypes(estimator, data):
-        estimator.prototypes_.add_rows(data.X, np.asarray(dataset.y))
+        more = ClassPrototypes.from_rows(data.X, np.asarray(dataset.y), targets.tree.n_classes)
+        group = _data_parallel_group(estimator)
+        if group is not None:
+            more.sum_over_ranks(group[0])
+        estimator.prototypes_.add_sums(more.sums)
     # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
     net.set_params(callbacks__finite_loss__snapshot=True)
     with training_threads(estimator), data.loading(net, targets):

@@ -66,9 +66,26 @@ class ClassPrototypes:
 
     def add_rows(self, X: Any, ids: np.ndarray) -> None:
         """Add more training rows (``partial_fit``, a warm start) to the sums."""
-        more = ClassPrototypes.from_rows(X, ids, self.sums.shape[0])
-        self.sums = sp.csr_matrix(self.sums + more.sums, dtype=np.float32)
+        self.add_sums(ClassPrototypes.from_rows(X, ids, self.sums.shape[0]).sums)
+
+    def add_sums(self, sums: Any) -> None:
+        """Add ``(n_classes, n_features)`` sums: other rows', or one row of class text per class."""
+        self.sums = sp.csr_matrix(self.sums + sp.csr_matrix(sums, dtype=np.float32), dtype=np.float32)
         self.__dict__.pop("_unit", None)  # the cached unit prototypes were of the old sums
+
+    def sum_over_ranks(self, group: Any) -> None:
+        """Data-parallel training: every rank's sums added up (in rank order, so alike on
+        every rank), as one process would have them from all the shards."""
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * dist.get_world_size(group)
+        mine = self.sums
+        dist.all_gather_object(parts, (mine.data, mine.indices, mine.indptr), group=group)
+        total = sp.csr_matrix(mine.shape, dtype=np.float32)
+        for data, indices, indptr in parts:
+            total = total + sp.csr_matrix((data, indices, indptr), shape=mine.shape)
+        self.sums = sp.csr_matrix(total, dtype=np.float32)
+        self.__dict__.pop("_unit", None)
 
     def _unit_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Each class's :data:`FEATURES` largest sums scaled to unit L2 norm, as dense

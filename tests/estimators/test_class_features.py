@@ -121,8 +121,9 @@ def test_best_first_decoding_with_class_text_equals_exhaustive(random_tree, deco
     X = sp.random(200, 25, density=0.3, format="csr", random_state=3, dtype=np.float32)
     text = sp.random(tree.n_classes, 25, density=0.2, format="csr", random_state=4, dtype=np.float32)
     y = tree.labels[rng.integers(0, tree.n_classes, size=200)]
+    # prototypes=None: the model's own decoding is what is compared here
     model = HierarchicalClassifier(tree, semantics="terminal", module__hidden_units=8, module__class_features=text,
-                                   max_epochs=3, random_state=0).fit(X, y)
+                                   max_epochs=3, random_state=0, prototypes=None).fit(X, y)
     assert model.path_local_
     hidden = model.net_.module_.encode(torch.as_tensor(X[:2].toarray()))
     assert model.net_.module_.scorer(hidden).linear_parts is None

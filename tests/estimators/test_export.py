@@ -88,7 +88,8 @@ def test_exported_paths_equal_predict_on_a_shuffled_tree(partition, semantics, t
 def test_sparse_best_first_model_exports_with_dense_input(tmp_path, one_torch_thread):
     X, y, tree = make_hierarchical_classification(n_samples=200, n_features=30, branching=3, depth=3, random_state=2)
     X = sp.csr_matrix(np.where(X > 0.8, X, 0.0).astype(np.float32))
-    clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, module__hidden_units=16).fit(X, y)
+    clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, module__hidden_units=16,
+                                 prototypes=None).fit(X, y)  # re-ranking is not exported
     assert clf.path_local_  # decoded best-first by predict, exhaustively by the exported module
     check_all_routes(clf, X, tmp_path, onnx=False)
 
@@ -101,7 +102,8 @@ def test_wordnet_glosses_1000_rows(tmp_path, one_torch_thread):
     data = load_wordnet_glosses("animal.n.01", include_lemmas=True)
     X = TfidfVectorizer(sublinear_tf=True, min_df=2, dtype=np.float32).fit_transform(data.data)
     y = data.target
-    clf = HierarchicalClassifier(data.tree, max_epochs=2, random_state=0, module__hidden_units=64).fit(X, y)
+    clf = HierarchicalClassifier(data.tree, max_epochs=2, random_state=0, module__hidden_units=64,
+                                 prototypes=None).fit(X, y)  # re-ranking is not exported
     assert clf.partition_ == "sibling" and clf.path_local_  # the default for sparse text
     rows = np.random.default_rng(0).choice(X.shape[0], 1000, replace=False)
     check_all_routes(clf, X[rows], tmp_path)

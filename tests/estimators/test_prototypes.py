@@ -177,6 +177,15 @@ def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_ro
     np.testing.assert_allclose(first.prototypes_.sums.toarray(), whole.sums.toarray(), rtol=1e-5)
 
 
+def test_class_text_is_one_more_row_of_its_class(text):
+    X, y, tree = text
+    names = sp.random(tree.n_classes, X.shape[1], density=0.05, random_state=1, format="csr", dtype=np.float32)
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0, calibration=None,
+                                 module__hidden_units=8, module__class_features=names).fit(X, y)
+    rows = ClassPrototypes.from_rows(X, tree.to_ids(y), tree.n_classes)
+    np.testing.assert_allclose(clf.prototypes_.sums.toarray(), (rows.sums + names).toarray(), rtol=1e-5, atol=1e-6)
+
+
 def test_dense_input_and_label_sets_have_no_prototypes(text):
     X, y, tree = text
     dense = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X.toarray(), y)
