@@ -28,7 +28,7 @@ __all__ = ["build_demo_pipeline", "estimate_training_seconds", "prepare_out_dir"
 RECORDED_TRAIN_ROWS = 65_691
 RECORDED_CLASSES = 82_115
 RECORDED_EPOCHS = 3
-RECORDED_SECONDS = (38.5, 39.1)
+RECORDED_SECONDS = (40.1, 42.5)
 
 
 def build_demo_pipeline(tree: Any, *, epochs: int | None = None, device: str = "cpu", partition: str = "auto",
@@ -166,9 +166,9 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
     Examples
     --------
     >>> estimate_training_seconds(65_691, 3, 82_115)
-    (38.5, 39.1)
+    (40.1, 42.5)
     >>> [round(t, 1) for t in estimate_training_seconds(3_212, 10, 4_017)]  # animal.n.01's defaults
-    [3.0, 3.0]
+    [3.1, 3.3]
     """
     scale = (n_rows * epochs) / (RECORDED_TRAIN_ROWS * RECORDED_EPOCHS) * (n_classes / RECORDED_CLASSES) ** 0.25
     low, high = RECORDED_SECONDS
