@@ -235,16 +235,13 @@ def _choose_prototype_weight(estimator: Any, view: Any, true: np.ndarray) -> flo
     """``prototypes="auto"``: the weight that answers most held-out rows (``view``, node ids
     ``true``) right, re-ranking the model's candidates as trained so far."""
     from ._calibration import answer_correct
-    from ._prototypes import choose_weight
+    from ._prototypes import choose_weight, last_nodes
 
     k = min(estimator.prototype_candidates, estimator._n_candidates())
     paths, log_prob = estimator._decode_model(view, k)
     n, k, depth = paths.shape
     correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)
-    length = (paths >= 0).sum(axis=2)
-    last = np.take_along_axis(paths, np.maximum(length - 1, 0)[..., None], axis=2)[..., 0]
-    last[length == 0] = -1
-    similarity = estimator.prototypes_.similarity(view, last)
+    similarity = estimator.prototypes_.similarity(view, last_nodes(paths))
     labelled = true >= 0
     return choose_weight(log_prob[labelled], similarity[labelled], correct[labelled])
 

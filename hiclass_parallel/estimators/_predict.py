@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted
 from .._labels import as_host_labels, labels_to_ids
 from ..tree import PAD
 from ._guards import check_decidable
-from ._prototypes import rerank_order
+from ._prototypes import last_nodes, rerank_order
 
 __all__ = ["PredictMixin"]
 
@@ -95,10 +95,7 @@ class PredictMixin:
         X = self._validate_X(X, reset=False)
         if isinstance(X, torch.Tensor):  # prototypes compare rows on the host (scipy)
             X = (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
-        depth = (paths >= 0).sum(axis=2)
-        last = np.take_along_axis(paths, np.maximum(depth - 1, 0)[..., None], axis=2)[..., 0]
-        last[depth == 0] = -1
-        similarity = self.prototypes_.similarity(X, last)
+        similarity = self.prototypes_.similarity(X, last_nodes(paths))
         order = rerank_order(log_prob, similarity, weight)[:, : (k or 1)]
         paths = np.take_along_axis(paths, order[..., None], axis=1)
         log_prob = np.take_along_axis(log_prob, order, axis=1)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "rerank_order"]
+__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "last_nodes", "rerank_order"]
 
 #: Each class's prototype keeps its largest this many feature sums: it bounds the memory and
 #: the cost of comparing a row with every prototype; on the gloss benchmarks 32 answered as
@@ -157,6 +157,15 @@ class ClassPrototypes:
         if not np.isfinite(sums.data).all():
             raise ValueError("the saved class prototypes hold non-finite values")
         return cls(sums=sp.csr_matrix(sums, dtype=np.float32), weight=float(weight))
+
+
+def last_nodes(paths: np.ndarray) -> np.ndarray:
+    """The answer (last node id) of each of ``(n, k, L)`` paths padded with ``-1``; ``-1``
+    for an empty path."""
+    length = (paths >= 0).sum(axis=2)
+    last = np.take_along_axis(paths, np.maximum(length - 1, 0)[..., None], axis=2)[..., 0]
+    last[length == 0] = -1
+    return last
 
 
 def rerank_order(log_prob: np.ndarray, similarity: np.ndarray, weight: float) -> np.ndarray:
