@@ -238,3 +238,24 @@ def test_saved_prototypes_load_and_a_mismatch_is_named(tmp_path, text, fitted):
     with pytest.raises(ValueError, match="prototypes.npz is missing"):
         load_classifier(folder)
 
+
+
+@pytest.mark.gpu
+def test_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(text):
+    """A model on a GPU decodes its candidates exhaustively there; the prototypes re-rank them
+    on the host: the answer is the host-side re-ranking of the model's own top candidates."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (none on this machine)")
+    X, y, tree = text
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, device="cuda").fit(X, y)
+    weight = clf.prototypes_.weight
+    got = clf.predict_node(X[:500])
+    assert clf.net_.device == "cuda"
+    from hiclass_parallel.estimators._prototypes import last_nodes
+
+    paths, lp = clf._decode_model(X[:500], clf.prototype_candidates)  # the model's own, on the GPU
+    nodes = last_nodes(paths)
+    order = rerank_order(lp, clf.prototypes_.similarity(X[:500], nodes), weight)
+    np.testing.assert_array_equal(got, nodes[np.arange(500), order[:, 0]])
+    assert (got != clf.set_params(prototypes=None).predict_node(X[:500])).any()
