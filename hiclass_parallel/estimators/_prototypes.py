@@ -137,6 +137,10 @@ class ClassPrototypes:
         out[nodes < 0] = 0.0
         return out
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the cached unit prototypes (rebuilt on first use)."""
+        return {key: value for key, value in self.__dict__.items() if key != "_unit"}
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The sums as plain arrays (CSR parts), for saving without pickle."""
         return {"data": self.sums.data, "indices": self.sums.indices, "indptr": self.sums.indptr,

@@ -71,6 +71,18 @@ def test_added_rows_give_the_prototypes_of_all_rows():
     assert some.weight == 3.0
 
 
+def test_pickle_leaves_the_cache_out_and_rebuilds_it():
+    import pickle
+
+    X = sp.random(50, 40, density=0.2, random_state=0, format="csr", dtype=np.float32)
+    prototypes = ClassPrototypes.from_rows(X, np.arange(50) % 5, 5, weight=2.0)
+    nodes = np.tile(np.arange(5), (50, 1))
+    before = prototypes.similarity(X, nodes)
+    copy = pickle.loads(pickle.dumps(prototypes))
+    assert "_unit" in vars(prototypes) and "_unit" not in vars(copy) and copy.weight == 2.0
+    np.testing.assert_array_equal(copy.similarity(X, nodes), before)
+
+
 def test_rerank_order_puts_missing_paths_last_and_keeps_undecidable_rows():
     lp = np.array([[-1.0, -2.0, -np.inf], [-1.0, -1.5, -3.0], [np.nan, -1.0, -2.0]], dtype=np.float32)
     sim = np.array([[0.0, 0.2, 1.0], [0.0, 0.0, 0.5], [0.0, 1.0, 0.0]], dtype=np.float32)
