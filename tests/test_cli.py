@@ -259,7 +259,7 @@ def test_demo_prints_its_plan_before_training_and_keeps_the_epochs_it_plans(monk
 def test_time_estimate_is_the_recorded_run_scaled():
     from hiclass_parallel.demo import _plan, estimate_training_seconds
 
-    assert estimate_training_seconds(65_691, 3, 82_115) == (38.5, 39.1)  # the README's main job
+    assert estimate_training_seconds(65_691, 3, 82_115) == (40.1, 42.5)  # the README's main job
     # Recorded subtree fits (docs/_static/bench_text_1127.json, the classifier's fit alone)
     # fall within 0.5x-1.3x: the recorded main job includes its TF-IDF fit (about 8 of its
     # 39 s), which grows with the text more than with the classes, so the estimate runs high
