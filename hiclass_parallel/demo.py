@@ -127,14 +127,16 @@ def prepare_out_dir(out: str | Path) -> Path:
 
 
 def _planned_epochs(n_rows: int, epochs: int | None, batch_size: int = 256) -> int:
-    """The epochs the demo's classifier will run: ``epochs``, or the classifier's documented
-    default for text (``ceil(35 / sqrt(steps per epoch))`` within [3, 30], see
-    ``HierarchicalClassifier``'s ``max_epochs``). Printed before training; ``test_cli`` checks
-    it against the epochs the fitted classifier ran."""
+    """The epochs the demo's classifier will run: ``epochs``, or the classifier's default for
+    text (``SparseMLP``'s capabilities, see ``HierarchicalClassifier``'s ``max_epochs``).
+    Printed before training; ``test_cli`` checks it against the epochs the fitted classifier
+    ran."""
     if epochs is not None:
         return epochs
-    steps = max(1, math.ceil(n_rows / batch_size))
-    return int(min(30, max(3, math.ceil(35 / math.sqrt(steps)))))
+    from .estimators import SparseMLP
+    from .estimators._capabilities import module_capabilities
+
+    return module_capabilities(SparseMLP).default_max_epochs(n_rows, batch_size)
 
 
 def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDED_CLASSES) -> tuple[float, float]:

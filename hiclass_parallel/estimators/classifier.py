@@ -124,7 +124,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         trained by :class:`LazyAdam`), 0.003 otherwise.
     max_epochs : int, default=None
         Passes over the data in :meth:`fit` (fewer with early stopping). ``None``: 10, or
-        for :class:`SparseMLP` (text) ``ceil(35 / sqrt(steps per epoch))`` within [3, 30]:
+        for :class:`SparseMLP` (text) ``35 / sqrt(steps per epoch)`` rounded, within [2, 30]:
         held-out accuracy on WordNet glosses peaked after about 35 x sqrt(steps per epoch)
         steps in all at lr 0.005 (3,200 rows: 10 epochs; 8,200 rows: 7; 66,000 rows: 3;
         measured in ``docs/benchmark-text.md``): bigger data sets need more steps, but fewer

@@ -92,7 +92,7 @@ def test_config_holds_every_resolved_default(data):
     assert (text.config_.module_class, text.config_.partition, text.config_.training) == (SparseMLP, "sibling",
                                                                                          "path_local")
     assert text.config_.optimizer.__name__ == "LazyAdam" and text.config_.lr == 5e-3
-    assert text.config_.max_epochs == 30 and len(text.net_.history) == 30  # 1 step per epoch: ceil(35 / 1)
+    assert text.config_.max_epochs == 30 and len(text.net_.history) == 30  # 1 step per epoch: 35 / 1, at most 30
     assert text.config_.capabilities == module_capabilities(SparseMLP)
     with pytest.raises(AttributeError):  # frozen: one configuration per fit
         text.config_.lr = 1.0
@@ -236,4 +236,5 @@ def test_capabilities_are_read_from_the_protocol():
     assert (columns.accepts_sparse, columns.scores_columns, columns.class_features) == (True, True, True)
     assert (columns.default_lr, columns.default_optimizer) == (0.1, torch.optim.SGD)
     assert dense.default_max_epochs(10_000, 256) == 10
-    assert columns.default_max_epochs(64 * 256, 256) == 5  # ceil(35 / sqrt(64)); within [3, 30]
+    assert columns.default_max_epochs(64 * 256, 256) == 4  # 35 / sqrt(64) = 4.4, to the nearest; within [2, 30]
+    assert columns.default_max_epochs(257 * 256, 256) == 2  # all WordNet nouns: 2.18

@@ -136,7 +136,7 @@ def test_text_route_defaults(one_torch_thread, random_tree):
     off = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, criterion__level_contrast=0.0).fit(X, y)
     assert off.path_local_ and off.net_.criterion_.level_contrast == 0.0
     assert type(clf.net_.optimizer_).__name__ == "LazyAdam"
-    assert clf.net_.max_epochs == 11 == len(clf.net_.history)  # ceil(35 / sqrt(12 steps per epoch))
+    assert clf.net_.max_epochs == 10 == len(clf.net_.history)  # 35 / sqrt(12 steps per epoch) = 10.1, to the nearest
     assert clf.net_.lr == 0.005 and clf.lr is None
     dense = HierarchicalClassifier(tree, semantics="terminal", random_state=0, max_epochs=None)
     dense.fit(X[:200].toarray(), y[:200])
