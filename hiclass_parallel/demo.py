@@ -22,13 +22,13 @@ __all__ = ["build_demo_pipeline", "estimate_training_seconds", "prepare_out_dir"
 
 #: The recorded main job, the base of the time estimate printed before training: all noun
 #: synsets with a parent (82,115 classes), 80% of them trained on, the classifier's default of
-#: 3 epochs for that many rows, 2 idle cores (CPU). RECORDED_SECONDS spans the fastest and the
+#: 2 epochs for that many rows, 2 idle cores (CPU). RECORDED_SECONDS spans the fastest and the
 #: slowest recorded training time (the README's demo runs), so the estimate shows the spread of
 #: real runs, not a bound.
 RECORDED_TRAIN_ROWS = 65_691
 RECORDED_CLASSES = 82_115
-RECORDED_EPOCHS = 3
-RECORDED_SECONDS = (40.1, 42.5)
+RECORDED_EPOCHS = 2
+RECORDED_SECONDS = (23.4, 24.7)
 
 
 def build_demo_pipeline(tree: Any, *, epochs: int | None = None, device: str = "cpu", partition: str = "auto",
@@ -167,10 +167,10 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
 
     Examples
     --------
-    >>> estimate_training_seconds(65_691, 3, 82_115)
-    (40.1, 42.5)
+    >>> estimate_training_seconds(65_691, 2, 82_115)
+    (23.4, 24.7)
     >>> [round(t, 1) for t in estimate_training_seconds(3_212, 10, 4_017)]  # animal.n.01's defaults
-    [3.1, 3.3]
+    [2.7, 2.8]
     """
     scale = (n_rows * epochs) / (RECORDED_TRAIN_ROWS * RECORDED_EPOCHS) * (n_classes / RECORDED_CLASSES) ** 0.25
     low, high = RECORDED_SECONDS
