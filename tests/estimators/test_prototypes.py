@@ -57,6 +57,18 @@ def test_similarity_equals_the_dense_cosine_of_truncated_prototypes(seed):
     assert (dense.astype(bool).sum(axis=1) > FEATURES).any()  # the truncation is exercised
 
 
+def test_similarity_keeps_the_largest_sums_with_negative_values_and_ties():
+    """Signed rows rounded to one decimal (many equal sums): the kept features are the largest
+    values, equal ones by feature id, as the dense reference's stable sort keeps them."""
+    rng = np.random.default_rng(5)
+    X = sp.csr_matrix(np.round(rng.normal(size=(400, 80)) * (rng.random((400, 80)) < 0.3), 1).astype(np.float32))
+    prototypes = ClassPrototypes.from_rows(X, rng.integers(0, 12, 400), 12)
+    nodes = rng.integers(0, 12, (400, 5))
+    reference = X.toarray() @ _dense_prototypes(prototypes.sums.toarray()).T
+    np.testing.assert_allclose(prototypes.similarity(X, nodes), np.take_along_axis(reference, nodes, axis=1),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_added_rows_give_the_prototypes_of_all_rows():
     rng = np.random.default_rng(0)
     X = sp.random(200, 50, density=0.1, random_state=0, format="csr", dtype=np.float32)
