@@ -163,7 +163,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     prototypes = None
-    if _wants_prototypes(estimator, data):
+    if _wants_prototypes(estimator, getattr(data, "X", None)):
         prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y),
                                     _fixed_weight(estimator) if plan is None else weight)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
@@ -172,23 +172,24 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     return estimator
 
 
-def _wants_prototypes(estimator: Any, data: Any) -> bool:
+def _wants_prototypes(estimator: Any, X: Any) -> bool:
     """Class prototypes (:mod:`._prototypes`) are kept for sparse ``X`` (text) of a
     one-answer classifier, unless ``prototypes=None``."""
     import scipy.sparse as sp
 
-    return (type(estimator)._reranks and estimator.prototypes is not None
-            and sp.issparse(getattr(data, "X", None)))
+    return type(estimator)._reranks and estimator.prototypes is not None and sp.issparse(X)
 
 
-def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float) -> ClassPrototypes:
+def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float,
+                   class_text: bool = True) -> ClassPrototypes:
     """The class prototypes of the rows ``X`` (node ids ``ids``), with each class's text
-    (``module__class_features``, in the space of ``X``) as one more row of its class, summed
-    over the ranks of a data-parallel fit."""
+    (``module__class_features``, in the space of ``X``; unless ``class_text=False``, for rows
+    added to prototypes that have it) as one more row of its class, summed over the ranks of a
+    data-parallel fit."""
     import scipy.sparse as sp
 
     prototypes = ClassPrototypes.from_rows(X, ids, targets.tree.n_classes, weight)
-    text = estimator._skorch_kwargs("module__").get("class_features")
+    text = estimator._skorch_kwargs("module__").get("class_features") if class_text else None
     if sp.issparse(text) and text.shape == (len(targets.classes), X.shape[1]):
         # A class no training row has gets its name as its prototype (a class seen in training
         # gets its name as one row more): without it the re-ranking would pass over classes
@@ -231,17 +232,16 @@ def _agreed(estimator: Any, weight: float) -> float:
     return float(np.mean(weights))
 
 
-def _choose_prototype_weight(estimator: Any, view: Any, true: np.ndarray) -> float:
-    """``prototypes="auto"``: the weight that answers most held-out rows (``view``, node ids
-    ``true``) right, re-ranking the model's candidates as trained so far."""
+def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...], true: np.ndarray) -> float:
+    """``prototypes="auto"``: the weight fitted on the held-out rows' ``candidates`` (the
+    model's paths as trained so far, their log-probabilities and similarities) and node ids
+    ``true``."""
     from ._calibration import answer_correct
-    from ._prototypes import choose_weight, last_nodes
+    from ._prototypes import choose_weight
 
-    k = min(estimator.prototype_candidates, estimator._n_candidates())
-    paths, log_prob = estimator._decode_model(view, k)
+    paths, log_prob, similarity = candidates
     n, k, depth = paths.shape
     correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)
-    similarity = estimator.prototypes_.similarity(view, last_nodes(paths))
     labelled = true >= 0
     return choose_weight(log_prob[labelled], similarity[labelled], correct[labelled])
 
@@ -260,15 +260,21 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     view = held_out_view(X, plan.fit_rows, plan.held_rows)
     weight = None
     with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
-        if _wants_prototypes(estimator, ArrayInput(X, None)):
+        if _wants_prototypes(estimator, X):
             # The prototypes of the rows the model trained on so far, so that a held-out row
             # never meets its own contribution.
             estimator.prototypes_ = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows],
                                                    _fixed_weight(estimator))
-            if isinstance(estimator.prototypes, str):
-                estimator.prototypes_.weight = _agreed(estimator, _choose_prototype_weight(estimator, view, true))
+            fitting, reranking = isinstance(estimator.prototypes, str), estimator.decoding == "best"
+            if fitting or reranking:  # decoded once: for the weight and for the answers
+                candidates = estimator._reranking_candidates(view)
+            if fitting:
+                estimator.prototypes_.weight = _agreed(estimator, _choose_prototype_weight(estimator, candidates, true))
             weight = estimator.prototypes_.weight
-        paths, log_prob = estimator._decode(view, None)  # the answers predict will give: re-ranked
+            if reranking:
+                paths, log_prob = estimator._reranked(*candidates, None, weight)
+        if weight is None or estimator.decoding != "best":
+            paths, log_prob = estimator._decode(view, None)  # the answers predict will give
     labelled = true >= 0
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
     return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct), weight
@@ -291,11 +297,9 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     net = estimator.net_
     _hand_over(estimator, net, config, data.n_rows, live)
     _drop_calibrator(estimator)
-    if getattr(estimator, "prototypes_", None) is not None and _wants_prototypes(estimator, data):
-        more = ClassPrototypes.from_rows(data.X, np.asarray(dataset.y), targets.tree.n_classes)
-        group = _data_parallel_group(estimator)
-        if group is not None:
-            more.sum_over_ranks(group[0])
+    X = getattr(data, "X", None)  # a streamed dataset has none
+    if getattr(estimator, "prototypes_", None) is not None and _wants_prototypes(estimator, X):
+        more = _prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False)
         estimator.prototypes_.add_sums(more.sums)
     # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
     net.set_params(callbacks__finite_loss__snapshot=True)

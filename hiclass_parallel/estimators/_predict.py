@@ -90,12 +90,21 @@ class PredictMixin:
     def _decode_reranked(self, X: Any, k: int | None, weight: float) -> tuple[np.ndarray, np.ndarray]:
         """The model's ``prototype_candidates`` best paths (at least ``k``), ordered by
         ``log p + weight * cos(x, prototype)``: the first (``k=None``) or the first ``k``."""
-        n_candidates = min(max(self.prototype_candidates, k or 1), self._n_candidates())
-        paths, log_prob = self._decode_model(X, n_candidates)
+        return self._reranked(*self._reranking_candidates(X, k or 1), k, weight)
+
+    def _reranking_candidates(self, X: Any, k: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The model's ``prototype_candidates`` (at least ``k``) best paths of each row, their
+        log-probabilities and their answers' similarities to the rows."""
+        paths, log_prob = self._decode_model(X, min(max(self.prototype_candidates, k), self._n_candidates()))
         X = self._validate_X(X, reset=False)
         if isinstance(X, torch.Tensor):  # prototypes compare rows on the host (scipy)
             X = (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
-        similarity = self.prototypes_.similarity(X, last_nodes(paths))
+        return paths, log_prob, self.prototypes_.similarity(X, last_nodes(paths))
+
+    @staticmethod
+    def _reranked(paths: np.ndarray, log_prob: np.ndarray, similarity: np.ndarray, k: int | None,
+                  weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates ordered by ``log p + weight * cos``: the first (``k=None``) or the first ``k``."""
         order = rerank_order(log_prob, similarity, weight)[:, : (k or 1)]
         paths = np.take_along_axis(paths, order[..., None], axis=1)
         log_prob = np.take_along_axis(log_prob, order, axis=1)

@@ -11,8 +11,9 @@ rows, compared by cosine (the Rocchio classifier). Decoding takes the model's
 
 ``weight`` is in nats. With ``prototypes="auto"`` it is fitted on the rows the fit holds out
 for calibration (:func:`choose_weight`: the likelihood of the right candidate; 0 where
-prototypes do not help), or is :data:`DEFAULT_WEIGHT` when the fit holds no rows out. Memory: one sparse matrix with at most
-as many non-zeros as the training rows (every row adds to one class's sum).
+prototypes do not help), or is :data:`DEFAULT_WEIGHT` when the fit holds no rows out.
+Memory: one sparse matrix with at most as many non-zeros as the training rows (every row adds
+to one class's sum), and :data:`FEATURES` entries per class for scoring.
 
 Only the answer changes: ``predict_proba``, ``predict_answer_proba`` and the log-probabilities
 are the model's own, and the probability of the chosen answer (``predict_confidence``) is the
@@ -64,10 +65,6 @@ class ClassPrototypes:
                                shape=(n_classes, X.shape[0]))
         return cls(sums=sp.csr_matrix(member @ sp.csr_matrix(X, dtype=np.float32), dtype=np.float32), weight=weight)
 
-    def add_rows(self, X: Any, ids: np.ndarray) -> None:
-        """Add more training rows (``partial_fit``, a warm start) to the sums."""
-        self.add_sums(ClassPrototypes.from_rows(X, ids, self.sums.shape[0]).sums)
-
     def add_sums(self, sums: Any) -> None:
         """Add ``(n_classes, n_features)`` sums: other rows', or one row of class text per class."""
         self.sums = sp.csr_matrix(self.sums + sp.csr_matrix(sums, dtype=np.float32), dtype=np.float32)
@@ -113,7 +110,9 @@ class ClassPrototypes:
         where ``u_c`` is the class's unit prototype: the cosine for unit-norm rows (as a
         vectorizer gives them); 0 for ``-1`` and classes without rows."""
         X = sp.csr_matrix(X, dtype=np.float32)
-        X.sum_duplicates()
+        if not X.has_canonical_format:  # duplicates would overwrite each other below; the caller's X stays as it is
+            X = X.copy()
+            X.sum_duplicates()
         n, k = nodes.shape
         features, values = self._unit_rows()
         # A chunk of rows is made dense over the features it holds (local column ids); the

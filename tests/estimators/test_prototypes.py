@@ -69,6 +69,16 @@ def test_similarity_keeps_the_largest_sums_with_negative_values_and_ties():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_similarity_sums_duplicate_entries_and_leaves_the_rows_as_given():
+    prototypes = ClassPrototypes.from_rows(sp.csr_matrix(np.eye(3, dtype=np.float32)), np.arange(3), 3)
+    X = sp.csr_matrix((np.array([0.5, 0.25, 1.0], dtype=np.float32), np.array([1, 1, 0]), np.array([0, 2, 3])),
+                      shape=(2, 3))  # row 0 holds feature 1 twice, not summed
+    before = (X.data.copy(), X.indices.copy())
+    np.testing.assert_allclose(prototypes.similarity(X, np.array([[1, 0], [0, 2]])), [[0.75, 0.0], [1.0, 0.0]])
+    np.testing.assert_array_equal(X.data, before[0])
+    np.testing.assert_array_equal(X.indices, before[1])
+
+
 def test_added_rows_give_the_prototypes_of_all_rows():
     rng = np.random.default_rng(0)
     X = sp.random(200, 50, density=0.1, random_state=0, format="csr", dtype=np.float32)
@@ -76,7 +86,7 @@ def test_added_rows_give_the_prototypes_of_all_rows():
     some = ClassPrototypes.from_rows(X[:120], ids[:120], 10, weight=3.0)
     nodes = rng.integers(0, 10, (200, 4))
     some.similarity(X, nodes)  # fills the cache, which the new rows must replace
-    some.add_rows(X[120:], ids[120:])
+    some.add_sums(ClassPrototypes.from_rows(X[120:], ids[120:], 10).sums)
     whole = ClassPrototypes.from_rows(X, ids, 10)
     np.testing.assert_allclose(some.sums.toarray(), whole.sums.toarray(), rtol=1e-6)
     np.testing.assert_allclose(some.similarity(X, nodes), whole.similarity(X, nodes), rtol=1e-6)
