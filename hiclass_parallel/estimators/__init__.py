@@ -10,7 +10,7 @@ from .transformer import PathEncoder
 
 __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam",
            "save_classifier", "load_classifier",
-           "TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx",
+           "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
            "DivergedError", "ClassTextClassifier", "BetaCalibrator"]
 
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
         from . import _persistence
 
         return getattr(_persistence, name)
-    if name in ("TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"):
+    if name in ("TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
         from . import _export
 
         return getattr(_export, name)

@@ -43,7 +43,7 @@ from torch import nn
 from ..tree import Tree
 from ._calibration import CLIP as _CLIP
 
-__all__ = ["TreeDecoder", "ServingModule", "serving_module", "export_program", "export_onnx"]
+__all__ = ["TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
 
 
 class TreeDecoder(nn.Module):
@@ -137,18 +137,91 @@ class TreeDecoder(nn.Module):
         A row whose scores hold a NaN or ``+inf`` has no probabilities: it gets the empty path
         (all -1) and log-probability NaN, as :func:`~hiclass_parallel.ops.best_paths` gives it.
         """
+        value = self.candidate_log_probs(scores)
+        best = torch.argmax(value, dim=1)  # first maximum: the lowest node id wins ties
+        log_prob = torch.gather(value, 1, best.unsqueeze(1)).squeeze(1)
+        return self.answer(scores, best, log_prob)
+
+    def candidate_log_probs(self, scores: torch.Tensor) -> torch.Tensor:
+        """The joint log-probability of every candidate answer, ``-inf`` for the others (and
+        for a NaN), ``(batch, n_classes)``."""
         node = self.node_log_probs(scores)
         value = torch.where(self.candidate, node, torch.full_like(node, float("-inf")))
         # runtimes disagree on where a NaN ranks in argmax (torch: first; onnxruntime: never):
         # only undecidable rows hold one, and they are blanked below, so rank it last everywhere
-        value = torch.where(torch.isnan(value), torch.full_like(value, float("-inf")), value)
-        best = torch.argmax(value, dim=1)  # first maximum: the lowest node id wins ties
-        log_prob = torch.gather(value, 1, best.unsqueeze(1)).squeeze(1)
+        return torch.where(torch.isnan(value), torch.full_like(value, float("-inf")), value)
+
+    def answer(self, scores: torch.Tensor, best: torch.Tensor, log_prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The paths of the chosen nodes ``best`` (log-probabilities ``log_prob``), blanked
+        where the scores are undecidable."""
         # every candidate at -inf ties with the non-candidates: the lowest candidate id, never a
         # non-candidate (an internal node under partial semantics)
         best = torch.where(log_prob == float("-inf"), self.first_candidate, best)
         undecidable = (torch.isnan(scores) | (scores == float("inf"))).any(1)
         return _blank(torch.index_select(self.paths, 0, best), log_prob, undecidable)
+
+
+class PrototypeReranker(nn.Module):
+    """The class prototypes' re-ranking (:mod:`._prototypes`) in pure torch ops (exportable):
+    the ``k`` most probable candidates, and among them the highest ``log p + weight *
+    similarity``, where the similarity is the prototypes kind's own: the cosine with each
+    class's unit prototype (``"cosine"``: ``features`` and ``values`` per class) or the
+    Gaussian log-likelihood up to the row's constant (``"gaussian"``: ``mu / var`` and
+    ``mu . mu / (2 var)`` per class).
+
+    Parameters
+    ----------
+    prototypes : ClassPrototypes or GaussianPrototypes
+        A fitted classifier's ``prototypes_``.
+    weight : float
+        The weight of the similarity (``clf``'s, as ``predict`` uses it).
+    k : int
+        How many of the model's most probable answers are re-ranked.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hiclass_parallel.datasets import make_hierarchical_classification
+    >>> from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
+    >>> X, y, tree = make_hierarchical_classification(
+    ...     n_samples=300, n_features=8, branching=2, depth=2, random_state=0)
+    >>> clf = HierarchicalClassifier(tree, max_epochs=2, prototypes=1.0, random_state=0).fit(X, y)
+    >>> module = serving_module(clf)
+    >>> type(module.reranker).__name__, module.reranker.kind
+    ('PrototypeReranker', 'gaussian')
+    >>> paths, _ = module(torch.tensor(X[:5], dtype=torch.float32))
+    >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:5])).all())
+    True
+    """
+
+    def __init__(self, prototypes: Any, weight: float, k: int):
+        super().__init__()
+        self.kind, self.k = prototypes.KIND, int(k)
+        self.register_buffer("weight", torch.tensor(float(weight), dtype=torch.float32))
+        first, second = prototypes.export_arrays()
+        self.register_buffer("first", torch.from_numpy(np.ascontiguousarray(first)))
+        self.register_buffer("second", torch.from_numpy(np.ascontiguousarray(second)))
+
+    def similarity(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        """``(batch, k)`` similarities of the rows ``X`` to the candidate classes ``nodes``."""
+        batch, k = nodes.shape
+        if self.kind == "cosine":  # first: feature ids (pad -1), second: unit values (pad 0)
+            features = torch.index_select(self.first, 0, nodes.reshape(-1)).reshape(batch, -1)
+            found = torch.gather(X, 1, features.clamp(min=0)).reshape(batch, k, -1)
+            values = torch.index_select(self.second, 0, nodes.reshape(-1)).reshape(batch, k, -1)
+            return (found * values).sum(2)
+        scaled = torch.index_select(self.first, 0, nodes.reshape(-1)).reshape(batch, k, -1)
+        offset = torch.index_select(self.second, 0, nodes.reshape(-1)).reshape(batch, k)
+        return torch.einsum("bf,bkf->bk", X, scaled) - offset
+
+    def forward(self, X: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chosen node and its log-probability per row, from the candidates' log-probabilities
+        ``value`` (:meth:`TreeDecoder.candidate_log_probs`)."""
+        top, nodes = torch.topk(value, self.k, dim=1)  # most probable first
+        score = torch.where(torch.isfinite(top), top + self.weight * self.similarity(X, nodes),
+                            torch.full_like(top, float("-inf")))
+        pick = torch.argmax(score, dim=1, keepdim=True)  # the first maximum: the model's order among ties
+        return torch.gather(nodes, 1, pick).squeeze(1), torch.gather(top, 1, pick).squeeze(1)
 
 
 def _blank(paths: torch.Tensor, log_prob: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,13 +243,16 @@ class ServingModule(nn.Module):
         ``(a, b, c)`` of the classifier's :class:`~hiclass_parallel.estimators.BetaCalibrator`:
         ``forward`` then also returns the calibrated confidence of each answer
         (``predict_confidence``); ``(1, 1, 0)`` is the identity (the model's own probability).
+    reranker : PrototypeReranker or None, default=None
+        The class prototypes' re-ranking of the answer, where the classifier has it.
     """
 
     def __init__(self, module: nn.Module, decoder: TreeDecoder,
-                 calibration: tuple[float, float, float] | None = None):
+                 calibration: tuple[float, float, float] | None = None, reranker: PrototypeReranker | None = None):
         super().__init__()
         self.module = module
         self.decoder = decoder
+        self.reranker = reranker
         self.confidence = calibration is not None
         self.register_buffer("calibration", torch.tensor(calibration if self.confidence else (1.0, 1.0, 0.0),
                                                          dtype=torch.float32))
@@ -190,7 +266,12 @@ class ServingModule(nn.Module):
         confidence NaN.
         """
         X = X.to(torch.float32)
-        paths, log_prob = self.decoder(self.module(X))
+        scores = self.module(X)
+        if self.reranker is None:
+            paths, log_prob = self.decoder(scores)
+        else:
+            best, log_prob = self.reranker(X, self.decoder.candidate_log_probs(scores))
+            paths, log_prob = self.decoder.answer(scores, best, log_prob)
         # checked on X too: a module may map a non-finite feature to finite scores (a ReLU of
         # -inf is 0), which would decode to a confident path the classifier would refuse
         paths, log_prob = _blank(paths, log_prob, ~torch.isfinite(X).all(1))
@@ -240,9 +321,15 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
         network scores the DAG's unrolled tree, whose node ids are copies, not indices into
         ``classes_``, and its answers are label sets, not one path.
     ValueError
-        For ``decoding="threshold"``, terminal semantics without stop scores, or a model whose
-        answer the class prototypes re-rank (``prototypes_`` with a weight above 0: set
-        ``prototypes=None`` to export the model's own answer).
+        For ``decoding="threshold"`` or terminal semantics without stop scores.
+
+    Notes
+    -----
+    Where the class prototypes re-rank the answer (``prototypes_`` with a weight above 0), the
+    module re-ranks the same way (:class:`PrototypeReranker`): the model's
+    ``prototype_candidates`` most probable answers, scored exhaustively, and the prototypes'
+    per-class arrays as buffers (a float32 row per class for dense input; 32 features per class
+    for sparse input, which the module takes made dense).
 
     Examples
     --------
@@ -251,7 +338,7 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     >>> from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
     >>> X, y, tree = make_hierarchical_classification(
     ...     n_samples=200, n_features=8, branching=2, depth=2, random_state=0)
-    >>> clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
+    >>> clf = HierarchicalClassifier(tree, max_epochs=2, prototypes=None, random_state=0).fit(X, y)
     >>> paths, log_prob = serving_module(clf)(torch.from_numpy(X[:5]))
     >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:5])).all())
     True
@@ -270,19 +357,17 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     check_is_fitted(clf)
     if clf.decoding != "best":
         raise ValueError(f"only decoding='best' is exported; this classifier has decoding={clf.decoding!r}")
-    if clf._prototype_weight() is not None:
-        raise ValueError(
-            "the class prototypes' re-ranking of the answer (prototypes_, weight "
-            f"{clf.prototypes_.weight:.3g}) is not exported: it compares sparse rows with per-class sums on the host. "
-            "Export the model's own answer with clf.set_params(prototypes=None) (predict then gives the same "
-            "answers as the export), or serve with clf.predict"
-        )
     semantics = clf.semantics if semantics is None else semantics
     if semantics == "terminal" and not clf.stop_:
         raise ValueError("semantics='terminal' needs a model trained with stop scores (stop=True)")
     module = copy.deepcopy(clf.net_.module_).to("cpu").eval()
     decoder = TreeDecoder(clf.tree_, clf.partition_, clf.stop_, semantics)
-    return ServingModule(module, decoder, _calibration(clf, confidence)).eval()
+    weight = clf._prototype_weight()
+    reranker = None
+    if weight is not None:
+        n_candidates = int(decoder.candidate.sum())
+        reranker = PrototypeReranker(clf.prototypes_, weight, min(clf.prototype_candidates, n_candidates))
+    return ServingModule(module, decoder, _calibration(clf, confidence), reranker).eval()
 
 
 def _example(clf: Any, example: Any) -> torch.Tensor:
@@ -323,7 +408,7 @@ def export_program(clf: Any, example: Any = None, semantics: str | None = None,
     >>> from hiclass_parallel.estimators import HierarchicalClassifier, export_program
     >>> X, y, tree = make_hierarchical_classification(
     ...     n_samples=200, n_features=8, branching=2, depth=2, random_state=0)
-    >>> clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
+    >>> clf = HierarchicalClassifier(tree, max_epochs=2, prototypes=None, random_state=0).fit(X, y)
     >>> program = export_program(clf)
     >>> paths, _ = program.module()(torch.tensor(X[:7], dtype=torch.float32))
     >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:7])).all())

@@ -37,7 +37,7 @@ from ._config import config_changes, resolve_config
 from ._guards import check_trained_scores, fitted_attributes, warn_ignored_changes
 from ._input import validate_X
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
-from ._prototypes import ClassPrototypes
+from ._prototypes import prototypes_kind
 
 __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]
 
@@ -163,34 +163,41 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     prototypes = None
-    if _wants_prototypes(estimator, getattr(data, "X", None)):
+    if _wants_prototypes(estimator, _rows_of(data)):
         prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y),
-                                    _fixed_weight(estimator) if plan is None else weight)
+                                    _fixed_weight(estimator, data.X) if plan is None else weight)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes)
     attach_net(estimator, net)
     return estimator
 
 
-def _wants_prototypes(estimator: Any, X: Any) -> bool:
-    """Class prototypes (:mod:`._prototypes`) are kept for sparse ``X`` (text) of a
-    one-answer classifier, unless ``prototypes=None``."""
-    import scipy.sparse as sp
+def _rows_of(data: Any) -> Any:
+    """The training rows of in-memory input; ``None`` for a stream (its rows pass once, and
+    the prototypes are not built from them)."""
+    return data.X if isinstance(data, ArrayInput) else None
 
-    return type(estimator)._reranks and estimator.prototypes is not None and sp.issparse(X)
+
+def _wants_prototypes(estimator: Any, X: Any) -> bool:
+    """Class prototypes (:mod:`._prototypes`) are kept for the rows ``X`` (sparse or dense;
+    ``None``: streamed, which keeps none) of a one-answer classifier, unless ``prototypes=None``.
+    A sparse torch tensor keeps none: its rows would be densified."""
+    if getattr(X, "layout", torch.strided) != torch.strided:
+        return False
+    return type(estimator)._reranks and estimator.prototypes is not None and getattr(X, "ndim", 0) == 2
 
 
 def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float,
-                   class_text: bool = True) -> ClassPrototypes:
+                   class_text: bool = True) -> Any:
     """The class prototypes of the rows ``X`` (node ids ``ids``), with each class's text
     (``module__class_features``, in the space of ``X``; unless ``class_text=False``, for rows
     added to prototypes that have it) as one more row of its class, summed over the ranks of a
     data-parallel fit."""
     import scipy.sparse as sp
 
-    prototypes = ClassPrototypes.from_rows(X, ids, targets.tree.n_classes, weight)
+    prototypes = prototypes_kind(X).from_rows(X, ids, targets.tree, weight)
     text = estimator._skorch_kwargs("module__").get("class_features") if class_text else None
-    if sp.issparse(text) and text.shape == (len(targets.classes), X.shape[1]):
+    if sp.issparse(X) and sp.issparse(text) and text.shape == (len(targets.classes), X.shape[1]):
         # A class no training row has gets its name as its prototype (a class seen in training
         # gets its name as one row more): without it the re-ranking would pass over classes
         # the class text can place.
@@ -212,11 +219,10 @@ def _data_parallel_group(estimator: Any) -> tuple[Any] | None:
     return None
 
 
-def _fixed_weight(estimator: Any) -> float:
-    """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the default."""
-    from ._prototypes import DEFAULT_WEIGHT
-
-    return DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
+def _fixed_weight(estimator: Any, X: Any) -> float:
+    """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the
+    default of the prototypes of rows like ``X``."""
+    return prototypes_kind(X).DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
 
 
 def _agreed(estimator: Any, weight: float) -> float:
@@ -232,10 +238,11 @@ def _agreed(estimator: Any, weight: float) -> float:
     return float(np.mean(weights))
 
 
-def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...], true: np.ndarray) -> float:
+def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...], true: np.ndarray,
+                             kind: type) -> float:
     """``prototypes="auto"``: the weight fitted on the held-out rows' ``candidates`` (the
     model's paths as trained so far, their log-probabilities and similarities) and node ids
-    ``true``."""
+    ``true``, within the bounds of the prototypes' ``kind``."""
     from ._calibration import answer_correct
     from ._prototypes import choose_weight
 
@@ -243,7 +250,8 @@ def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...],
     n, k, depth = paths.shape
     correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)
     labelled = true >= 0
-    return choose_weight(log_prob[labelled], similarity[labelled], correct[labelled])
+    return choose_weight(log_prob[labelled], similarity[labelled], correct[labelled], kind.MAX_WEIGHT,
+                         kind.DEFAULT_WEIGHT)
 
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
@@ -264,12 +272,13 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
             # The prototypes of the rows the model trained on so far, so that a held-out row
             # never meets its own contribution.
             estimator.prototypes_ = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows],
-                                                   _fixed_weight(estimator))
+                                                   _fixed_weight(estimator, X))
             fitting, reranking = isinstance(estimator.prototypes, str), estimator.decoding == "best"
             if fitting or reranking:  # decoded once: for the weight and for the answers
                 candidates = estimator._reranking_candidates(view)
             if fitting:
-                estimator.prototypes_.weight = _agreed(estimator, _choose_prototype_weight(estimator, candidates, true))
+                estimator.prototypes_.weight = _agreed(estimator, _choose_prototype_weight(estimator, candidates, true,
+                                                                                       type(estimator.prototypes_)))
             weight = estimator.prototypes_.weight
             if reranking:
                 paths, log_prob = estimator._reranked(*candidates, None, weight)
@@ -297,10 +306,9 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     net = estimator.net_
     _hand_over(estimator, net, config, data.n_rows, live)
     _drop_calibrator(estimator)
-    X = getattr(data, "X", None)  # a streamed dataset has none
+    X = _rows_of(data)
     if getattr(estimator, "prototypes_", None) is not None and _wants_prototypes(estimator, X):
-        more = _prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False)
-        estimator.prototypes_.add_sums(more.sums)
+        estimator.prototypes_.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False))
     # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
     net.set_params(callbacks__finite_loss__snapshot=True)
     with training_threads(estimator), data.loading(net, targets):

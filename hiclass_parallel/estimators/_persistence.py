@@ -63,8 +63,9 @@ ALLOWED_MODULES = ("hiclass_parallel", "torch.nn", "torch.optim")
 
 WEIGHTS, TREE, CONFIG = "weights.safetensors", "tree.npz", "config.json"
 
-#: The class prototypes' sums (``prototypes_``), where the model has them: CSR arrays in an
-#: ``.npz`` read with ``allow_pickle=False``.
+#: The class prototypes' statistics (``prototypes_``), where the model has them: plain arrays
+#: (CSR parts of the cosine kind's sums; the Gaussian kind's sums, counts and squares) and the
+#: kind's name, in an ``.npz`` read with ``allow_pickle=False``.
 PROTOTYPES = "prototypes.npz"
 
 #: The ``format`` field of ``config.json``.
@@ -265,7 +266,7 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     ...     folder = save_classifier(clf, d)
     ...     sorted(p.name for p in folder.iterdir())
     ...     loaded = load_classifier(d)
-    ['config.json', 'tree.npz', 'weights.safetensors']
+    ['config.json', 'prototypes.npz', 'tree.npz', 'weights.safetensors']
     >>> bool((loaded.predict(X) == clf.predict(X)).all())
     True
     """
@@ -427,7 +428,7 @@ def load_classifier(
         clf.calibrator_ = None if saved_calibrator is None else BetaCalibrator.from_dict(saved_calibrator)
     except ValueError as exc:
         raise ValueError(f"{folder / CONFIG}: {exc}") from None
-    clf.prototypes_ = _load_prototypes(folder, fitted.get("prototypes_"), tree.n_classes, fitted["n_features_in_"])
+    clf.prototypes_ = _load_prototypes(folder, fitted.get("prototypes_"), tree, fitted["n_features_in_"])
 
     state = _safetensors().load_file(str(folder / WEIGHTS), device="cpu")
     with torch.random.fork_rng(devices=[]):  # building the net draws initial weights: leave the caller's RNG
@@ -495,10 +496,10 @@ def _check_digests(folder: Path, config: dict[str, Any]) -> None:
             )
 
 
-def _load_prototypes(folder: Path, saved: Any, n_classes: int, n_features: int) -> Any:
+def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int) -> Any:
     """``prototypes_`` from :data:`PROTOTYPES` and its weight in ``config.json`` (``None``:
     the model had none, or was saved before prototypes existed)."""
-    from ._prototypes import ClassPrototypes
+    from ._prototypes import prototypes_from_arrays
 
     if saved is None:
         return None
@@ -508,11 +509,8 @@ def _load_prototypes(folder: Path, saved: Any, n_classes: int, n_features: int) 
     if not (folder / PROTOTYPES).exists():
         raise ValueError(f"{folder / PROTOTYPES} is missing: {folder / CONFIG} describes class prototypes")
     with np.load(folder / PROTOTYPES, allow_pickle=False) as arrays:
-        missing = {"data", "indices", "indptr", "shape"} - set(arrays.files)
-        if missing:
-            raise ValueError(f"{folder / PROTOTYPES} lacks {', '.join(sorted(missing))}")
         try:
-            return ClassPrototypes.from_arrays(arrays, weight, n_classes, n_features)
+            return prototypes_from_arrays(arrays, weight, tree, n_features)
         except ValueError as exc:
             raise ValueError(f"{folder / PROTOTYPES}: {exc}") from None
 

@@ -15,6 +15,10 @@ prototypes do not help), or is :data:`DEFAULT_WEIGHT` when the fit holds no rows
 Memory: one sparse matrix with at most as many non-zeros as the training rows (every row adds
 to one class's sum), and :data:`FEATURES` entries per class for scoring.
 
+Dense rows (embeddings, numeric features) get the same re-ranking with another kind of
+prototype, :class:`~._dense_prototypes.GaussianPrototypes` (each class's mean, compared by a
+Gaussian log-likelihood); :func:`prototypes_kind` picks the kind from the training rows.
+
 Only the answer changes: ``predict_proba``, ``predict_answer_proba`` and the log-probabilities
 are the model's own, and the probability of the chosen answer (``predict_confidence``) is the
 model's probability of that path, mapped by a calibrator fitted on the re-ranked answers.
@@ -23,12 +27,13 @@ model's probability of that path, mapped by a calibrator fitted on the re-ranked
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "last_nodes", "rerank_order"]
+__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "last_nodes", "prototypes_from_arrays",
+           "prototypes_kind", "rerank_order"]
 
 #: Each class's prototype keeps its largest this many feature sums: it bounds the memory and
 #: the cost of comparing a row with every prototype; on the gloss benchmarks 32 answered as
@@ -56,14 +61,25 @@ class ClassPrototypes:
     sums: sp.csr_matrix
     weight: float
 
+    #: The kind's name in a saved model's ``prototypes.npz``.
+    KIND: ClassVar[str] = "cosine"
+    MAX_WEIGHT: ClassVar[float] = MAX_WEIGHT
+    DEFAULT_WEIGHT: ClassVar[float] = DEFAULT_WEIGHT
+
     @classmethod
-    def from_rows(cls, X: Any, ids: np.ndarray, n_classes: int, weight: float = 0.0) -> ClassPrototypes:
-        """The sums of the rows of sparse ``X`` per node id in ``ids`` (``-1``: unlabelled, skipped)."""
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0) -> ClassPrototypes:
+        """The sums of the rows of sparse ``X`` per node id in ``ids`` (``-1``: unlabelled,
+        skipped) of ``tree``'s classes."""
         ids = np.asarray(ids)
+        n_classes = tree.n_classes
         rows = np.flatnonzero(ids >= 0)
         member = sp.csr_matrix((np.ones(rows.size, dtype=np.float32), (ids[rows], rows)),
                                shape=(n_classes, X.shape[0]))
         return cls(sums=sp.csr_matrix(member @ sp.csr_matrix(X, dtype=np.float32), dtype=np.float32), weight=weight)
+
+    def add(self, other: ClassPrototypes) -> None:
+        """Add another set of rows' sums (more training rows, of the same classes)."""
+        self.add_sums(other.sums)
 
     def add_sums(self, sums: Any) -> None:
         """Add ``(n_classes, n_features)`` sums: other rows', or one row of class text per class."""
@@ -105,6 +121,11 @@ class ClassPrototypes:
             unit = self.__dict__["_unit"] = (features, values.astype(np.float32))
         return unit
 
+    def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """What an exported model needs to compute :meth:`similarity` (``_export.PrototypeReranker``):
+        each class's kept feature ids (``-1`` pads) and unit values."""
+        return self._unit_rows()
+
     def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """``x_i . u_c`` for each row ``i`` and candidate ``c = nodes[i, j]``, ``(n, k)`` float32,
         where ``u_c`` is the class's unit prototype: the cosine for unit-norm rows (as a
@@ -142,12 +163,16 @@ class ClassPrototypes:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The sums as plain arrays (CSR parts), for saving without pickle."""
-        return {"data": self.sums.data, "indices": self.sums.indices, "indptr": self.sums.indptr,
-                "shape": np.asarray(self.sums.shape, dtype=np.int64)}
+        return {"kind": np.asarray(self.KIND), "data": self.sums.data, "indices": self.sums.indices,
+                "indptr": self.sums.indptr, "shape": np.asarray(self.sums.shape, dtype=np.int64)}
 
     @classmethod
-    def from_arrays(cls, arrays: Any, weight: float, n_classes: int, n_features: int) -> ClassPrototypes:
+    def from_arrays(cls, arrays: Any, weight: float, tree: Any, n_features: int) -> ClassPrototypes:
         """The inverse of :meth:`to_arrays`, checked against the model it belongs to."""
+        missing = {"data", "indices", "indptr", "shape"} - set(arrays)
+        if missing:
+            raise ValueError(f"lacks {', '.join(sorted(missing))}")
+        n_classes = tree.n_classes
         shape = tuple(int(v) for v in np.asarray(arrays["shape"]).ravel())
         if shape != (n_classes, n_features):
             raise ValueError(f"the saved class prototypes have shape {shape}, but the model has {n_classes} classes "
@@ -160,6 +185,26 @@ class ClassPrototypes:
         if not np.isfinite(sums.data).all():
             raise ValueError("the saved class prototypes hold non-finite values")
         return cls(sums=sp.csr_matrix(sums, dtype=np.float32), weight=float(weight))
+
+
+def prototypes_kind(X: Any) -> type:
+    """The prototypes of rows like ``X``: :class:`ClassPrototypes` (cosine) for sparse rows,
+    :class:`~._dense_prototypes.GaussianPrototypes` (log-likelihood) for dense ones."""
+    from ._dense_prototypes import GaussianPrototypes
+
+    return ClassPrototypes if sp.issparse(X) else GaussianPrototypes
+
+
+def prototypes_from_arrays(arrays: Any, weight: float, tree: Any, n_features: int) -> Any:
+    """A saved model's prototypes, of the kind its arrays name (an allow-list: models saved
+    before there were two kinds have none and are cosine prototypes)."""
+    from ._dense_prototypes import GaussianPrototypes
+
+    kinds = {kind.KIND: kind for kind in (ClassPrototypes, GaussianPrototypes)}
+    name = str(np.asarray(arrays["kind"])) if "kind" in arrays else ClassPrototypes.KIND
+    if name not in kinds:
+        raise ValueError(f"names an unknown kind of class prototypes {name!r}; known: {sorted(kinds)}")
+    return kinds[name].from_arrays(arrays, weight, tree, n_features)
 
 
 def _class_then_descending(row: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -193,17 +238,19 @@ def rerank_order(log_prob: np.ndarray, similarity: np.ndarray, weight: float) ->
     return order
 
 
-def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndarray) -> float:
+def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndarray,
+                  max_weight: float = MAX_WEIGHT, default_weight: float = DEFAULT_WEIGHT) -> float:
     """The prototypes' weight fitted on labelled rows: a conditional logit over each row's
     candidates, ``softmax(a * log_prob + b * similarity)``, fitted by maximum likelihood of the
     right candidate (``correct``: ``(n, k)`` bool), and the weight ``b / a`` it implies (the
-    same ranking as ``a * log_prob + b * similarity``), within ``[0, MAX_WEIGHT]``.
+    same ranking as ``a * log_prob + b * similarity``), within ``[0, max_weight]``.
 
     The likelihood uses every row whose right answer is a candidate, so it is steadier than
     counting right first answers on a few hundred rows (which picked weights from 4 to 48 on
     400-row samples of one benchmark where the likelihood's stayed within 17-23). Rows whose
     right answer is not a candidate say nothing about the weight; with fewer than
-    :data:`MIN_ROWS` others the weight is :data:`DEFAULT_WEIGHT`.
+    :data:`MIN_ROWS` others the weight is ``default_weight``. The bounds are the prototypes
+    kind's (``MAX_WEIGHT``, ``DEFAULT_WEIGHT``; the cosine's by default).
 
     Examples
     --------
@@ -221,7 +268,7 @@ def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndar
     valid = np.isfinite(log_prob)
     rows = (correct & valid).any(axis=1)
     if rows.sum() < MIN_ROWS:
-        return DEFAULT_WEIGHT
+        return float(default_weight)
     lp = np.where(valid, log_prob, 0.0)[rows].astype(np.float64)
     sim = similarity[rows].astype(np.float64)
     right = (correct & valid)[rows]
@@ -237,4 +284,4 @@ def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndar
         return float(value), grad
 
     fit = minimize(nll, np.array([1.0, 1.0]), jac=True, method="L-BFGS-B", bounds=[(1e-3, None), (0.0, None)])
-    return float(np.clip(fit.x[1] / fit.x[0], 0.0, MAX_WEIGHT))
+    return float(np.clip(fit.x[1] / fit.x[0], 0.0, max_weight))

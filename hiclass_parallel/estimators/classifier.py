@@ -173,16 +173,19 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Rows held out of training to fit the calibration: ``"auto"`` is 5% of the rows, at
         most 1,000; a float in (0, 1) a fraction of the rows; an int a number of rows.
     prototypes : "auto", float or None, default="auto"
-        Re-rank the answer with class prototypes (sparse ``X``, such as TF-IDF, only): each
-        class keeps the sum of its training rows, and :meth:`predict` picks, among the model's
+        Re-rank the answer with class prototypes: :meth:`predict` picks, among the model's
         ``prototype_candidates`` most probable answers, the one with the highest
-        ``log p(answer) + weight * cos(x, prototype)``. This gives every class evidence of its
-        own over the input features, which the hidden layer's low-rank map lacks (on the WordNet
-        gloss benchmarks exact accuracy +0.02 to +0.07 and hF1 +0.003 to +0.025 on every subset
-        measured, ``docs/classifier.md``). ``"auto"``: the weight (nats) that answers the
-        rows held out for ``calibration`` right most often, 0 included, or 16 when the fit holds
-        no rows out; a float: that weight; ``None``: the model's own answer. Only the answer
-        changes: probabilities and scores are the model's. Ignored for dense ``X``.
+        ``log p(answer) + weight * similarity(x, prototype)``. This gives every class evidence
+        of its own over the input features, which the hidden layer's map lacks. Sparse ``X``
+        (such as TF-IDF): each class keeps the sum of its training rows, compared by cosine (on
+        the WordNet gloss benchmarks exact accuracy +0.02 to +0.07 and hF1 +0.003 to +0.025 on
+        every subset measured, ``docs/classifier.md``). Dense ``X``: each class keeps its mean,
+        shrunk towards its parent's, compared by a Gaussian log-likelihood with one pooled
+        variance per feature (``docs/benchmark-peers.md``). ``"auto"``: the weight that best
+        explains which of the candidates of the rows held out for ``calibration`` are right, 0
+        included, or a default when the fit holds no rows out (16 per unit of cosine; 1 per
+        nat of log-likelihood); a float: that weight; ``None``: the model's own answer. Only
+        the answer changes: probabilities and scores are the model's.
     prototype_candidates : int, default=20
         How many of the model's most probable answers the prototypes re-rank.
     verbose : int, default=0
@@ -230,9 +233,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Number of features seen in :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen in :meth:`fit`, when ``X`` has string column names.
-    prototypes_ : ClassPrototypes or None
-        The class prototypes (per-class sums of the training rows, sparse) and their fitted
-        weight; ``None`` for dense ``X`` or ``prototypes=None``.
+    prototypes_ : ClassPrototypes, GaussianPrototypes or None
+        The class prototypes (per-class sums of the training rows: sparse for sparse ``X``,
+        with counts and squares for dense ``X``) and their fitted weight; ``None`` with
+        ``prototypes=None`` or a streamed data set.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,
         fitted on held-out rows (``calibration``); ``None`` when the fit did not

@@ -220,7 +220,7 @@ def test_calibration_lowers_the_calibration_error_on_new_rows():
     X, y, tree = make_hierarchical_classification(n_samples=6000, n_features=10, branching=4, depth=2,
                                                   noise=1.5, random_state=3)
     train, test = slice(0, 3000), slice(3000, None)
-    clf = HierarchicalClassifier(tree, max_epochs=30, calibration="beta", calibration_size=0.3,
+    clf = HierarchicalClassifier(tree, max_epochs=30, calibration="beta", calibration_size=0.3, prototypes=None,
                                  random_state=0, batch_size=64).fit(X[train], y[train])
     _, log_prob = clf.predict_top_k(X[test], 1, return_log_prob=True)
     right = clf.predict_node(X[test]) == tree.to_ids(y[test])

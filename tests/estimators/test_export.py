@@ -81,7 +81,7 @@ def test_exported_paths_equal_predict_on_a_shuffled_tree(partition, semantics, t
     X, y, _ = make_hierarchical_classification(n_samples=200, n_features=6, tree=tree, random_state=0,
                                                terminal_fraction=0.3)
     clf = HierarchicalClassifier(tree, partition=partition, semantics=semantics, max_epochs=3,
-                                 random_state=0).fit(X, y)
+                                 random_state=0, prototypes=None).fit(X, y)  # re-ranking is not exported
     check_all_routes(clf, X.astype(np.float32), tmp_path)
 
 
@@ -111,7 +111,7 @@ def test_wordnet_glosses_1000_rows(tmp_path, one_torch_thread):
 
 def test_threshold_decoding_and_terminal_without_stops_are_refused():
     X, y, tree = make_hierarchical_classification(n_samples=50, n_features=4, branching=2, depth=2, random_state=0)
-    clf = HierarchicalClassifier(tree, max_epochs=1, decoding="threshold").fit(X, y)
+    clf = HierarchicalClassifier(tree, max_epochs=1, decoding="threshold", prototypes=None).fit(X, y)
     with pytest.raises(ValueError, match="only decoding='best'"):
         serving_module(clf)
     clf.set_params(decoding="best")
@@ -151,7 +151,7 @@ def test_exported_routes_agree_on_non_finite_rows(partition, semantics, tmp_path
     the finite rows of the same batch are predict's."""
     X, y, tree = make_hierarchical_classification(n_samples=150, n_features=6, branching=2, depth=3, random_state=0)
     clf = HierarchicalClassifier(tree, partition=partition, semantics=semantics, max_epochs=2,
-                                 random_state=0).fit(X, y)
+                                 random_state=0, prototypes=None).fit(X, y)  # re-ranking is not exported
     X = X[:8].astype(np.float32)
     bad = np.array([False, True, False, True, True, False, False, True])
     X[1, 0], X[3, 5], X[4, 2], X[7] = np.nan, np.inf, -np.inf, np.nan
@@ -197,7 +197,7 @@ def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
     equal to ``predict_confidence``; NaN on the rows it blanks; the identity map without a
     calibrator; and the two-output graph is unchanged without the flag."""
     X, y, tree = make_hierarchical_classification(n_samples=2500, n_features=8, branching=3, depth=2, random_state=0)
-    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0).fit(X, y)
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, prototypes=None).fit(X, y)
     assert clf.calibrator_ is not None
     X = X[:40].astype(np.float32)
     X[3, 1] = np.nan
@@ -220,7 +220,44 @@ def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
         np.testing.assert_allclose(confidence[finite], expected, rtol=1e-4, atol=1e-6, err_msg=route)
         assert np.isnan(confidence[~finite]).all(), route
     uncalibrated = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0,
-                                          calibration=None).fit(X[finite], y[:40][finite])
+                                          calibration=None, prototypes=None).fit(X[finite], y[:40][finite])
     with torch.no_grad():
         _, log_prob, confidence = serving_module(uncalibrated, confidence=True)(dense[finite])
     torch.testing.assert_close(confidence, torch.exp(log_prob).clamp(1e-7, 1 - 1e-7))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "cosine"])
+def test_exported_reranking_equals_predict(kind, tmp_path, one_torch_thread):
+    """A model whose class prototypes re-rank the answer exports the re-ranking: eager torch,
+    torch.export (batches of 1 and all) and onnxruntime give predict's answers, on every row
+    whose best re-ranked score leads the next by more than float noise."""
+    X, y, tree = make_hierarchical_classification(n_samples=1200, n_features=12, branching=3, depth=3, noise=1.5,
+                                                  random_state=0)
+    if kind == "cosine":  # sparse non-negative rows, like TF-IDF
+        rng = np.random.default_rng(0)
+        X = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.5, np.abs(X), 0.0).astype(np.float32))
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0,
+                                 prototypes=2.0 if kind == "gaussian" else 16.0, prototype_candidates=5).fit(X, y)
+    assert clf.prototypes_.KIND == kind
+    rows = X[:300]
+    expected = clf.predict(rows)
+    assert (expected != clf.set_params(prototypes=None).predict(rows)).any()  # the re-ranking changes answers
+    clf.set_params(prototypes=2.0 if kind == "gaussian" else 16.0)
+    _, log_prob, similarity = clf._reranking_candidates(rows)
+    score = np.sort(np.where(np.isfinite(log_prob), log_prob + clf.prototypes * similarity, -np.inf), axis=1)
+    clear = score[:, -1] - score[:, -2] > 1e-3
+    assert clear.mean() > 0.9
+    dense = torch.from_numpy(np.asarray(rows.toarray() if sp.issparse(rows) else rows, dtype=np.float32))
+    paths, _ = serving_module(clf)(dense)
+    np.testing.assert_array_equal(as_labels(clf, paths.numpy())[clear], expected[clear])
+    program = export_program(clf, dense[:3])
+    for part in (slice(0, 1), slice(None)):
+        paths, _ = program.module()(dense[part])
+        np.testing.assert_array_equal(as_labels(clf, paths.numpy())[clear[part]], expected[part][clear[part]])
+    if HAVE_ONNX:
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(export_onnx(clf, tmp_path / "model.onnx", dense[:3]),
+                                               providers=["CPUExecutionProvider"])
+        paths, _ = session.run(None, {"X": dense.numpy()})
+        np.testing.assert_array_equal(as_labels(clf, paths)[clear], expected[clear])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from hiclass_parallel import Tree
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
 from hiclass_parallel.estimators._persistence import load_classifier, save_classifier
@@ -29,6 +30,11 @@ def _dense_prototypes(sums: np.ndarray) -> np.ndarray:
     return out
 
 
+def _flat(n_classes: int) -> Tree:
+    """A tree of ``n_classes`` top-level classes: the cosine prototypes need only the count."""
+    return Tree.from_parents([-1] * n_classes)
+
+
 def _text_like(n_samples=1500, n_features=60, seed=0, **kwargs):
     """Sparse non-negative rows (like TF-IDF) whose class decides which features are likely."""
     X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, random_state=seed,
@@ -46,7 +52,7 @@ def test_similarity_equals_the_dense_cosine_of_truncated_prototypes(seed):
     X = sp.random(900, n_features, density=0.04, random_state=seed, format="csr", dtype=np.float32)
     X = sp.csr_matrix(sp.diags((np.arange(900) != 3).astype(np.float32)) @ X)  # row 3 empty
     ids = rng.integers(-1, n_classes - 5, 900)  # unlabelled rows, and classes without rows
-    prototypes = ClassPrototypes.from_rows(X, ids, n_classes)
+    prototypes = ClassPrototypes.from_rows(X, ids, _flat(n_classes))
     dense = np.zeros((n_classes, n_features))
     np.add.at(dense, ids[ids >= 0], X[np.flatnonzero(ids >= 0)].toarray())
     np.testing.assert_allclose(prototypes.sums.toarray(), dense, rtol=1e-5, atol=1e-6)
@@ -62,7 +68,7 @@ def test_similarity_keeps_the_largest_sums_with_negative_values_and_ties():
     values, equal ones by feature id, as the dense reference's stable sort keeps them."""
     rng = np.random.default_rng(5)
     X = sp.csr_matrix(np.round(rng.normal(size=(400, 80)) * (rng.random((400, 80)) < 0.3), 1).astype(np.float32))
-    prototypes = ClassPrototypes.from_rows(X, rng.integers(0, 12, 400), 12)
+    prototypes = ClassPrototypes.from_rows(X, rng.integers(0, 12, 400), _flat(12))
     nodes = rng.integers(0, 12, (400, 5))
     reference = X.toarray() @ _dense_prototypes(prototypes.sums.toarray()).T
     np.testing.assert_allclose(prototypes.similarity(X, nodes), np.take_along_axis(reference, nodes, axis=1),
@@ -70,7 +76,7 @@ def test_similarity_keeps_the_largest_sums_with_negative_values_and_ties():
 
 
 def test_similarity_sums_duplicate_entries_and_leaves_the_rows_as_given():
-    prototypes = ClassPrototypes.from_rows(sp.csr_matrix(np.eye(3, dtype=np.float32)), np.arange(3), 3)
+    prototypes = ClassPrototypes.from_rows(sp.csr_matrix(np.eye(3, dtype=np.float32)), np.arange(3), _flat(3))
     X = sp.csr_matrix((np.array([0.5, 0.25, 1.0], dtype=np.float32), np.array([1, 1, 0]), np.array([0, 2, 3])),
                       shape=(2, 3))  # row 0 holds feature 1 twice, not summed
     before = (X.data.copy(), X.indices.copy())
@@ -83,11 +89,11 @@ def test_added_rows_give_the_prototypes_of_all_rows():
     rng = np.random.default_rng(0)
     X = sp.random(200, 50, density=0.1, random_state=0, format="csr", dtype=np.float32)
     ids = rng.integers(0, 10, 200)
-    some = ClassPrototypes.from_rows(X[:120], ids[:120], 10, weight=3.0)
+    some = ClassPrototypes.from_rows(X[:120], ids[:120], _flat(10), weight=3.0)
     nodes = rng.integers(0, 10, (200, 4))
     some.similarity(X, nodes)  # fills the cache, which the new rows must replace
-    some.add_sums(ClassPrototypes.from_rows(X[120:], ids[120:], 10).sums)
-    whole = ClassPrototypes.from_rows(X, ids, 10)
+    some.add_sums(ClassPrototypes.from_rows(X[120:], ids[120:], _flat(10)).sums)
+    whole = ClassPrototypes.from_rows(X, ids, _flat(10))
     np.testing.assert_allclose(some.sums.toarray(), whole.sums.toarray(), rtol=1e-6)
     np.testing.assert_allclose(some.similarity(X, nodes), whole.similarity(X, nodes), rtol=1e-6)
     assert some.weight == 3.0
@@ -97,7 +103,7 @@ def test_pickle_leaves_the_cache_out_and_rebuilds_it():
     import pickle
 
     X = sp.random(50, 40, density=0.2, random_state=0, format="csr", dtype=np.float32)
-    prototypes = ClassPrototypes.from_rows(X, np.arange(50) % 5, 5, weight=2.0)
+    prototypes = ClassPrototypes.from_rows(X, np.arange(50) % 5, _flat(5), weight=2.0)
     nodes = np.tile(np.arange(5), (50, 1))
     before = prototypes.similarity(X, nodes)
     copy = pickle.loads(pickle.dumps(prototypes))
@@ -126,12 +132,12 @@ def test_weight_is_fitted_where_rows_allow_and_defaults_otherwise():
 
 def test_saved_prototypes_are_checked_against_the_model():
     X = sp.random(20, 9, density=0.3, random_state=0, format="csr", dtype=np.float32)
-    arrays = ClassPrototypes.from_rows(X, np.arange(20) % 4, 4).to_arrays()
+    arrays = ClassPrototypes.from_rows(X, np.arange(20) % 4, _flat(4)).to_arrays()
     with pytest.raises(ValueError, match="different models"):
-        ClassPrototypes.from_arrays(arrays, 1.0, n_classes=5, n_features=9)
+        ClassPrototypes.from_arrays(arrays, 1.0, _flat(5), 9)
     bad = dict(arrays, indices=arrays["indices"] + 100)
     with pytest.raises(ValueError, match="not a valid sparse matrix"):
-        ClassPrototypes.from_arrays(bad, 1.0, n_classes=4, n_features=9)
+        ClassPrototypes.from_arrays(bad, 1.0, _flat(4), 9)
 
 
 # ---------------------------------------------------------------------------- the classifier
@@ -149,7 +155,7 @@ def fitted(text):
 def test_auto_fits_prototypes_of_every_training_row_and_a_weight(text, fitted):
     X, y, tree = text
     assert fitted.prototypes_.weight >= 0 and fitted.calibrator_ is not None
-    whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree.n_classes)
+    whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
     np.testing.assert_allclose(fitted.prototypes_.sums.toarray(), whole.sums.toarray(), rtol=1e-6)
 
 
@@ -207,7 +213,7 @@ def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_ro
     assert clf.prototypes_.weight == DEFAULT_WEIGHT
     first = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X[:1000], y[:1000])
     first.partial_fit(X[1000:], y[1000:])
-    whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree.n_classes)
+    whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
     np.testing.assert_allclose(first.prototypes_.sums.toarray(), whole.sums.toarray(), rtol=1e-5)
 
 
@@ -216,14 +222,12 @@ def test_class_text_is_one_more_row_of_its_class(text):
     names = sp.random(tree.n_classes, X.shape[1], density=0.05, random_state=1, format="csr", dtype=np.float32)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0, calibration=None,
                                  module__hidden_units=8, module__class_features=names).fit(X, y)
-    rows = ClassPrototypes.from_rows(X, tree.to_ids(y), tree.n_classes)
+    rows = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
     np.testing.assert_allclose(clf.prototypes_.sums.toarray(), (rows.sums + names).toarray(), rtol=1e-5, atol=1e-6)
 
 
-def test_dense_input_and_label_sets_have_no_prototypes(text):
+def test_label_sets_have_no_prototypes(text):
     X, y, tree = text
-    dense = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X.toarray(), y)
-    assert dense.prototypes_ is None
     multi = MultiLabelHierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, [[v] for v in y])
     assert multi.prototypes_ is None
 
@@ -235,21 +239,6 @@ def test_bad_prototypes_parameter_is_named(text, bad):
         HierarchicalClassifier(tree, prototypes=bad, max_epochs=1).fit(X, y)
     with pytest.raises(ValueError, match="prototype_candidates"):
         HierarchicalClassifier(tree, prototype_candidates=0, max_epochs=1).fit(X, y)
-
-
-def test_export_refuses_the_reranking_and_serves_the_models_own_answer(text, fitted):
-    torch = pytest.importorskip("torch")
-    from hiclass_parallel.estimators import serving_module
-
-    X, _, _ = text
-    with pytest.raises(ValueError, match="prototypes=None"):
-        serving_module(fitted)
-    own = fitted.set_params(prototypes=None)
-    try:
-        paths, _ = serving_module(own)(torch.from_numpy(X[:50].toarray()))
-        np.testing.assert_array_equal(own.classes_[paths.numpy()], own.predict(X[:50]))
-    finally:
-        fitted.set_params(prototypes="auto")
 
 
 # ---------------------------------------------------------------------------- persistence
@@ -264,7 +253,7 @@ def test_saved_prototypes_load_and_a_mismatch_is_named(tmp_path, text, fitted):
 
     other = tmp_path / "other"
     np.savez(other.with_suffix(".npz"), **ClassPrototypes.from_rows(X[:10], np.zeros(10, int),
-                                                                     fitted.tree_.n_classes).to_arrays())
+                                                                     fitted.tree_).to_arrays())
     (folder / "prototypes.npz").write_bytes(other.with_suffix(".npz").read_bytes())
     with pytest.raises(ValueError, match="prototypes.npz is not the file saved"):
         load_classifier(folder)

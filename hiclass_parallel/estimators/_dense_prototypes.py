@@ -1,0 +1,198 @@
+"""Class prototypes of dense rows: each class's mean, compared by a Gaussian log-likelihood.
+
+The dense counterpart of :class:`._prototypes.ClassPrototypes` (sparse rows, cosine). A dense
+network fits its training rows closely (about seven rows per class at the 11,110-class
+synthetic benchmark), and its scores then say little about which of a few close classes a
+row belongs to. A prototype per class is the evidence a per-class linear model would use,
+at no training cost: the class's mean ``mu_c`` and one variance per feature pooled over all
+classes (``var``), so that a row's similarity to class ``c`` is its log-likelihood under
+``N(mu_c, diag(var))`` -- the linear discriminant of a nearest-mean classifier, up to a
+constant of the row (dropped: it changes no ranking and no fitted weight).
+
+A class with few rows has a noisy mean, and a class with none has no mean at all; both borrow
+from their parent (hierarchical shrinkage, McCallum et al. 1998): ``mu_c = (sum of the class's
+rows + SHRINKAGE * mu_parent) / (n_c + SHRINKAGE)``, from the top level down, where the top
+level's classes shrink towards the mean of all rows. The re-ranking is the same as for the
+cosine (:func:`._prototypes.rerank_order`): ``log p(answer) + weight * similarity``, with the
+weight fitted on the held-out rows (:func:`._prototypes.choose_weight`).
+
+Memory: ``n_classes x n_features`` float64 sums (82,115 classes x 256 features: 168 MB), and
+the scaled means, float32, while predicting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["GaussianPrototypes"]
+
+#: Pseudo-rows of the parent's mean in each class's mean. On the dense benchmarks (synthetic
+#: trees of 3,000 and 11,110 classes, 7-8 rows per class) 1 gained 0.003-0.004 hF1 over no
+#: shrinkage (0.5: half of that, 2: 0.0003 more); docs/benchmark-peers.md.
+SHRINKAGE = 1.0
+
+
+@dataclasses.dataclass
+class GaussianPrototypes:
+    """Per-class sums of dense training rows (``sums``, ``(n_classes, n_features)`` float64),
+    their counts, the sum of every row's squares per feature (for the pooled variance), the
+    tree's ``parents`` (for the shrinkage) and the weight of the log-likelihood in the
+    re-ranked score."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    squares: np.ndarray
+    parents: np.ndarray
+    weight: float
+
+    #: The kind's name in a saved model's ``prototypes.npz``.
+    KIND: ClassVar[str] = "gaussian"
+    #: The largest weight ``prototypes="auto"`` fits: a log-likelihood is in nats, and on the
+    #: synthetic benchmarks the weights fitted were 4-420 (the network's log-probabilities of
+    #: overfitted classes count for little beside it).
+    MAX_WEIGHT: ClassVar[float] = 1024.0
+    #: Without held-out rows: the log-likelihood added to the model's log-probability as it is,
+    #: the model's distribution as the prior of Bayes' rule.
+    DEFAULT_WEIGHT: ClassVar[float] = 1.0
+
+    @classmethod
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0) -> GaussianPrototypes:
+        """The statistics of the rows of dense ``X`` per node id in ``ids`` (``-1``:
+        unlabelled, skipped) of ``tree``'s classes."""
+        ids = np.asarray(ids)
+        rows = np.flatnonzero(ids >= 0)
+        X = _host_dense(X)[rows].astype(np.float64, copy=False)
+        n_classes = tree.n_classes
+        sums = np.zeros((n_classes, X.shape[1]), dtype=np.float64)
+        np.add.at(sums, ids[rows], X)
+        counts = np.bincount(ids[rows], minlength=n_classes).astype(np.float64)
+        return cls(sums=sums, counts=counts, squares=np.square(X).sum(axis=0),
+                   parents=np.asarray(tree.parents, dtype=np.int64), weight=float(weight))
+
+    def add(self, other: GaussianPrototypes) -> None:
+        """Add another set of rows' statistics (more training rows, of the same classes)."""
+        self.sums = self.sums + other.sums
+        self.counts = self.counts + other.counts
+        self.squares = self.squares + other.squares
+        self.__dict__.pop("_scaled", None)  # the cached means were of the old sums
+
+    def sum_over_ranks(self, group: Any) -> None:
+        """Data-parallel training: every rank's statistics added up (in rank order, so alike
+        on every rank), as one process would have them from all the shards."""
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(parts, (self.sums, self.counts, self.squares), group=group)
+        self.sums = np.sum([part[0] for part in parts], axis=0)
+        self.counts = np.sum([part[1] for part in parts], axis=0)
+        self.squares = np.sum([part[2] for part in parts], axis=0)
+        self.__dict__.pop("_scaled", None)
+
+    def variance(self) -> np.ndarray:
+        """The within-class variance of each feature, pooled over the classes with rows
+        (floored at a millionth of the mean variance, so that a constant feature does not
+        divide by zero)."""
+        seen = self.counts > 0
+        n = self.counts.sum()
+        between = (np.square(self.sums[seen]) / self.counts[seen, None]).sum(axis=0)  # n_c * mean_c ** 2
+        within = np.maximum(self.squares - between, 0.0) / max(n - seen.sum(), 1.0)
+        floor = max(float(within.mean()) * 1e-6, np.finfo(np.float32).tiny)
+        return np.maximum(within, floor)
+
+    def means(self) -> np.ndarray:
+        """Each class's mean, shrunk towards its parent's (:data:`SHRINKAGE`), from the top down."""
+        grand = self.sums.sum(axis=0) / max(self.counts.sum(), 1.0)
+        means = np.empty_like(self.sums)
+        depth = _depths(self.parents)
+        for level in range(int(depth.max(initial=-1)) + 1):
+            nodes = np.flatnonzero(depth == level)
+            prior = grand if level == 0 else means[self.parents[nodes]]
+            means[nodes] = (self.sums[nodes] + SHRINKAGE * prior) / (self.counts[nodes, None] + SHRINKAGE)
+        return means
+
+    def _scaled_means(self) -> tuple[np.ndarray, np.ndarray]:
+        """``mu_c / var`` (float32) and ``mu_c . mu_c / (2 var)`` per class, cached: the
+        log-likelihood up to the row's constant is ``x . (mu_c / var) - mu_c . mu_c / (2 var)``."""
+        scaled = self.__dict__.get("_scaled")
+        if scaled is None:
+            means, var = self.means(), self.variance()
+            scaled = self.__dict__["_scaled"] = (
+                (means / var).astype(np.float32), (0.5 * np.square(means) / var).sum(axis=1).astype(np.float32))
+        return scaled
+
+    def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """What an exported model needs to compute :meth:`similarity` (``_export.PrototypeReranker``):
+        ``mu_c / var`` and ``mu_c . mu_c / (2 var)`` per class."""
+        return self._scaled_means()
+
+    def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+        """The log-likelihood of each row ``i`` under each candidate ``c = nodes[i, j]``, up to a
+        constant of the row, ``(n, k)`` float32; 0 for ``-1``."""
+        X = _host_dense(X).astype(np.float32, copy=False)
+        weights, offsets = self._scaled_means()
+        cand = np.maximum(nodes, 0)
+        out = np.empty(nodes.shape, dtype=np.float32)
+        for start in range(0, X.shape[0], 256):  # (rows, k, features) stays a few MB
+            stop = min(X.shape[0], start + 256)
+            out[start:stop] = np.einsum("rf,rkf->rk", X[start:stop], weights[cand[start:stop]])
+        out -= offsets[cand]
+        out[nodes < 0] = 0.0
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the cached scaled means (rebuilt on first use)."""
+        return {key: value for key, value in self.__dict__.items() if key != "_scaled"}
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The statistics as plain arrays, for saving without pickle (the parents are the
+        model's tree's, restored from it)."""
+        return {"kind": np.asarray(self.KIND), "sums": self.sums, "counts": self.counts, "squares": self.squares}
+
+    @classmethod
+    def from_arrays(cls, arrays: Any, weight: float, tree: Any, n_features: int) -> GaussianPrototypes:
+        """The inverse of :meth:`to_arrays`, checked against the model it belongs to."""
+        missing = {"sums", "counts", "squares"} - set(arrays)
+        if missing:
+            raise ValueError(f"lacks {', '.join(sorted(missing))}")
+        sums, counts, squares = (np.asarray(arrays[name]) for name in ("sums", "counts", "squares"))
+        shapes = {"sums": (sums.shape, (tree.n_classes, n_features)), "counts": (counts.shape, (tree.n_classes,)),
+                  "squares": (squares.shape, (n_features,))}
+        for name, (shape, expected) in shapes.items():
+            if shape != expected:
+                raise ValueError(f"the saved class prototypes' {name} have shape {shape}, but the model has "
+                                 f"{tree.n_classes} classes and {n_features} features: the files are from different models")
+        for name, values in (("sums", sums), ("counts", counts), ("squares", squares)):
+            if values.dtype.kind != "f" or not np.isfinite(values).all():
+                raise ValueError(f"the saved class prototypes' {name} must be finite floats, got dtype {values.dtype}")
+        if (counts < 0).any() or (squares < 0).any():
+            raise ValueError("the saved class prototypes hold negative counts or squares")
+        return cls(sums=sums.astype(np.float64), counts=counts.astype(np.float64), squares=squares.astype(np.float64),
+                   parents=np.asarray(tree.parents, dtype=np.int64), weight=float(weight))
+
+
+def _host_dense(X: Any) -> np.ndarray:
+    """``X`` as a dense host array (a torch tensor, dense or sparse, or a CuPy array, copied)."""
+    import scipy.sparse as sp
+    import torch
+
+    if sp.issparse(X):
+        return X.toarray()
+    if isinstance(X, torch.Tensor):
+        return (X if X.layout == torch.strided else X.to_dense()).detach().cpu().numpy()
+    if hasattr(X, "get") and type(X).__module__.startswith("cupy"):
+        return X.get()
+    return np.asarray(X)
+
+
+def _depths(parents: np.ndarray) -> np.ndarray:
+    """Each node's depth (0 for the top level) from its parent ids (``-1``: top level)."""
+    depth = np.zeros(parents.size, dtype=np.int64)
+    above = parents.copy()
+    while (above >= 0).any():
+        has = above >= 0
+        depth[has] += 1
+        above[has] = parents[above[has]]
+    return depth
