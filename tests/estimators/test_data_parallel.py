@@ -103,6 +103,10 @@ def test_two_cpu_processes_train_identical_weights(tmp_path, model, one_torch_th
     with open(tmp_path / "model.pkl", "rb") as f:
         loaded = pickle.load(f)
     np.testing.assert_array_equal(loaded.predict(X), single.predict(X))
+    # The class prototypes are summed over the ranks: those of one process on all the rows.
+    mine, whole = loaded.prototypes_.sums, single.prototypes_.sums
+    np.testing.assert_allclose(mine.toarray() if hasattr(mine, "toarray") else mine,
+                               whole.toarray() if hasattr(whole, "toarray") else whole, rtol=1e-6, atol=1e-6)
 
 
 def test_without_a_process_group_the_callback_changes_nothing(one_torch_thread):
