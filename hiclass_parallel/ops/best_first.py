@@ -223,6 +223,8 @@ def best_first_paths(
         CPU, for float32 or float64 tensors, where the optional library was built; so is one
         with ``matched_linear_parts() -> (h, weight, bias, match)``, the same plus a sparse
         match term (``match``: see :func:`~hiclass_parallel.ops.engine._native_best_first.search`).
+        One with ``matrix(rows, columns) -> (len(rows), len(columns))`` scores the rows the
+        search hands to the exhaustive route with one product instead of a list of pairs.
     n_rows : int
         Number of rows (samples).
     tree : Tree
@@ -301,8 +303,11 @@ def best_first_paths(
 
         fb = exhaustive.nonzero().flatten()
         n_fb, n_out = fb.shape[0], plan.n_outputs
-        cols = torch.arange(n_out, device=device).repeat(n_fb)
-        full = score(fb.repeat_interleave(n_out), cols).reshape(n_fb, n_out)
+        matrix = getattr(score, "matrix", None)
+        if matrix is not None:  # one product of those rows with every column (no pair list)
+            full = matrix(fb, torch.arange(n_out, device=device))
+        else:
+            full = score(fb.repeat_interleave(n_out), torch.arange(n_out, device=device).repeat(n_fb)).reshape(n_fb, n_out)
         work[fb] += n_out
         if k is None:
             p, v = best_paths(full, tree, "sibling", stop=stop, semantics=semantics)
