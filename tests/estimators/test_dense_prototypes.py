@@ -176,3 +176,22 @@ def test_saved_gaussian_prototypes_load_and_answer_alike(tmp_path, gaussian, fit
     loaded = load_classifier(folder)
     assert isinstance(loaded.prototypes_, GaussianPrototypes) and loaded.prototypes_.weight == fitted.prototypes_.weight
     np.testing.assert_array_equal(loaded.predict(X[:500]), fitted.predict(X[:500]))
+
+
+@pytest.mark.gpu
+def test_dense_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(gaussian):
+    """A model on a GPU decodes its candidates there; the Gaussian prototypes re-rank them on
+    the host: the answer is the host-side re-ranking of the model's own top candidates."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (none on this machine)")
+    from hiclass_parallel.estimators._prototypes import last_nodes, rerank_order
+
+    X, y, tree = gaussian
+    clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, device="cuda", prototypes=2.0).fit(X, y)
+    got = clf.predict_node(torch.from_numpy(X[:500]).cuda())
+    paths, lp = clf._decode_model(X[:500], clf.prototype_candidates)
+    nodes = last_nodes(paths)
+    order = rerank_order(lp, clf.prototypes_.similarity(X[:500], nodes), 2.0)
+    np.testing.assert_array_equal(got, nodes[np.arange(500), order[:, 0]])
