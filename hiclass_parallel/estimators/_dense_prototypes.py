@@ -47,6 +47,8 @@ class GaussianPrototypes:
     squares: np.ndarray
     parents: np.ndarray
     weight: float
+    #: The log-probabilities' coefficient in the fitted conditional logit (as for the cosine kind).
+    scale: float = 1.0
 
     #: The kind's name in a saved model's ``prototypes.npz``.
     KIND: ClassVar[str] = "gaussian"

@@ -158,14 +158,15 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                 # map is fitted (_calibration's docstring says when and why).
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
-                calibrator, weight = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
+                calibrator, held_out = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     prototypes = None
     if _wants_prototypes(estimator, _rows_of(data)):
-        prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y),
-                                    _fixed_weight(estimator, data.X) if plan is None else weight)
+        prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y), _fixed_weight(estimator, data.X))
+        if plan is not None:  # the weight and scale chosen on the held-out rows
+            prototypes.weight, prototypes.scale = held_out
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes)
     attach_net(estimator, net)
@@ -225,40 +226,40 @@ def _fixed_weight(estimator: Any, X: Any) -> float:
     return prototypes_kind(X).DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
 
 
-def _agreed(estimator: Any, weight: float) -> float:
-    """The mean of every rank's ``weight`` in a data-parallel fit (each fitted it on its own
-    held-out rows), so that all ranks predict alike; ``weight`` otherwise."""
+def _agreed(estimator: Any, values: tuple[float, ...]) -> tuple[float, ...]:
+    """The mean of every rank's ``values`` in a data-parallel fit (each fitted them on its own
+    held-out rows), so that all ranks predict alike; ``values`` otherwise."""
     group = _data_parallel_group(estimator)
     if group is None:
-        return weight
+        return values
     import torch.distributed as dist
 
-    weights: list[Any] = [None] * dist.get_world_size(group[0])
-    dist.all_gather_object(weights, float(weight), group=group[0])
-    return float(np.mean(weights))
+    parts: list[Any] = [None] * dist.get_world_size(group[0])
+    dist.all_gather_object(parts, tuple(float(v) for v in values), group=group[0])
+    return tuple(float(v) for v in np.mean(parts, axis=0))
 
 
 def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...], true: np.ndarray,
-                             kind: type) -> float:
-    """``prototypes="auto"``: the weight fitted on the held-out rows' ``candidates`` (the
-    model's paths as trained so far, their log-probabilities and similarities) and node ids
-    ``true``, within the bounds of the prototypes' ``kind``."""
+                             kind: type) -> tuple[float, float]:
+    """``prototypes="auto"``: the weight and scale fitted on the held-out rows' ``candidates``
+    (the model's paths as trained so far, their log-probabilities and similarities) and node
+    ids ``true``, within the bounds of the prototypes' ``kind``."""
     from ._calibration import answer_correct
-    from ._prototypes import choose_weight
+    from ._prototypes import choose_weight_and_scale
 
     paths, log_prob, similarity = candidates
     n, k, depth = paths.shape
     correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)
     labelled = true >= 0
-    return choose_weight(log_prob[labelled], similarity[labelled], correct[labelled], kind.MAX_WEIGHT,
-                         kind.DEFAULT_WEIGHT)
+    return choose_weight_and_scale(log_prob[labelled], similarity[labelled], correct[labelled], kind.MAX_WEIGHT,
+                                   kind.DEFAULT_WEIGHT)
 
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
-                    plan: Any) -> tuple[Any, float | None]:
+                    plan: Any) -> tuple[Any, tuple[float, float] | None]:
     """The answer calibrator of the held-out rows (``ids``: every row's node id), decoded by the
-    net as trained so far, and the class prototypes' weight (chosen on the same rows first for
-    ``prototypes="auto"``; ``None`` without prototypes)."""
+    net as trained so far, and the class prototypes' weight and scale (chosen on the same rows
+    first for ``prototypes="auto"``; ``None`` without prototypes)."""
     from ._calibration import BetaCalibrator, answer_correct, held_out_view
 
     ids = np.asarray(ids)
@@ -277,8 +278,8 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
             if fitting or reranking:  # decoded once: for the weight and for the answers
                 candidates = estimator._reranking_candidates(view)
             if fitting:
-                estimator.prototypes_.weight = _agreed(estimator, _choose_prototype_weight(estimator, candidates, true,
-                                                                                       type(estimator.prototypes_)))
+                fitted = _choose_prototype_weight(estimator, candidates, true, type(estimator.prototypes_))
+                estimator.prototypes_.weight, estimator.prototypes_.scale = _agreed(estimator, fitted)
             weight = estimator.prototypes_.weight
             if reranking:
                 paths, log_prob = estimator._reranked(*candidates, None, weight)
@@ -286,7 +287,8 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
             paths, log_prob = estimator._decode(view, None)  # the answers predict will give
     labelled = true >= 0
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
-    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct), weight
+    held_out = None if weight is None else (estimator.prototypes_.weight, estimator.prototypes_.scale)
+    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct), held_out
 
 
 def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:

@@ -289,7 +289,8 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     calibrator = getattr(clf, "calibrator_", None)
     fitted["calibrator_"] = None if calibrator is None else _encode(calibrator.to_dict(), "calibrator_")
     prototypes = getattr(clf, "prototypes_", None)
-    fitted["prototypes_"] = None if prototypes is None else {"__dict__": {"weight": float(prototypes.weight)}}
+    fitted["prototypes_"] = None if prototypes is None else {
+        "__dict__": {"weight": float(prototypes.weight), "scale": float(prototypes.scale)}}
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -497,8 +498,9 @@ def _check_digests(folder: Path, config: dict[str, Any]) -> None:
 
 
 def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int) -> Any:
-    """``prototypes_`` from :data:`PROTOTYPES` and its weight in ``config.json`` (``None``:
-    the model had none, or was saved before prototypes existed)."""
+    """``prototypes_`` from :data:`PROTOTYPES` and its weight and scale in ``config.json``
+    (``None``: the model had none, or was saved before prototypes existed; a file saved before
+    the scale was kept has none: 1)."""
     from ._prototypes import prototypes_from_arrays
 
     if saved is None:
@@ -506,13 +508,18 @@ def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int) -> An
     weight = saved.get("weight") if isinstance(saved, dict) else None
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not np.isfinite(weight) or weight < 0:
         raise ValueError(f"{folder / CONFIG}: prototypes_ must hold a weight >= 0, got {saved!r}")
+    scale = saved.get("scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"{folder / CONFIG}: prototypes_ must hold a scale > 0, got {saved!r}")
     if not (folder / PROTOTYPES).exists():
         raise ValueError(f"{folder / PROTOTYPES} is missing: {folder / CONFIG} describes class prototypes")
     with np.load(folder / PROTOTYPES, allow_pickle=False) as arrays:
         try:
-            return prototypes_from_arrays(arrays, weight, tree, n_features)
+            prototypes = prototypes_from_arrays(arrays, weight, tree, n_features)
         except ValueError as exc:
             raise ValueError(f"{folder / PROTOTYPES}: {exc}") from None
+    prototypes.scale = float(scale)
+    return prototypes
 
 
 def _fitted_from_format_1(folder: Path, fitted: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

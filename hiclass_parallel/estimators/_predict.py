@@ -81,11 +81,29 @@ class PredictMixin:
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and
         their log-probabilities, re-ranked by the class prototypes where they apply
-        (``decoding="best"`` and top-``k``; :mod:`._prototypes`)."""
+        (``decoding="best"``, ``"hf1"`` and top-``k``; :mod:`._prototypes`)."""
         weight = self._prototype_weight()
-        if weight is None or (k is None and self.decoding != "best"):
+        if weight is None or (k is None and self.decoding == "threshold"):
             return self._decode_model(X, k)
+        if k is None and self.decoding == "hf1":
+            return self._decode_hf1_reranked(X, weight)
         return self._decode_reranked(X, k, weight)
+
+    def _decode_hf1_reranked(self, X: Any, weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """``decoding="hf1"`` with class prototypes: the path of highest expected hierarchical F1
+        among the candidates (the model's ``max(top_k, prototype_candidates)`` best) and their
+        ancestors, the candidates weighed by ``softmax(scale * (log p + weight * similarity))``
+        (the conditional logit fitted with the weight; ``scale`` 1 for a weight set by hand),
+        and the model's log-probability of the chosen path."""
+        from ..ops.decode import expected_hf1_paths
+
+        paths, log_prob, similarity = self._reranking_candidates(X, min(self.top_k, self._n_candidates()))
+        scale = self.prototypes_.scale if isinstance(self.prototypes, str) else 1.0
+        with np.errstate(invalid="ignore"):  # NaN rows stay NaN: expected_hf1_paths gives them the empty path
+            combined = np.where(np.isneginf(log_prob), -np.inf,
+                                np.float32(scale) * (log_prob + np.float32(weight) * similarity)).astype(np.float32)
+        chosen, _ = expected_hf1_paths(paths, combined)
+        return chosen, _chosen_log_prob(paths, log_prob, chosen)
 
     def _decode_reranked(self, X: Any, k: int | None, weight: float) -> tuple[np.ndarray, np.ndarray]:
         """The model's ``prototype_candidates`` best paths (at least ``k``), ordered by

@@ -32,8 +32,8 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "last_nodes", "prototypes_from_arrays",
-           "prototypes_kind", "rerank_order"]
+__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "choose_weight_and_scale", "last_nodes",
+           "prototypes_from_arrays", "prototypes_kind", "rerank_order"]
 
 #: Each class's prototype keeps its largest this many feature sums: it bounds the memory and
 #: the cost of comparing a row with every prototype; on the gloss benchmarks 32 answered as
@@ -60,6 +60,9 @@ class ClassPrototypes:
 
     sums: sp.csr_matrix
     weight: float
+    #: The log-probabilities' coefficient in the fitted conditional logit (1 unless fitted):
+    #: ``decoding="hf1"`` weighs the candidates by ``softmax(scale * (log p + weight * similarity))``.
+    scale: float = 1.0
 
     #: The kind's name in a saved model's ``prototypes.npz``.
     KIND: ClassVar[str] = "cosine"
@@ -262,13 +265,24 @@ def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndar
     >>> 2.0 < choose_weight(lp, sim, correct) < 4.5
     True
     """
+    return choose_weight_and_scale(log_prob, similarity, correct, max_weight, default_weight)[0]
+
+
+def choose_weight_and_scale(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndarray,
+                            max_weight: float = MAX_WEIGHT,
+                            default_weight: float = DEFAULT_WEIGHT) -> tuple[float, float]:
+    """:func:`choose_weight`'s weight ``b / a`` and the scale ``a`` of the same fit: the
+    conditional logit's distribution over the candidates is ``softmax(a * (log_prob + weight *
+    similarity))``, which ``decoding="hf1"`` weighs the candidates by. ``(default_weight, 1)``
+    with fewer than :data:`MIN_ROWS` usable rows. Where the weight is clipped to
+    ``max_weight``, ``a`` is still the fit's."""
     from scipy.optimize import minimize
     from scipy.special import logsumexp, softmax
 
     valid = np.isfinite(log_prob)
     rows = (correct & valid).any(axis=1)
     if rows.sum() < MIN_ROWS:
-        return float(default_weight)
+        return float(default_weight), 1.0
     lp = np.where(valid, log_prob, 0.0)[rows].astype(np.float64)
     sim = similarity[rows].astype(np.float64)
     right = (correct & valid)[rows]
@@ -284,4 +298,4 @@ def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndar
         return float(value), grad
 
     fit = minimize(nll, np.array([1.0, 1.0]), jac=True, method="L-BFGS-B", bounds=[(1e-3, None), (0.0, None)])
-    return float(np.clip(fit.x[1] / fit.x[0], 0.0, max_weight))
+    return float(np.clip(fit.x[1] / fit.x[0], 0.0, max_weight)), float(fit.x[0])

@@ -347,3 +347,16 @@ def test_models_saved_before_lazy_adam_groups_load_and_train_on(tmp_path):
     _tamper(folder, lambda config: capabilities(config).update(accepts_sparse=False))
     with pytest.raises(ValueError, match="can do other things now than when the model was saved"):
         load_classifier(folder)
+
+
+def test_the_prototypes_scale_is_checked_and_defaults_to_one_for_older_files(saved, data):
+    """The saved model (dense rows) has Gaussian prototypes: a file saved before the scale was
+    kept loads with scale 1; a bad scale is named."""
+    X, _, _ = data
+    assert load_classifier(saved).prototypes_ is not None
+    _tamper(saved, lambda c: c["fitted"]["prototypes_"]["__dict__"].pop("scale"))
+    assert load_classifier(saved).prototypes_.scale == 1.0
+    for bad in (0.0, -1.0, "x", float("inf")):
+        _tamper(saved, lambda c, b=bad: c["fitted"]["prototypes_"]["__dict__"].update(scale=b))
+        with pytest.raises(ValueError, match="prototypes_ must hold a scale > 0"):
+            load_classifier(saved)

@@ -249,6 +249,7 @@ def test_saved_prototypes_load_and_a_mismatch_is_named(tmp_path, text, fitted):
     assert (folder / "prototypes.npz").exists()
     loaded = load_classifier(folder)
     assert loaded.prototypes_.weight == fitted.prototypes_.weight
+    assert loaded.prototypes_.scale == fitted.prototypes_.scale
     np.testing.assert_array_equal(loaded.predict(X[:300]), fitted.predict(X[:300]))
 
     other = tmp_path / "other"
@@ -282,3 +283,29 @@ def test_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(text):
     order = rerank_order(lp, clf.prototypes_.similarity(X[:500], nodes), weight)
     np.testing.assert_array_equal(got, nodes[np.arange(500), order[:, 0]])
     assert (got != clf.set_params(prototypes=None).predict_node(X[:500])).any()
+
+
+def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text, fitted):
+    """decoding="hf1" with prototypes: the expected-hF1 path among the model's most probable
+    candidates, weighed by softmax(scale * (log p + weight * cos)); candidates, their log p and
+    the cosines computed here from predict_answer_proba and dense prototypes."""
+    from hiclass_parallel.ops.decode import expected_hf1_paths
+
+    X, y, tree = text
+    assert fitted.prototypes_.scale > 0 and fitted.prototypes_.scale != 1.0  # fitted with the weight
+    clf = fitted.set_params(decoding="hf1")
+    try:
+        got = clf._predict_ids(X[:300])
+        proba = clf.predict_answer_proba(X[:300]).astype(np.float64)
+        k = max(clf.top_k, clf.prototype_candidates)
+        top = np.argsort(-proba, axis=1, kind="stable")[:, :k]
+        with np.errstate(divide="ignore"):
+            log_p = np.log(np.take_along_axis(proba, top, axis=1))
+        cos = np.take_along_axis(X[:300].toarray() @ _dense_prototypes(clf.prototypes_.sums.toarray()).T, top, axis=1)
+        combined = clf.prototypes_.scale * (log_p + clf.prototypes_.weight * cos)
+        expected, _ = expected_hf1_paths(tree.paths[top], combined.astype(np.float32))
+        assert (got == expected).all(axis=1).mean() > 0.98  # near-ties of float32 aside
+        own = clf.set_params(prototypes=None)._predict_ids(X[:300])
+        assert (got != own).any(axis=1).any()  # the prototypes change hf1's answers too
+    finally:
+        fitted.set_params(decoding="best", prototypes="auto")
