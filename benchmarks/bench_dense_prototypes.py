@@ -14,7 +14,9 @@ answer), so the two differ only in the re-ranking. Data sets (comma separated ``
   reduced to 256 dense dimensions by truncated SVD fitted on the training rows.
 
 One JSON line per data set: fit seconds, fitted weight, load average, and hF1 (micro), exact
-accuracy and predict seconds for both settings. ``OMP_WAIT_POLICY=PASSIVE`` is set before
+accuracy and predict seconds for both settings, and for ``prototypes="auto"`` with
+``decoding="hf1"`` (``auto_hf1``: the expected-hF1 path among the candidates weighed by the
+fitted conditional logit). ``OMP_WAIT_POLICY=PASSIVE`` is set before
 torch starts (DESIGN.md, shared cores).
 
 Usage::
@@ -90,8 +92,8 @@ def run(name: str) -> dict:
     clf.fit(data["X_train"], tree.labels[data["y_train"]])
     row = {"data": name, "fit_s": round(time.perf_counter() - start, 1), "weight": clf.prototypes_.weight,
            "load": round(load_before, 2), "params": extra}
-    for label, setting in (("auto", "auto"), ("none", None)):
-        clf.set_params(prototypes=setting)
+    for label, setting, decoding in (("auto", "auto", "best"), ("none", None, "best"), ("auto_hf1", "auto", "hf1")):
+        clf.set_params(prototypes=setting, decoding=decoding)
         start = time.perf_counter()
         predicted = np.asarray(clf.predict_node(data["X_test"]), dtype=np.int64)
         seconds = time.perf_counter() - start

@@ -186,12 +186,9 @@ class PrototypeReranker(nn.Module):
     >>> X, y, tree = make_hierarchical_classification(
     ...     n_samples=300, n_features=8, branching=2, depth=2, random_state=0)
     >>> clf = HierarchicalClassifier(tree, max_epochs=2, prototypes=1.0, random_state=0).fit(X, y)
-    >>> module = serving_module(clf)
-    >>> type(module.reranker).__name__, module.reranker.kind
-    ('PrototypeReranker', 'gaussian')
-    >>> paths, _ = module(torch.tensor(X[:5], dtype=torch.float32))
-    >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:5])).all())
-    True
+    >>> reranker = serving_module(clf).reranker   # dense rows: Gaussian prototypes
+    >>> reranker.kind, reranker.k, float(reranker.weight)
+    ('gaussian', 4, 1.0)
     """
 
     def __init__(self, prototypes: Any, weight: float, k: int):
@@ -338,7 +335,7 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     >>> from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
     >>> X, y, tree = make_hierarchical_classification(
     ...     n_samples=200, n_features=8, branching=2, depth=2, random_state=0)
-    >>> clf = HierarchicalClassifier(tree, max_epochs=2, prototypes=None, random_state=0).fit(X, y)
+    >>> clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
     >>> paths, log_prob = serving_module(clf)(torch.from_numpy(X[:5]))
     >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:5])).all())
     True
@@ -408,7 +405,7 @@ def export_program(clf: Any, example: Any = None, semantics: str | None = None,
     >>> from hiclass_parallel.estimators import HierarchicalClassifier, export_program
     >>> X, y, tree = make_hierarchical_classification(
     ...     n_samples=200, n_features=8, branching=2, depth=2, random_state=0)
-    >>> clf = HierarchicalClassifier(tree, max_epochs=2, prototypes=None, random_state=0).fit(X, y)
+    >>> clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
     >>> program = export_program(clf)
     >>> paths, _ = program.module()(torch.tensor(X[:7], dtype=torch.float32))
     >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:7])).all())

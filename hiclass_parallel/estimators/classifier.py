@@ -104,7 +104,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``top_k`` most probable answers and their ancestors, the path of highest expected
         hierarchical F1 (:func:`~hiclass_parallel.ops.expected_hf1_paths`): trades some
         exact accuracy for hF1 by backing off to a common ancestor when rivals split the
-        mass.
+        mass. With class prototypes (``prototypes``) the candidates are the
+        ``max(top_k, prototype_candidates)`` most probable answers, weighed by the fitted
+        ``softmax(scale * (log p + weight * similarity))`` instead of the model's own
+        probabilities.
     threshold : float, default=0.5
         Cut-off of ``decoding="threshold"``.
     top_k : int, default=5
