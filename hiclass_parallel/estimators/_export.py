@@ -162,9 +162,10 @@ class TreeDecoder(nn.Module):
 
 
 class PrototypeReranker(nn.Module):
-    """The class prototypes' re-ranking (:mod:`._prototypes`) in pure torch ops (exportable):
-    the ``k`` most probable candidates, and among them the highest ``log p + weight *
-    similarity``, where the similarity is the prototypes kind's own: the cosine with each
+    """The class prototypes' re-ranking of the answer, in pure torch ops (exportable).
+
+    Of the ``k`` most probable candidates, the one with the highest
+    ``log p + weight * similarity``, where the similarity is the prototypes kind's own: the cosine with each
     class's unit prototype (``"cosine"``: ``features`` and ``values`` per class) or the
     Gaussian log-likelihood up to the row's constant (``"gaussian"``: ``mu / var`` and
     ``mu . mu / (2 var)`` per class).
