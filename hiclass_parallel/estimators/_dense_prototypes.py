@@ -64,14 +64,18 @@ class GaussianPrototypes:
     def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0) -> GaussianPrototypes:
         """The statistics of the rows of dense ``X`` per node id in ``ids`` (``-1``:
         unlabelled, skipped) of ``tree``'s classes."""
+        import scipy.sparse as sp
+
         ids = np.asarray(ids)
         rows = np.flatnonzero(ids >= 0)
-        X = _host_dense(X)[rows].astype(np.float64, copy=False)
+        X = _host_dense(X)
+        X = (X if rows.size == X.shape[0] else X[rows]).astype(np.float64, copy=False)
         n_classes = tree.n_classes
-        sums = np.zeros((n_classes, X.shape[1]), dtype=np.float64)
-        np.add.at(sums, ids[rows], X)
+        # One sparse (class x row) membership product: np.add.at is unbuffered and ~10x slower.
+        member = sp.csr_matrix((np.ones(rows.size), (ids[rows], np.arange(rows.size))), shape=(n_classes, rows.size))
+        sums = np.asarray(member @ X)
         counts = np.bincount(ids[rows], minlength=n_classes).astype(np.float64)
-        return cls(sums=sums, counts=counts, squares=np.square(X).sum(axis=0),
+        return cls(sums=sums, counts=counts, squares=np.einsum("ij,ij->j", X, X),
                    parents=np.asarray(tree.parents, dtype=np.int64), weight=float(weight))
 
     def add(self, other: GaussianPrototypes) -> None:
