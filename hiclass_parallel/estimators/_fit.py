@@ -147,7 +147,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     net = build_net(estimator, config, targets, seed)
     plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed,
                             sparse_module=config.capabilities.accepts_sparse)
-    calibrator = None
+    calibrator, held_out = None, None
     with training_threads(estimator), data.loading(net, targets):
         with seeded(estimator, seed):
             net.initialize()
@@ -165,7 +165,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     prototypes = None
     if _wants_prototypes(estimator, _rows_of(data)):
         prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y), _fixed_weight(estimator, data.X))
-        if plan is not None:  # the weight and scale chosen on the held-out rows
+        if held_out is not None:  # the weight and scale chosen on the held-out rows
             prototypes.weight, prototypes.scale = held_out
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes)
