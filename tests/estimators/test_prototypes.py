@@ -309,3 +309,26 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
         assert (got != own).any(axis=1).any()  # the prototypes change hf1's answers too
     finally:
         fitted.set_params(decoding="best", prototypes="auto")
+
+
+def test_a_prototypes_file_saved_before_there_were_two_kinds_loads_as_cosine(tmp_path, text, fitted):
+    """Session-13 files have no ``kind`` in prototypes.npz (nor a scale in config.json): they
+    load as cosine prototypes with scale 1 and answer as before."""
+    import json
+
+    pytest.importorskip("safetensors")
+    from hiclass_parallel.estimators._persistence import _config_digest, _file_digest
+
+    X, _, _ = text
+    folder = save_classifier(fitted, tmp_path / "model")
+    with np.load(folder / "prototypes.npz", allow_pickle=False) as arrays:
+        old = {k: arrays[k] for k in arrays.files if k != "kind"}
+    np.savez(folder / "prototypes.npz", **old)
+    config = json.loads((folder / "config.json").read_text())
+    config["fitted"]["prototypes_"]["__dict__"].pop("scale")
+    config["digests"]["prototypes.npz"] = _file_digest(folder / "prototypes.npz")
+    config["digests"]["config.json"] = _config_digest(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    loaded = load_classifier(folder)
+    assert isinstance(loaded.prototypes_, ClassPrototypes) and loaded.prototypes_.scale == 1.0
+    np.testing.assert_array_equal(loaded.predict(X[:300]), fitted.predict(X[:300]))
