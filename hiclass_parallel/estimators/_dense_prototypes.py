@@ -39,13 +39,14 @@ SHRINKAGE = 1.0
 class GaussianPrototypes:
     """Per-class sums of dense training rows (``sums``, ``(n_classes, n_features)`` float64),
     their counts, the sum of every row's squares per feature (for the pooled variance), the
-    tree's ``parents`` (for the shrinkage) and the weight of the log-likelihood in the
-    re-ranked score."""
+    tree's ``parents`` and ``depth`` (for the shrinkage, top-down) and the weight of the
+    log-likelihood in the re-ranked score."""
 
     sums: np.ndarray
     counts: np.ndarray
     squares: np.ndarray
     parents: np.ndarray
+    depth: np.ndarray
     weight: float
     #: The log-probabilities' coefficient in the fitted conditional logit (as for the cosine kind).
     scale: float = 1.0
@@ -76,7 +77,8 @@ class GaussianPrototypes:
         sums = np.asarray(member @ X)
         counts = np.bincount(ids[rows], minlength=n_classes).astype(np.float64)
         return cls(sums=sums, counts=counts, squares=np.einsum("ij,ij->j", X, X),
-                   parents=np.asarray(tree.parents, dtype=np.int64), weight=float(weight))
+                   parents=np.asarray(tree.parents, dtype=np.int64), depth=np.asarray(tree.depth),
+                   weight=float(weight))
 
     def add(self, other: GaussianPrototypes) -> None:
         """Add another set of rows' statistics (more training rows, of the same classes)."""
@@ -112,9 +114,8 @@ class GaussianPrototypes:
         """Each class's mean, shrunk towards its parent's (:data:`SHRINKAGE`), from the top down."""
         grand = self.sums.sum(axis=0) / max(self.counts.sum(), 1.0)
         means = np.empty_like(self.sums)
-        depth = _depths(self.parents)
-        for level in range(int(depth.max(initial=-1)) + 1):
-            nodes = np.flatnonzero(depth == level)
+        for level in range(int(self.depth.max(initial=-1)) + 1):
+            nodes = np.flatnonzero(self.depth == level)
             prior = grand if level == 0 else means[self.parents[nodes]]
             means[nodes] = (self.sums[nodes] + SHRINKAGE * prior) / (self.counts[nodes, None] + SHRINKAGE)
         return means
@@ -153,8 +154,8 @@ class GaussianPrototypes:
         return {key: value for key, value in self.__dict__.items() if key != "_scaled"}
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """The statistics as plain arrays, for saving without pickle (the parents are the
-        model's tree's, restored from it)."""
+        """The statistics as plain arrays, for saving without pickle (the parents and depths are
+        the model's tree's, restored from it)."""
         return {"kind": np.asarray(self.KIND), "sums": self.sums, "counts": self.counts, "squares": self.squares}
 
     @classmethod
@@ -176,7 +177,8 @@ class GaussianPrototypes:
         if (counts < 0).any() or (squares < 0).any():
             raise ValueError("the saved class prototypes hold negative counts or squares")
         return cls(sums=sums.astype(np.float64), counts=counts.astype(np.float64), squares=squares.astype(np.float64),
-                   parents=np.asarray(tree.parents, dtype=np.int64), weight=float(weight))
+                   parents=np.asarray(tree.parents, dtype=np.int64), depth=np.asarray(tree.depth),
+                   weight=float(weight))
 
 
 def _host_dense(X: Any) -> np.ndarray:
@@ -192,13 +194,3 @@ def _host_dense(X: Any) -> np.ndarray:
         return X.get()
     return np.asarray(X)
 
-
-def _depths(parents: np.ndarray) -> np.ndarray:
-    """Each node's depth (0 for the top level) from its parent ids (``-1``: top level)."""
-    depth = np.zeros(parents.size, dtype=np.int64)
-    above = parents.copy()
-    while (above >= 0).any():
-        has = above >= 0
-        depth[has] += 1
-        above[has] = parents[above[has]]
-    return depth
