@@ -25,6 +25,7 @@ setup(
         Extension(
             "hiclass_parallel.ops.engine._best_first_c",
             sources=["hiclass_parallel/ops/engine/_best_first.c"],
+            depends=["hiclass_parallel/ops/engine/_clones.h"],
             # no -ffast-math: the search compares -inf and must round as the exhaustive route does
             extra_compile_args=["-O3"],
             libraries=["m"],
@@ -33,6 +34,7 @@ setup(
         Extension(
             "hiclass_parallel.ops.engine._path_step_c",
             sources=["hiclass_parallel/ops/engine/_path_step.c"],
+            depends=["hiclass_parallel/ops/engine/_clones.h"],
             # -ffast-math for vectorised dot products and exp; non-finite scores are found by
             # their bits (see the file's notes). Compile time only, as for _segment_c.
             extra_compile_args=["-O3", "-ffast-math", "-pthread"],

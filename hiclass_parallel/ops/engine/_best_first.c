@@ -34,12 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-/* one Haswell version (AVX2 + FMA) and a baseline one, picked when the library loads */
-#define CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define CLONES
-#endif
+#include "_clones.h" /* CLONES: an AVX2 + FMA version and a baseline one */
 
 /* Relative slack of the pruning test (as _SLACK in best_first.py): joints are sums of rounded
  * terms, so a child may exceed its parent by a few ulps; expanding a little more never changes

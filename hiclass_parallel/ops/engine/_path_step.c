@@ -38,11 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define CLONES
-#endif
+#include "_clones.h" /* CLONES: an AVX2 + FMA version and a baseline one */
 
 #define MAX_THREADS 64
 
