@@ -120,7 +120,8 @@ def build_net(estimator: Any, config: FitConfig, targets: Any, seed: int | None)
     groups = config.capabilities.lazy_adam_groups
     if (
         groups and issubclass(config.optimizer, LazyAdam)
-        and not {"optimizer__param_groups", "optimizer__second_moment", "optimizer__lr_scale"} & set(params)
+        and not {"optimizer__param_groups", "optimizer__second_moment", "optimizer__lr_scale",
+                 "optimizer__first_moment"} & set(params)
     ):
         # The module's own groups (a text model's input layer); any group setting of the user's
         # replaces them all, so nothing is merged behind their back.

@@ -12,9 +12,11 @@ A parameter group may keep one second moment per row instead of one per entry
 (``second_moment="row"``: the mean of the row's squared gradient, as the row-wise optimizers of
 embedding libraries do): the update of a touched row then reads and writes 20 bytes per entry
 instead of 28, and it is memory-bound. A group may also scale the learning rate
-(``lr_scale``), so that schedules and ``set_params(lr=...)`` keep the groups' ratio. The
-classifier asks for both on the input layer of :class:`~hiclass_parallel.estimators.SparseMLP`
-(``docs/benchmark-training.md`` has the time and the accuracy it measured).
+(``lr_scale``), so that schedules and ``set_params(lr=...)`` keep the groups' ratio, and keep
+its first moment in bfloat16 (``first_moment="bfloat16"``: half its memory, 4 bytes fewer moved
+per touched entry; the arithmetic stays float32). The classifier asks for all three on the input
+layer of :class:`~hiclass_parallel.estimators.SparseMLP` and for bfloat16 first moments on its
+output layer (``docs/benchmark-training.md`` has the time and the accuracy it measured).
 """
 
 from __future__ import annotations
@@ -30,20 +32,28 @@ __all__ = ["LazyAdam"]
 
 
 def _native_rows(p: torch.Tensor, *tensors: torch.Tensor) -> bool:
-    """Whether the C row update serves: float32 CPU tensors, the state contiguous, the kernel built."""
+    """Whether the C row update serves: float32 CPU tensors (the first moment, ``tensors[0]``,
+    float32 or bfloat16), the state contiguous, the kernel built."""
     from ..ops.engine import _native_path_step
 
     return (
         p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous() and p.dim() >= 1
-        and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
+        and all(t.dtype in ((torch.float32, torch.bfloat16) if i == 0 else (torch.float32,))
+                and t.device.type == "cpu" for i, t in enumerate(tensors))
         and all(t.is_contiguous() for t in tensors[:2]) and _native_path_step.available()
     )
+
+
+#: ``first_moment``'s values: the storage of a new first-moment state.
+_FIRST_MOMENTS = ("float32", "bfloat16")
 
 
 def _check_group_options(group: dict[str, Any]) -> None:
     """The options LazyAdam adds to Adam's, where a group (or the defaults) gives them."""
     if "second_moment" in group and group["second_moment"] not in ("entry", "row"):
         raise ValueError(f"second_moment must be 'entry' or 'row', got {group['second_moment']!r}")
+    if "first_moment" in group and group["first_moment"] not in _FIRST_MOMENTS:
+        raise ValueError(f"first_moment must be 'float32' or 'bfloat16', got {group['first_moment']!r}")
     scale = group.get("lr_scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"lr_scale must be a positive number, got {scale!r}")
@@ -72,6 +82,12 @@ class LazyAdam(torch.optim.Optimizer):
     lr_scale : float, default=1.0
         Multiplier of ``lr`` for the group: its step uses ``lr * lr_scale``. Usually set per
         parameter group; a learning-rate schedule, which changes ``lr``, keeps the ratio.
+    first_moment : {"float32", "bfloat16"}, default="float32"
+        The storage of the first-moment estimate: ``"bfloat16"`` keeps it in half the memory
+        (the update computes in float32 and stores the moment rounded to the nearest
+        bfloat16), so a touched entry moves 4 fewer bytes. Usually set per parameter group. A
+        state loaded from a checkpoint keeps its dtype (torch casts a loaded state to the
+        parameter's dtype, float32).
 
     Examples
     --------
@@ -94,6 +110,11 @@ class LazyAdam(torch.optim.Optimizer):
     >>> opt = LazyAdam([{"params": [layer.weight], "lr_scale": 3.0}, {"params": [layer.bias]}], lr=0.01)
     >>> [group["lr"] * group["lr_scale"] for group in opt.param_groups]  # the steps' rates
     [0.03, 0.01]
+    >>> opt = LazyAdam([{"params": emb.parameters(), "first_moment": "bfloat16"}], lr=0.1)
+    >>> emb(torch.tensor([3])).sum().backward()
+    >>> opt.step()
+    >>> opt.state[emb.weight]["exp_avg"].dtype
+    torch.bfloat16
     """
 
     def __init__(
@@ -105,6 +126,7 @@ class LazyAdam(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         second_moment: str = "entry",
         lr_scale: float = 1.0,
+        first_moment: str = "float32",
     ):
         if not lr > 0:
             raise ValueError(f"lr must be positive, got {lr!r}")
@@ -112,9 +134,10 @@ class LazyAdam(torch.optim.Optimizer):
             raise ValueError(f"betas must be in [0, 1), got {betas!r}")
         if not eps >= 0 or not weight_decay >= 0:
             raise ValueError(f"eps and weight_decay must be non-negative, got {eps!r}, {weight_decay!r}")
-        _check_group_options({"second_moment": second_moment, "lr_scale": lr_scale})
+        _check_group_options({"second_moment": second_moment, "lr_scale": lr_scale, "first_moment": first_moment})
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                                  "second_moment": second_moment, "lr_scale": lr_scale})
+                                  "second_moment": second_moment, "lr_scale": lr_scale,
+                                  "first_moment": first_moment})
 
     # torch decorates these two with torch._disable_dynamo, whose first call imports
     # torch._dynamo (and sympy): seconds of a text model's fit in a fresh process, for nothing
@@ -153,7 +176,7 @@ class LazyAdam(torch.optim.Optimizer):
             if dense:
                 lr, (b1, b2), eps, wd = group["lr"] * group.get("lr_scale", 1.0), group["betas"], group["eps"], \
                     group["weight_decay"]
-                self._dense_step(dense, lr, b1, b2, eps, wd)
+                self._dense_step(dense, group, lr, b1, b2, eps, wd)
         return loss
 
     def fused_row_updates(self, *params: torch.Tensor) -> list[RowUpdate] | None:
@@ -173,7 +196,7 @@ class LazyAdam(torch.optim.Optimizer):
             group = next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
             if group is None or p.grad is not None or p.dim() < 2:
                 return None
-            state = self._state(p, group.get("second_moment", "entry") == "row")
+            state = self._state(p, group)
             if not _native_rows(p, state["exp_avg"], state["exp_avg_sq"]):
                 return None
             found.append((p, group))
@@ -182,7 +205,7 @@ class LazyAdam(torch.optim.Optimizer):
     def _row_update(self, p: torch.Tensor, group: dict[str, Any]) -> RowUpdate:
         """Advance ``p``'s step; the numbers of its sparse update (groups saved before the
         options: ``lr_scale`` 1, per-entry second moment)."""
-        state = self._state(p, group.get("second_moment", "entry") == "row")
+        state = self._state(p, group)
         state["step"] += 1
         step = float(state["step"])
         (b1, b2), v = group["betas"], state["exp_avg_sq"]
@@ -190,14 +213,19 @@ class LazyAdam(torch.optim.Optimizer):
                          beta1=b1, beta2=b2, eps=group["eps"], weight_decay=group["weight_decay"],
                          bias_correction2=1 - b2**step)
 
-    def _state(self, p: torch.Tensor, row_moment: bool = False) -> dict[str, Any]:
-        """``p``'s state; a new one keeps its second moment per row when ``row_moment`` (and ``p``
-        has rows), per entry otherwise. From then on the state's shape says which."""
+    def _state(self, p: torch.Tensor, group: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``p``'s state; a new one takes its form from ``group`` (``None``: Adam's own): one
+        second moment per row with ``second_moment="row"`` (when ``p`` has rows), per entry
+        otherwise; the first moment in ``first_moment``'s dtype. From then on the state's shape
+        and dtype say which."""
         state = self.state[p]
         if not state:
+            group = group or {}
             state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p)
-            by_row = row_moment and p.dim() >= 2
+            # bfloat16 stores a float32 parameter's moment in half the bytes; any other dtype is kept
+            half = group.get("first_moment", "float32") == "bfloat16" and p.dtype == torch.float32
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.bfloat16 if half else p.dtype)
+            by_row = group.get("second_moment", "entry") == "row" and p.dim() >= 2
             state["exp_avg_sq"] = p.new_zeros(p.shape[0], 1) if by_row else torch.zeros_like(p)
         return state
 
@@ -216,7 +244,9 @@ class LazyAdam(torch.optim.Optimizer):
         # several times faster than advanced indexing on the CPU.
         if wd:
             values = values + wd * p[rows]
-        m_rows = m.index_select(0, rows).mul_(b1).add_(values, alpha=1 - b1)
+        # in the parameter's dtype (float32) even where the moment is stored in bfloat16, as the
+        # C update does
+        m_rows = m.index_select(0, rows).to(values.dtype).mul_(b1).add_(values, alpha=1 - b1)
         if v.shape != p.shape:  # one value per row: the mean of its squared entries, broadcast over the row
             squares = values.reshape(values.shape[0], -1).pow(2).mean(1, keepdim=True)
             v_rows = v.index_select(0, rows).mul_(b2).add_(squares, alpha=1 - b2)
@@ -225,21 +255,25 @@ class LazyAdam(torch.optim.Optimizer):
         else:
             v_rows = v.index_select(0, rows).mul_(b2).addcmul_(values, values, value=1 - b2)
             v.index_copy_(0, rows, v_rows)
-        m.index_copy_(0, rows, m_rows)
+        m.index_copy_(0, rows, m_rows.to(m.dtype))
         denom = v_rows.div_(u.bias_correction2).sqrt_().add_(u.eps)
         p.index_add_(0, rows, m_rows.div_(denom), alpha=-u.lr_t)
 
-    def _dense_step(self, params: list[torch.Tensor], lr: float, b1: float, b2: float, eps: float, wd: float) -> None:
+    def _dense_step(self, params: list[torch.Tensor], group: dict[str, Any], lr: float, b1: float, b2: float,
+                    eps: float, wd: float) -> None:
         # Adam's update in public tensor operations. Only the text model's small dense
         # parameters (biases, the class-text match weights) come here; a dense model gets
         # torch.optim.Adam itself.
         for p in params:
-            state = self._state(p)
+            state = self._state(p, {**group, "second_moment": "entry"})  # dense gradients: per entry
             state["step"] += 1
             step = float(state["step"])
             grad = p.grad if not wd else p.grad.add(p, alpha=wd)
-            m, v = state["exp_avg"], state["exp_avg_sq"]
+            stored, v = state["exp_avg"], state["exp_avg_sq"]
+            m = stored if stored.dtype == p.dtype else stored.to(p.dtype)  # a bfloat16 moment: float32 arithmetic
             m.mul_(b1).add_(grad, alpha=1 - b1)
+            if m is not stored:
+                stored.copy_(m)
             v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
             denom = (v / (1 - b2**step)).sqrt_().add_(eps)
             p.addcdiv_(m, denom, value=-lr / (1 - b1**step))

@@ -575,9 +575,11 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
         problems.append(f"lr={saved['lr']!r} is not a number")
     capabilities = module_capabilities(saved["module_class"])
     saved_capabilities = saved["capabilities"]
-    if isinstance(saved_capabilities, dict) and "lazy_adam_groups" not in saved_capabilities:
-        # Saved before modules could name them: a training setting of the optimizer, on which
-        # no saved weight and no prediction depends; training continued now uses today's.
+    if isinstance(saved_capabilities, dict) \
+            and saved_capabilities.get("lazy_adam_groups") != capabilities.lazy_adam_groups:
+        # Saved before modules could name them, or with the groups of an older release (before
+        # bfloat16 first moments): a training setting of the optimizer, on which no saved weight
+        # and no prediction depends; training continued now uses today's.
         saved_capabilities = {**saved_capabilities, "lazy_adam_groups": capabilities.lazy_adam_groups}
     if _only_gained_columns(saved_capabilities, capabilities):
         # MLP once could not score columns on demand; a model saved then keeps the

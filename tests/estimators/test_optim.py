@@ -11,10 +11,12 @@ from hiclass_parallel.estimators import LazyAdam
 from hiclass_parallel.ops.engine import _native_path_step
 
 
-def _sparse_steps(second_moment: str, steps: int = 5) -> tuple[torch.Tensor, torch.optim.Optimizer]:
+def _sparse_steps(second_moment: str, steps: int = 5,
+                  first_moment: str = "float32") -> tuple[torch.Tensor, torch.optim.Optimizer]:
     torch.manual_seed(0)
     emb = torch.nn.Embedding(50, 16, sparse=True)
-    opt = LazyAdam(emb.parameters(), lr=0.05, weight_decay=0.01, second_moment=second_moment)
+    opt = LazyAdam(emb.parameters(), lr=0.05, weight_decay=0.01, second_moment=second_moment,
+                   first_moment=first_moment)
     for step in range(steps):
         idx = torch.randint(0, 50, (12,), generator=torch.Generator().manual_seed(step))
         opt.zero_grad()
@@ -24,14 +26,72 @@ def _sparse_steps(second_moment: str, steps: int = 5) -> tuple[torch.Tensor, tor
 
 
 @pytest.mark.skipif(not _native_path_step.available(), reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
+@pytest.mark.parametrize("first_moment", ["float32", "bfloat16"])
 @pytest.mark.parametrize("second_moment", ["entry", "row"])
-def test_lazy_adam_row_update_equals_the_torch_route(monkeypatch, second_moment):
-    native, _ = _sparse_steps(second_moment)
+def test_lazy_adam_row_update_equals_the_torch_route(monkeypatch, second_moment, first_moment):
+    native, native_opt = _sparse_steps(second_moment, first_moment=first_moment)
     monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
-    torch_route, opt = _sparse_steps(second_moment)
-    assert opt.state[opt.param_groups[0]["params"][0]]["exp_avg_sq"].shape == ((50, 1) if second_moment == "row" else (50, 16))
-    # fast-math rounding (a reciprocal for the division) differs from torch by an ulp or so
-    torch.testing.assert_close(native, torch_route, rtol=1e-4, atol=1e-5)
+    torch_route, opt = _sparse_steps(second_moment, first_moment=first_moment)
+    state = opt.state[opt.param_groups[0]["params"][0]]
+    assert state["exp_avg_sq"].shape == ((50, 1) if second_moment == "row" else (50, 16))
+    assert state["exp_avg"].dtype == getattr(torch, first_moment)
+    # fast-math rounding (a reciprocal for the division) differs from torch by an ulp or so. A
+    # bfloat16 moment is the same float rounded the same way, but a float an ulp apart may land
+    # on the other side of a rounding boundary (one entry of 800 in five steps here): that
+    # entry's moment is then one bfloat16 ulp (2^-8) apart, and its weight by about lr * 2^-8.
+    torch.testing.assert_close(native, torch_route, rtol=1e-4, atol=1e-5 if first_moment == "float32" else 5e-4)
+    native_m = native_opt.state[native_opt.param_groups[0]["params"][0]]["exp_avg"]
+    torch.testing.assert_close(native_m.float(), state["exp_avg"].float(), rtol=2**-7, atol=1e-6)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_bfloat16_first_moment_is_the_float32_update_rounded(monkeypatch, native):
+    # Three steps written out: the update computes the moment in float32, moves the weights by
+    # it, and stores it rounded to the nearest bfloat16 (torch's .to(torch.bfloat16)), from
+    # which the next step starts.
+    if native and not _native_path_step.available():
+        pytest.skip("the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
+    if not native:
+        monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(6, 8, sparse=True)
+    start = emb.weight.detach().clone()
+    lr, (b1, b2), eps = 0.1, (0.9, 0.999), 1e-8
+    opt = LazyAdam([{"params": emb.parameters(), "first_moment": "bfloat16"}], lr=lr, eps=eps)
+    rows = torch.tensor([1, 4])
+    p, m, v = start[rows].clone(), torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(2, 8)
+    for step in range(1, 4):
+        g = torch.randn(2, 8, generator=torch.Generator().manual_seed(step)) / 3
+        opt.zero_grad()
+        (emb(rows) * g).sum().backward()
+        opt.step()
+        m32 = b1 * m.float() + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        p = p - lr / (1 - b1**step) * m32 / ((v / (1 - b2**step)).sqrt() + eps)
+        m = m32.to(torch.bfloat16)
+    state = opt.state[emb.weight]
+    assert state["exp_avg"].dtype == torch.bfloat16 and state["exp_avg_sq"].dtype == torch.float32
+    # (the C route's fast-math division differs from torch's by an ulp or so)
+    torch.testing.assert_close(emb.weight.detach()[rows], p, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(state["exp_avg"][rows].float(), m.float(), rtol=2**-7, atol=1e-7)
+    torch.testing.assert_close(emb.weight.detach()[[0, 2, 3, 5]], start[[0, 2, 3, 5]])  # untouched rows
+
+
+def test_a_bfloat16_first_moment_keeps_dense_adam_within_its_rounding():
+    # Dense gradients (the biases) in a bfloat16 group: Adam's update in float32 arithmetic, the
+    # moment stored rounded; the weights stay within the moment's rounding of torch's Adam.
+    weights = []
+    for make in (lambda ps: LazyAdam(ps, lr=0.05, first_moment="bfloat16"), lambda ps: torch.optim.Adam(ps, lr=0.05)):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(6, 3)
+        opt = make(layer.parameters())
+        for step in range(5):
+            opt.zero_grad()
+            (layer(torch.randn(8, 6, generator=torch.Generator().manual_seed(step))) ** 2).sum().backward()
+            opt.step()
+        weights.append([p.detach().clone() for p in layer.parameters()])
+    for ours, theirs in zip(*weights):
+        torch.testing.assert_close(ours, theirs, rtol=1e-3, atol=1e-3)
 
 
 def test_row_second_moment_is_the_mean_square_of_the_row():
@@ -78,6 +138,10 @@ def test_group_options_are_checked():
     for bad in (0, -1.0, True, "3"):
         with pytest.raises(ValueError, match=f"lr_scale must be a positive number, got {bad!r}"):
             LazyAdam([{"params": emb.parameters(), "lr_scale": bad}])
+    with pytest.raises(ValueError, match="first_moment must be 'float32' or 'bfloat16', got 'float16'"):
+        LazyAdam(emb.parameters(), first_moment="float16")
+    with pytest.raises(ValueError, match="first_moment must be 'float32' or 'bfloat16', got 'bf16'"):
+        LazyAdam([{"params": emb.parameters(), "first_moment": "bf16"}])
 
 
 @pytest.mark.parametrize("sparse", [True, False])
@@ -114,6 +178,10 @@ def test_the_classifier_gives_the_text_input_layer_its_own_group():
     module, opt = clf.net_.module_, clf.net_.optimizer_
     assert opt.state[module.input.embedding.weight]["exp_avg_sq"].shape == (12, 1)
     assert opt.state[module.head.weight.weight]["exp_avg_sq"].shape == module.head.weight.weight.shape
+    # both tables keep bfloat16 first moments; the biases float32
+    assert [opt.state[p]["exp_avg"].dtype for p in (module.input.embedding.weight, module.head.weight.weight,
+                                                    module.input.bias, module.head.bias.weight)] \
+        == [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32]
     group = next(g for g in opt.param_groups if any(p is module.input.embedding.weight for p in g["params"]))
     assert (group["second_moment"], group["lr_scale"], group["lr"]) == ("row", 3.0, clf.config_.lr)
     assert len(group["params"]) == 1
@@ -121,6 +189,9 @@ def test_the_classifier_gives_the_text_input_layer_its_own_group():
     entry = HierarchicalClassifier(tree, max_epochs=1, random_state=0, optimizer__second_moment="entry").fit(X, y)
     weight = entry.net_.module_.input.embedding.weight
     assert entry.net_.optimizer_.state[weight]["exp_avg_sq"].shape == weight.shape
+    assert entry.net_.optimizer_.state[weight]["exp_avg"].dtype == torch.float32
+    full = HierarchicalClassifier(tree, max_epochs=1, random_state=0, optimizer__first_moment="float32").fit(X, y)
+    assert {str(s["exp_avg"].dtype) for s in full.net_.optimizer_.state.values()} == {"torch.float32"}
 
 
 def test_lazy_adam_dense_update_equals_torch_adam():

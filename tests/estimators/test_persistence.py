@@ -349,6 +349,29 @@ def test_models_saved_before_lazy_adam_groups_load_and_train_on(tmp_path):
         load_classifier(folder)
 
 
+def test_models_saved_with_older_lazy_adam_groups_train_on_with_todays(tmp_path):
+    # A file saved with the groups of an older release (the input layer's group without
+    # bfloat16 first moments, no output group) loads, predicts as saved, and trains on with
+    # today's groups: the new states' first moments are bfloat16 on both tables.
+    from hiclass_parallel import Tree
+
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
+    X = sp.random(60, 12, density=0.3, random_state=0, format="csr", dtype=np.float32)
+    y = np.arange(60) % 6
+    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
+    folder = save_classifier(clf, tmp_path / "model")
+    old = {"__tuple__": [{"__tuple__": ["input.embedding.weight",
+                                        {"__dict__": {"lr_scale": 3.0, "second_moment": "row"}}]}]}
+    _tamper(folder, lambda config: config["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"].update(
+        lazy_adam_groups=old))
+    loaded = load_classifier(folder)
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+    loaded.partial_fit(X, y)
+    module, opt = loaded.net_.module_, loaded.net_.optimizer_
+    for weight in (module.input.embedding.weight, module.head.weight.weight):
+        assert opt.state[weight]["exp_avg"].dtype == torch.bfloat16
+
+
 def test_the_prototypes_scale_is_checked_and_defaults_to_one_for_older_files(saved, data):
     """The saved model (dense rows) has Gaussian prototypes: a file saved before the scale was
     kept loads with scale 1; a bad scale is named."""

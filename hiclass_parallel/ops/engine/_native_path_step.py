@@ -307,29 +307,38 @@ def _text_args(text: ClassText, n_features: int, n_outputs: int) -> tuple[torch.
 
 def _row_moment(param: torch.Tensor, exp_avg_sq: torch.Tensor) -> bool:
     """Whether ``exp_avg_sq`` is a row-wise second moment of ``param`` (one value per row; a
-    parameter of one value per row counts as row-wise), as the kernel's ``row_v`` wants it."""
+    parameter of one value per row counts as row-wise), as the kernel's ``ADAM_ROW_V`` wants it."""
     width = int(param[0].numel()) if param.shape[0] else 0
     return exp_avg_sq.numel() != param.numel() or width == 1
 
 
+#: The kernel's flags of a row update's form (``_path_step.c``): a row-wise second moment, a
+#: bfloat16 first moment.
+_ADAM_ROW_V, _ADAM_M_BF16 = 1, 2
+
+
+def _adam_form(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor) -> int:
+    """The kernel's ``form`` of an Adam state: its moments' kinds, checked against ``param``."""
+    if exp_avg.dtype not in (torch.float32, torch.bfloat16) or exp_avg_sq.dtype != torch.float32 \
+            or any(t.device.type != "cpu" or not t.is_contiguous() for t in (exp_avg, exp_avg_sq)):
+        raise ValueError("the C row update needs contiguous CPU moments: the first float32 or bfloat16, the second "
+                         f"float32 (got {exp_avg.dtype} and {exp_avg_sq.dtype})")
+    row_v = _row_moment(param, exp_avg_sq)
+    if exp_avg.shape != param.shape or exp_avg_sq.numel() != (param.shape[0] if row_v else param.numel()):
+        raise ValueError(f"the moments of a {tuple(param.shape)} parameter do not match it: exp_avg "
+                         f"{tuple(exp_avg.shape)}, exp_avg_sq {tuple(exp_avg_sq.shape)} (its shape or one value per row)")
+    return (_ADAM_ROW_V if row_v else 0) | (_ADAM_M_BF16 if exp_avg.dtype == torch.bfloat16 else 0)
+
+
 def _update_args(update: tuple[RowUpdate, RowUpdate] | None, W_in: torch.Tensor, W_out: torch.Tensor) -> tuple:
-    """The kernel's (weights, m, v, hyper, row_v) of W_in and of W_out (NULLs without an update),
+    """The kernel's (weights, m, v, hyper, form) of W_in and of W_out (NULLs without an update),
     and the hyper arrays the pointers point into."""
     if update is None:
         return (None, None, None, None, 0), (None, None, None, None, 0), ()
-    row_vs = []
-    for rows, param in zip(update, (W_in, W_out)):
-        for state in (rows.exp_avg, rows.exp_avg_sq):
-            if state.dtype != torch.float32 or state.device.type != "cpu" or not state.is_contiguous():
-                raise ValueError("the fused update needs float32, contiguous CPU moments")
-        row_v = _row_moment(param, rows.exp_avg_sq)
-        if rows.exp_avg.shape != param.shape or rows.exp_avg_sq.numel() != (param.shape[0] if row_v
-                                                                             else param.numel()):
-            raise ValueError(f"the moments of a {tuple(param.shape)} parameter do not match it")
-        row_vs.append(row_v)
+    forms = [_adam_form(param, rows.exp_avg, rows.exp_avg_sq) for rows, param in zip(update, (W_in, W_out))]
     hyper = tuple(u.hyper() for u in update)
-    args = tuple((_ptr(p), _ptr(u.exp_avg), _ptr(u.exp_avg_sq), _ptr(h), int(row_v))
-                 for u, p, h, row_v in zip(update, (W_in, W_out), hyper, row_vs))
+    args = tuple((_ptr(p), _ptr(u.exp_avg), _ptr(u.exp_avg_sq), _ptr(h), form)
+                 for u, p, h, form in zip(update, (W_in, W_out), hyper, forms))
     return args[0], args[1], hyper
 
 
@@ -339,13 +348,12 @@ def adam_rows(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tens
     """Adam on ``rows`` (distinct) of a float32 C-contiguous CPU ``param`` and its moments, in
     place: ``grad (len(rows), ...)``; ``lr_t = lr / (1 - beta1**step)``,
     ``bias_correction2 = 1 - beta2**step``. ``exp_avg_sq`` of one value per row of ``param``
-    (shape ``(n_rows, 1)``) is a row-wise second moment: the mean of each row's squared gradient."""
+    (shape ``(n_rows, 1)``) is a row-wise second moment: the mean of each row's squared gradient.
+    ``exp_avg`` may be bfloat16: the update computes in float32 and stores it rounded to the
+    nearest bfloat16."""
     width = int(param[0].numel()) if param.shape[0] else 0
     rows = rows.to(torch.int64).contiguous()
     grad = grad.to(torch.float32).contiguous()
-    row_v = _row_moment(param, exp_avg_sq)
-    if row_v and exp_avg_sq.numel() != param.shape[0]:
-        raise ValueError(f"exp_avg_sq has shape {tuple(exp_avg_sq.shape)}: it needs the shape of the parameter "
-                         f"{tuple(param.shape)} or one value per row ({param.shape[0]}, 1)")
+    form = _adam_form(param, exp_avg, exp_avg_sq)
     _adam().adam_rows(_ptr(param), _ptr(exp_avg), _ptr(exp_avg_sq), _ptr(rows), _ptr(grad), int(rows.shape[0]),
-                      width, lr_t, beta1, beta2, eps, weight_decay, bias_correction2, max(1, int(threads)), int(row_v))
+                      width, lr_t, beta1, beta2, eps, weight_decay, bias_correction2, max(1, int(threads)), form)
