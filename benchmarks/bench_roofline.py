@@ -23,14 +23,16 @@ checked against a NumPy recount that also gives what the kernel does not report:
   the input gradient ``2 nnz H``; Adam ``13 (NF + U + 1) H`` (and the biases);
 - bytes, the DRAM traffic of the passes as the step is built: every touched row of ``W_in``
   and ``W_out`` (and ``b_out``) read once by the forward, its gradient written once, and Adam's
-  ``adam_rows`` reading p, m, v, g and writing p, m, v (28 bytes per float) on ``W_out``: 36
-  bytes per touched float; on ``W_in``, whose second moment is one value per row (LazyAdam's
-  ``second_moment="row"``, the classifier's default there), p, m, g read and p, m written: 28
-  bytes per touched float and 8 per row; plus the batch's CSR input. The step's own (B, H) and
+  ``adam_rows`` reading p, m, v, g and writing p, m, v on ``W_out`` (24 bytes per float, the
+  first moment in bfloat16 as the classifier's groups keep it: 2 + 2 of them): 32 bytes per
+  touched float; on ``W_in``, whose second moment is one value per row (LazyAdam's
+  ``second_moment="row"``, the classifier's default there), p, m, g read and p, m written: 24
+  bytes per touched float and 8 per row; plus the batch's CSR input. (Before the bfloat16
+  first moments, 2026-11-27: 36 and 28.) The step's own (B, H) and
   (B, D) blocks (256 KiB each) stay in cache and are not counted; nor is the backward's second
   read of the sparse columns' rows (a few MiB, read again within milliseconds, from the 32 MiB
-  L3). The least any Adam step could move is 24 bytes per touched float of ``W_out`` (read and
-  write p, m, v once) and 16 of ``W_in`` (p, m).
+  L3). The least any Adam step could move is 20 bytes per touched float of ``W_out`` (read and
+  write p, m, v once) and 12 of ``W_in`` (p, m).
 
 The floor of a step is the roofline's ``max(flops / flop_rate, bytes / bandwidth)`` at the
 fit's thread count, with the best rates seen (measured at the start and the end of the run, and
@@ -80,10 +82,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("fused", "torch")
 #: Adam's arithmetic per float: m (3), v (4), the update (sqrt, 2 divisions, add, multiply, subtract).
 ADAM_FLOPS = 13
-#: DRAM bytes per touched parameter float: forward read 4, gradient write 4, adam_rows 28
-#: (p, m, v, g read; p, m, v written), or 20 with one second moment per row (the input layer).
-BYTES_PER_TOUCHED_FLOAT = 36
-BYTES_PER_TOUCHED_INPUT_FLOAT = 28
+#: DRAM bytes per touched parameter float: forward read 4, gradient write 4, adam_rows 24
+#: (p, m, v, g read; p, m, v written; m in bfloat16, as SparseMLP's LazyAdam groups keep it),
+#: or 16 with one second moment per row (the input layer).
+BYTES_PER_TOUCHED_FLOAT = 32
+BYTES_PER_TOUCHED_INPUT_FLOAT = 24
 #: The kernel's dense block: the columns at least this share of the batch needs (and 8 samples).
 DENSE_FRACTION = 0.25
 
@@ -210,7 +213,7 @@ def step_cost(n: dict[str, float], H: int) -> dict[str, float]:
               "rows": BYTES_PER_TOUCHED_INPUT_FLOAT * touched_in + 8 * NF + BYTES_PER_TOUCHED_FLOAT * touched_out}
     return {"flops": float(sum(flops.values())), "bytes": float(sum(nbytes.values())),
             "flops_parts": {k: float(v) for k, v in flops.items()}, "bytes_parts": {k: float(v) for k, v in nbytes.items()},
-            "min_bytes": 16.0 * touched_in + 24.0 * touched_out + nbytes["input_csr"]}
+            "min_bytes": 12.0 * touched_in + 20.0 * touched_out + nbytes["input_csr"]}
 
 
 def floor_s(cost: dict[str, float], rates: dict[str, float]) -> dict[str, float]:

@@ -323,10 +323,25 @@ def test_a_dense_model_saved_before_mlp_scored_columns_loads_as_it_was_fitted(sa
         load_classifier(saved)
 
 
-def test_models_saved_before_lazy_adam_groups_load_and_train_on(tmp_path):
-    # Files written before modules could name LazyAdam groups lack the capability: it is a
-    # training setting (no weight or prediction depends on it), so they load, predict as saved
-    # and continue training with today's groups; any other capability change is still an error.
+def _capabilities(config):
+    return config["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"]
+
+
+#: The LazyAdam groups of files written by older releases: none (before modules could name
+#: them), and the input layer's group alone (before bfloat16 first moments).
+_OLD_GROUPS = {
+    "none": lambda capabilities: capabilities.pop("lazy_adam_groups"),
+    "before bfloat16": lambda capabilities: capabilities.update(lazy_adam_groups={"__tuple__": [
+        {"__tuple__": ["input.embedding.weight", {"__dict__": {"lr_scale": 3.0, "second_moment": "row"}}]}]}),
+}
+
+
+@pytest.mark.parametrize("old", list(_OLD_GROUPS))
+def test_models_saved_with_older_lazy_adam_groups_load_and_train_on_with_todays(tmp_path, old):
+    # The groups are a training setting (no weight or prediction depends on them), so such
+    # files load, predict as saved and continue training with today's groups (the input
+    # layer's own, both tables' first moments in bfloat16); any other capability change is
+    # still an error.
     from hiclass_parallel import Tree
 
     tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
@@ -334,42 +349,18 @@ def test_models_saved_before_lazy_adam_groups_load_and_train_on(tmp_path):
     y = np.arange(60) % 6
     clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
     folder = save_classifier(clf, tmp_path / "model")
-
-    def capabilities(config):
-        return config["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"]
-
-    _tamper(folder, lambda config: capabilities(config).pop("lazy_adam_groups"))
-    loaded = load_classifier(folder)
-    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
-    loaded.partial_fit(X, y)
-    assert {(g["second_moment"], g["lr_scale"]) for g in loaded.net_.optimizer_.param_groups} == {("row", 3.0), ("entry", 1.0)}
-
-    _tamper(folder, lambda config: capabilities(config).update(accepts_sparse=False))
-    with pytest.raises(ValueError, match="can do other things now than when the model was saved"):
-        load_classifier(folder)
-
-
-def test_models_saved_with_older_lazy_adam_groups_train_on_with_todays(tmp_path):
-    # A file saved with the groups of an older release (the input layer's group without
-    # bfloat16 first moments, no output group) loads, predicts as saved, and trains on with
-    # today's groups: the new states' first moments are bfloat16 on both tables.
-    from hiclass_parallel import Tree
-
-    tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
-    X = sp.random(60, 12, density=0.3, random_state=0, format="csr", dtype=np.float32)
-    y = np.arange(60) % 6
-    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
-    folder = save_classifier(clf, tmp_path / "model")
-    old = {"__tuple__": [{"__tuple__": ["input.embedding.weight",
-                                        {"__dict__": {"lr_scale": 3.0, "second_moment": "row"}}]}]}
-    _tamper(folder, lambda config: config["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"].update(
-        lazy_adam_groups=old))
+    _tamper(folder, lambda config: _OLD_GROUPS[old](_capabilities(config)))
     loaded = load_classifier(folder)
     np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
     loaded.partial_fit(X, y)
     module, opt = loaded.net_.module_, loaded.net_.optimizer_
+    assert {(g["second_moment"], g["lr_scale"]) for g in opt.param_groups} == {("row", 3.0), ("entry", 1.0)}
     for weight in (module.input.embedding.weight, module.head.weight.weight):
         assert opt.state[weight]["exp_avg"].dtype == torch.bfloat16
+
+    _tamper(folder, lambda config: _capabilities(config).update(accepts_sparse=False))
+    with pytest.raises(ValueError, match="can do other things now than when the model was saved"):
+        load_classifier(folder)
 
 
 def test_the_prototypes_scale_is_checked_and_defaults_to_one_for_older_files(saved, data):
