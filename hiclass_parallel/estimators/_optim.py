@@ -86,8 +86,7 @@ class LazyAdam(torch.optim.Optimizer):
         The storage of the first-moment estimate: ``"bfloat16"`` keeps it in half the memory
         (the update computes in float32 and stores the moment rounded to the nearest
         bfloat16), so a touched entry moves 4 fewer bytes. Usually set per parameter group. A
-        state loaded from a checkpoint keeps its dtype (torch casts a loaded state to the
-        parameter's dtype, float32).
+        state loaded from a checkpoint keeps the dtype it was saved with.
 
     Examples
     --------
@@ -145,6 +144,21 @@ class LazyAdam(torch.optim.Optimizer):
     _add_param_group = getattr(torch.optim.Optimizer.add_param_group, "__wrapped__",
                                torch.optim.Optimizer.add_param_group)
     zero_grad = getattr(torch.optim.Optimizer.zero_grad, "__wrapped__", torch.optim.Optimizer.zero_grad)
+
+    _load_state_dict = getattr(torch.optim.Optimizer.load_state_dict, "__wrapped__",
+                               torch.optim.Optimizer.load_state_dict)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``, except that a bfloat16 first moment stays bfloat16
+        (torch casts every floating state to its parameter's dtype)."""
+        dtypes = {key: state["exp_avg"].dtype for key, state in state_dict.get("state", {}).items()
+                  if isinstance(state, dict) and isinstance(state.get("exp_avg"), torch.Tensor)}
+        self._load_state_dict(state_dict)
+        params = [p for group in self.param_groups for p in group["params"]]
+        for key, dtype in dtypes.items():
+            state = self.state[params[key]]
+            if state["exp_avg"].dtype != dtype:
+                state["exp_avg"] = state["exp_avg"].to(dtype)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """torch's ``add_param_group``, with the group's ``second_moment`` and ``lr_scale`` checked."""

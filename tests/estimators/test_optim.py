@@ -129,6 +129,24 @@ def test_a_loaded_state_keeps_its_second_moment():
     assert row.state[emb.weight]["exp_avg_sq"].shape == (50, 16)
 
 
+def test_a_loaded_state_keeps_its_first_moments_dtype():
+    # torch casts a loaded state to its parameter's dtype; LazyAdam keeps a bfloat16 moment
+    # bfloat16 (and a float32 one float32, in a bfloat16 group: the state decides)
+    _, opt = _sparse_steps("row", steps=2, first_moment="bfloat16")
+    emb = torch.nn.Embedding(50, 16, sparse=True)
+    again = LazyAdam([{"params": emb.parameters(), "second_moment": "row"}], lr=0.05)
+    again.load_state_dict(opt.state_dict())
+    assert again.state[emb.weight]["exp_avg"].dtype == torch.bfloat16
+    torch.testing.assert_close(again.state[emb.weight]["exp_avg"], opt.state[opt.param_groups[0]["params"][0]]["exp_avg"])
+    emb(torch.tensor([0, 4])).sum().backward()
+    again.step()
+    assert again.state[emb.weight]["exp_avg"].dtype == torch.bfloat16
+    _, full = _sparse_steps("row", steps=2)
+    half = LazyAdam([{"params": emb.parameters(), "first_moment": "bfloat16"}], lr=0.05)
+    half.load_state_dict(full.state_dict())
+    assert half.state[emb.weight]["exp_avg"].dtype == torch.float32
+
+
 def test_group_options_are_checked():
     emb = torch.nn.Embedding(3, 2, sparse=True)
     with pytest.raises(ValueError, match="second_moment must be 'entry' or 'row', got 'rows'"):
