@@ -28,7 +28,7 @@ __all__ = ["build_demo_pipeline", "estimate_training_seconds", "prepare_out_dir"
 RECORDED_TRAIN_ROWS = 65_691
 RECORDED_CLASSES = 82_115
 RECORDED_EPOCHS = 2
-RECORDED_SECONDS = (23.4, 24.7)
+RECORDED_SECONDS = (18.0, 19.5)
 
 
 def build_demo_pipeline(tree: Any, *, epochs: int | None = None, device: str = "cpu", partition: str = "auto",
@@ -168,9 +168,9 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
     Examples
     --------
     >>> estimate_training_seconds(65_691, 2, 82_115)
-    (23.4, 24.7)
+    (18.0, 19.5)
     >>> [round(t, 1) for t in estimate_training_seconds(3_212, 10, 4_017)]  # animal.n.01's defaults
-    [2.7, 2.8]
+    [2.1, 2.2]
     """
     scale = (n_rows * epochs) / (RECORDED_TRAIN_ROWS * RECORDED_EPOCHS) * (n_classes / RECORDED_CLASSES) ** 0.25
     low, high = RECORDED_SECONDS

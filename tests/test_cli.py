@@ -259,16 +259,16 @@ def test_demo_prints_its_plan_before_training_and_keeps_the_epochs_it_plans(monk
 def test_time_estimate_is_the_recorded_run_scaled():
     from hiclass_parallel.demo import _plan, estimate_training_seconds
 
-    assert estimate_training_seconds(65_691, 2, 82_115) == (23.4, 24.7)  # the README's main job
+    assert estimate_training_seconds(65_691, 2, 82_115) == (18.0, 19.5)  # the README's main job
     # Recorded subtree fits (docs/_static/bench_text_1127.json, the classifier's fit alone)
     # fall within 0.5x-1.3x: the recorded main job includes its TF-IDF fit (about 8 of its
-    # 24 s), which grows with the text more than with the classes, so the estimate runs high
+    # 18-20 s), which grows with the text more than with the classes, so the estimate runs high
     # on small subtrees (animal 0.78x, artifact 0.94x, person 0.92x).
     for rows, epochs, classes, recorded in [(3_212, 10, 4_017, 2.3), (8_402, 7, 10_504, 6.5), (8_232, 7, 10_292, 6.2)]:
         low, high = estimate_training_seconds(rows, epochs, classes)
         assert 0.5 * low <= recorded <= 1.3 * high
     plan = _plan(65_691, 82_115, None, "cpu")
-    assert "65,691 rows, 82,115 classes, 2 epochs" in plan and "about 23-25 s of training on 2 idle cores" in plan
+    assert "65,691 rows, 82,115 classes, 2 epochs" in plan and "about 18-20 s of training on 2 idle cores" in plan
     assert "rough estimate" in plan
     assert "no time estimate for device 'cuda'" in _plan(65_691, 82_115, 5, "cuda")
 
