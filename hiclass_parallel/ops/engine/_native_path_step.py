@@ -97,7 +97,8 @@ class RowUpdate:
     """One Adam step of a parameter's touched rows, as ``LazyAdam`` takes it: the moments and
     the step's numbers (``lr_t = lr / (1 - beta1**step)``, ``bias_correction2 = 1 -
     beta2**step``). Whether ``exp_avg_sq`` holds one value per row follows from its size
-    (:func:`_row_moment`)."""
+    (:func:`_row_moment`), and whether ``exp_avg`` is kept in bfloat16 from its dtype
+    (:func:`_adam_form`)."""
 
     exp_avg: torch.Tensor
     exp_avg_sq: torch.Tensor
