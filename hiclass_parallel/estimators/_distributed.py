@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 from skorch.callbacks import Callback
 
+from ..ops.engine._native_path_step import rows_merge
+
 __all__ = ["DataParallel"]
 
 #: A gradient's kind in the header the ranks exchange: none, dense, or sparse over ``k`` index
@@ -57,6 +59,14 @@ def _local_rows(param: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     for d in range(k - 2, -1, -1):
         strides[d] = strides[d + 1] * param.shape[d + 1]
     return (index * strides[:, None]).sum(0), values
+
+
+def _merges_natively(param: torch.Tensor) -> bool:
+    """Whether the ranks' rows of ``param``'s gradient are summed by the C merge (float32 on
+    the CPU, the kernel built) rather than by torch's unique and index_add."""
+    from ..ops.engine import _native_path_step
+
+    return param.dtype == torch.float32 and param.device.type == "cpu" and _native_path_step.available()
 
 
 def _block(buffer: torch.Tensor, at: int, dtype: torch.dtype, rows: int, tail: tuple[int, ...] = ()) -> torch.Tensor:
@@ -267,12 +277,21 @@ class DataParallel(Callback):
         for (name, param, k, counts), (key_at, value_at, tail) in zip(sparse, layout):
             blocks = [(_block(b, key_at, torch.int64, n), _block(b, value_at, param.dtype, n, tail))
                       for b, n in zip(buffers, counts)]
-            keys = torch.cat([key for key, _ in blocks]) if blocks else torch.zeros(0, dtype=torch.int64)
-            union, where = torch.unique(keys.to(param.device), sorted=True, return_inverse=True)
-            summed = param.new_zeros((union.shape[0], *tail))
-            for (_, values), rows in zip(blocks, where.split(counts)):  # in rank order
-                summed.index_add_(0, rows, values)
-            summed /= world
+            if blocks and _merges_natively(param):
+                # One pass in C over the ranks' sorted keys (the same sums, in rank order), into
+                # buffers kept between steps (fresh ones each step cost page faults as long as the
+                # merge): the gradient is valid until the next step, as the fused step's are.
+                total = sum(counts)
+                out = (self._buffer(f"keys:{name}", total, param.device, torch.int64),
+                       self._buffer(f"rows:{name}", total * math.prod(tail), param.device, torch.float32))
+                union, summed = rows_merge([key for key, _ in blocks], [values for _, values in blocks], world, out)
+            else:
+                keys = torch.cat([key for key, _ in blocks]) if blocks else torch.zeros(0, dtype=torch.int64)
+                union, where = torch.unique(keys.to(param.device), sorted=True, return_inverse=True)
+                summed = param.new_zeros((union.shape[0], *tail))
+                for (_, values), rows in zip(blocks, where.split(counts)):  # in rank order
+                    summed.index_add_(0, rows, values)
+                summed /= world
             index = union[None] if k == 1 else torch.stack(torch.unravel_index(union, tuple(param.shape[:k])))
             param.grad = torch.sparse_coo_tensor(index, summed, param.shape, is_coalesced=True,
                                                  check_invariants=False)
@@ -289,12 +308,14 @@ class DataParallel(Callback):
             request.wait()
         self.traffic_["bytes"] += (len(buffers) - 1) * buffers[rank].numel() * buffers[rank].element_size()
 
-    def _buffer(self, name: str, size: int, device: torch.device) -> torch.Tensor:
-        """``size`` bytes of a buffer kept between steps (a fresh one each step costs page faults)."""
+    def _buffer(self, name: str, size: int, device: torch.device, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+        """``size`` elements of ``dtype`` (by default bytes) of a buffer kept between steps (a
+        fresh one each step costs page faults). Typed, not a view of bytes: a gradient that is
+        a view of it pickles and saves as its own dtype."""
         buffers = self.__dict__.setdefault("_buffers", {})
         buffer = buffers.get(name)
-        if buffer is None or buffer.numel() < size or buffer.device != device:
-            buffer = buffers[name] = torch.empty(size + size // 4, dtype=torch.uint8, device=device)
+        if buffer is None or buffer.numel() < size or buffer.device != device or buffer.dtype != dtype:
+            buffer = buffers[name] = torch.empty(size + size // 4, dtype=dtype, device=device)
         return buffer[:size]
 
     def on_train_end(self, net: Any, **kwargs: Any) -> None:

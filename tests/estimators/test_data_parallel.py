@@ -231,3 +231,36 @@ def test_sparse_gradients_average_over_the_rows_any_rank_touched(tmp_path, one_t
     # Only touched rows moved: the header and the padded rows, never a table.
     assert ranks[0]["traffic"]["steps"] == 1
     assert ranks[0]["traffic"]["rows"]["rows"] == 4
+
+
+@pytest.mark.skipif(not __import__("hiclass_parallel.ops.engine._native_path_step", fromlist=["available"]).available(),
+                    reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_the_c_merge_of_the_ranks_rows_equals_unique_and_index_add(world):
+    """The callback's union of the ranks' sparse rows, summed in rank order: the C merge
+    against the torch route it replaces (unique over the keys, one index_add per rank), bit for
+    bit, with overlapping, disjoint and empty lists."""
+    from hiclass_parallel.ops.engine._native_path_step import rows_merge
+
+    rng = np.random.default_rng(world)
+    keys = [torch.as_tensor(np.sort(rng.choice(60, size=n, replace=False)))
+            for n in rng.integers(0, 25, size=world)]
+    keys[0] = keys[0][:0] if world > 2 else keys[0]  # an empty list (a rank that touched nothing)
+    values = [torch.as_tensor(rng.standard_normal((k.shape[0], 3, 4)).astype(np.float32)) for k in keys]
+    union, summed = rows_merge(keys, values)
+    reference_union, where = torch.unique(torch.cat(keys), sorted=True, return_inverse=True)
+    reference = torch.zeros((reference_union.shape[0], 3, 4))
+    for v, rows in zip(values, where.split([k.shape[0] for k in keys])):
+        reference.index_add_(0, rows, v)
+    assert torch.equal(union, reference_union)
+    assert torch.equal(summed, reference)
+    # the mean (divided while in cache; fast-math may divide by a reciprocal: an ulp), into
+    # buffers kept between steps
+    out = torch.empty(200, dtype=torch.int64), torch.empty(2400)
+    union, mean = rows_merge(keys, values, world, out)
+    assert torch.equal(union, reference_union) and mean.data_ptr() == out[1].data_ptr()
+    torch.testing.assert_close(mean, reference / world, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="do not match"):
+        rows_merge([torch.tensor([1, 2])], [torch.zeros(3, 4)])
+    with pytest.raises(ValueError, match="out buffers hold 1 keys"):
+        rows_merge(keys, values, world, (torch.empty(1, dtype=torch.int64), torch.empty(1)))

@@ -18,6 +18,7 @@ nothing spins between steps.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ import torch
 from ._native import load_library
 from ..sibling_paths import SiblingPlan
 
-__all__ = ["ClassText", "PathLocalStep", "RowUpdate", "StepResult", "adam_rows", "available"]
+__all__ = ["ClassText", "PathLocalStep", "RowUpdate", "StepResult", "adam_rows", "available", "rows_merge"]
 
 _MODULE = "hiclass_parallel.ops.engine._path_step_c"
 #: What ``ps_prepare`` counts, in its order (``PathLocalStep.last_counts``, for the roofline).
@@ -70,6 +71,10 @@ def _text_scores() -> Any:
 
 def _text_grad() -> Any:
     return _lib(("ps_text_grad",), _i, (_p, _i, _p, _p, _p, _p, _i, _p))
+
+
+def _merge() -> Any:
+    return _lib(("rows_merge",), _i, (_i, _p, _p, _p, _i, _f, _p, _p))
 
 
 def _check(rc: int) -> None:
@@ -358,3 +363,39 @@ def adam_rows(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tens
     form = _adam_form(param, exp_avg, exp_avg_sq)
     _adam().adam_rows(_ptr(param), _ptr(exp_avg), _ptr(exp_avg_sq), _ptr(rows), _ptr(grad), int(rows.shape[0]),
                       width, lr_t, beta1, beta2, eps, weight_decay, bias_correction2, max(1, int(threads)), form)
+
+
+def rows_merge(keys: list[torch.Tensor], values: list[torch.Tensor], divisor: float = 1.0,
+               out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The union of sorted lists of distinct int64 ``keys`` (one per rank) and, for each key of
+    the union, the sum of its ``values`` rows (float32, ``(len(keys[r]), ...)`` each) over the
+    lists that hold it, added in list order, divided by ``divisor``: ``(union keys, rows)``, the
+    keys ascending. The data-parallel callback's mean of the ranks' sparse gradients, in one
+    pass. ``out``: flat int64 and float32 buffers to write into (at least the total count of
+    keys, and of value entries), reused between steps; the results are views of them."""
+    if len(keys) != len(values) or not keys:
+        raise ValueError(f"rows_merge needs as many value blocks as key lists, got {len(keys)} and {len(values)}")
+    tail = tuple(values[0].shape[1:])
+    width = math.prod(tail)
+    keys = [k.to(torch.int64).contiguous() for k in keys]
+    values = [v.to(torch.float32).contiguous() for v in values]
+    for k, v in zip(keys, values):
+        if k.dim() != 1 or v.shape != (k.shape[0], *tail) or k.device.type != "cpu" or v.device.type != "cpu":
+            raise ValueError(f"rows_merge: keys {tuple(k.shape)} and values {tuple(v.shape)} do not match "
+                             f"(rows of shape {tail}, on the CPU)")
+    counts = np.array([k.shape[0] for k in keys], dtype=np.int64)
+    total = int(counts.sum())
+    if out is None:
+        out = torch.empty(total, dtype=torch.int64), torch.empty(total * width, dtype=torch.float32)
+    out_keys, out_values = out
+    if out_keys.dtype != torch.int64 or out_values.dtype != torch.float32 or out_keys.numel() < total \
+            or out_values.numel() < total * width or not (out_keys.is_contiguous() and out_values.is_contiguous()):
+        raise ValueError(f"rows_merge: the out buffers hold {out_keys.numel()} keys and {out_values.numel()} values; "
+                         f"{total} and {total * width} are needed (int64 and float32, contiguous)")
+    key_ptrs = (ctypes.c_void_p * len(keys))(*(_ptr(k) for k in keys))
+    value_ptrs = (ctypes.c_void_p * len(values))(*(_ptr(v) for v in values))
+    n = _merge().rows_merge(len(keys), _ptr(counts), key_ptrs, value_ptrs, width, float(divisor), _ptr(out_keys),
+                            _ptr(out_values))
+    if n < 0:
+        raise ValueError(f"rows_merge takes 1 to 64 lists, got {len(keys)}")
+    return out_keys[:n], out_values[:n * width].view(n, *tail)

@@ -1145,3 +1145,38 @@ void adam_rows(float *p, void *m, float *v, const int64_t *rows, const float *g,
     st.T = clamp_threads(T);
     parallel(&st, rows_threads(n, st.T), rows_update_task, n, NULL);
 }
+
+/* ---------------------------------------------------------------- data-parallel rows
+ *
+ * rows_merge: the union of `world` sorted lists of distinct keys (each rank's coalesced sparse
+ * gradient: the linear indices of its rows) and, for each key of the union, the sum of its
+ * value rows (W floats each) over the lists that hold it, added in list order (rank order, so
+ * that every rank computes the same floats). keys[r], vals[r]: list r (counts[r] entries);
+ * out_keys, out_vals: room for the sum of the counts. Each summed row is then divided by
+ * `divisor` (the number of ranks: their mean) while it is in cache. Returns the size of the
+ * union. One pass over the rows, where the torch route (unique, zeros, one index_add per rank,
+ * the division) took five. */
+int64_t rows_merge(int64_t world, const int64_t *counts, const int64_t *const *keys, const float *const *vals,
+                   int64_t W, float divisor, int64_t *out_keys, float *out_vals) {
+    int64_t at[MAX_THREADS] = {0}, n = 0;
+    if (world < 1 || world > MAX_THREADS) return -1;
+    for (;;) {
+        int64_t key = INT64_MAX;
+        for (int64_t r = 0; r < world; r++)
+            if (at[r] < counts[r] && keys[r][at[r]] < key) key = keys[r][at[r]];
+        if (key == INT64_MAX) break;
+        float *restrict out = out_vals + n * W;
+        int first = 1;
+        for (int64_t r = 0; r < world; r++) {
+            if (at[r] >= counts[r] || keys[r][at[r]] != key) continue;
+            const float *restrict v = vals[r] + at[r] * W;
+            if (first) memcpy(out, v, sizeof(float) * (size_t)W);
+            else for (int64_t j = 0; j < W; j++) out[j] += v[j];
+            first = 0;
+            at[r]++;
+        }
+        for (int64_t j = 0; j < W; j++) out[j] /= divisor;
+        out_keys[n++] = key;
+    }
+    return n;
+}
