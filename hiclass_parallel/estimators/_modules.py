@@ -573,8 +573,9 @@ class SparseMLP(nn.Module):
     #: 3x the rate of the output layer (``docs/benchmark-training.md``, "The input layer's
     #: optimizer", has the accuracy on eight gloss subsets, and the calibration it cost); per
     #: row on the output layer too lost 0.008 exact accuracy at all nouns. Both tables keep their
-    #: first moments in bfloat16 (the same answers to 0.001 on ten gloss subsets, 250 MB less at
-    #: all nouns, 3-7% faster fits: "The kernels' vector units" there).
+    #: first moments in bfloat16 (the same answers to 0.001 on ten gloss subsets, 290 MB less at
+    #: all nouns; the time gain within the machine's run-to-run noise: "The kernels' vector
+    #: units" there).
     lazy_adam_groups = (("input.embedding.weight", {"second_moment": "row", "lr_scale": 3.0, "first_moment": "bfloat16"}),
                         ("head.weight.weight", {"first_moment": "bfloat16"}))
 

@@ -38,7 +38,7 @@ def _native_rows(p: torch.Tensor, *tensors: torch.Tensor) -> bool:
 
     return (
         p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous() and p.dim() >= 1
-        and all(t.dtype in ((torch.float32, torch.bfloat16) if i == 0 else (torch.float32,))
+        and all(t.dtype in (_native_path_step.FIRST_MOMENT_DTYPES if i == 0 else (torch.float32,))
                 and t.device.type == "cpu" for i, t in enumerate(tensors))
         and all(t.is_contiguous() for t in tensors[:2]) and _native_path_step.available()
     )

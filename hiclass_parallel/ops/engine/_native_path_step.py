@@ -321,11 +321,13 @@ def _row_moment(param: torch.Tensor, exp_avg_sq: torch.Tensor) -> bool:
 #: The kernel's flags of a row update's form (``_path_step.c``): a row-wise second moment, a
 #: bfloat16 first moment.
 _ADAM_ROW_V, _ADAM_M_BF16 = 1, 2
+#: The dtypes of a first moment the kernel's row update takes (the second moment: float32).
+FIRST_MOMENT_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _adam_form(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor) -> int:
     """The kernel's ``form`` of an Adam state: its moments' kinds, checked against ``param``."""
-    if exp_avg.dtype not in (torch.float32, torch.bfloat16) or exp_avg_sq.dtype != torch.float32 \
+    if exp_avg.dtype not in FIRST_MOMENT_DTYPES or exp_avg_sq.dtype != torch.float32 \
             or any(t.device.type != "cpu" or not t.is_contiguous() for t in (exp_avg, exp_avg_sq)):
         raise ValueError("the C row update needs contiguous CPU moments: the first float32 or bfloat16, the second "
                          f"float32 (got {exp_avg.dtype} and {exp_avg_sq.dtype})")
