@@ -317,7 +317,8 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     TypeError
         For a :class:`~hiclass_parallel.estimators.MultiLabelHierarchicalClassifier`: its
         network scores the DAG's unrolled tree, whose node ids are copies, not indices into
-        ``classes_``, and its answers are label sets, not one path.
+        ``classes_``, and its answers are label sets, not one path; and anything that is not a
+        :class:`~hiclass_parallel.estimators.HierarchicalClassifier`.
     ValueError
         For ``decoding="threshold"`` or terminal semantics without stop scores.
 
@@ -341,8 +342,25 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     >>> bool((clf.classes_[paths.numpy()] == clf.predict(X[:5])).all())
     True
     """
+    semantics = _check_exportable(clf, semantics)
+    module = copy.deepcopy(clf.net_.module_).to("cpu").eval()
+    decoder = TreeDecoder(clf.tree_, clf.partition_, clf.stop_, semantics)
+    weight = clf._prototype_weight()
+    reranker = None
+    if weight is not None:
+        n_candidates = int(decoder.candidate.sum())
+        reranker = PrototypeReranker(clf.prototypes_, weight, min(clf.prototype_candidates, n_candidates))
+    return ServingModule(module, decoder, _calibration(clf, confidence), reranker).eval()
+
+
+def _check_exportable(clf: Any, semantics: str | None) -> str:
+    """The semantics to export ``clf`` with, or the error naming why it cannot be exported.
+
+    Every export route calls it first, before anything optional is imported, so that an
+    estimator no route exports is refused by name rather than by a missing exporter package."""
     from sklearn.utils.validation import check_is_fitted
 
+    from .classifier import HierarchicalClassifier
     from .multilabel import MultiLabelHierarchicalClassifier
 
     if isinstance(clf, MultiLabelHierarchicalClassifier):
@@ -352,20 +370,19 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
             "answers are label sets, not one path; serve it with clf.predict or clf.predict_proba "
             "(pickle the fitted classifier)"
         )
+    if not isinstance(clf, HierarchicalClassifier):
+        raise TypeError(
+            f"{type(clf).__module__}.{type(clf).__qualname__} is not exported: export takes a fitted "
+            "HierarchicalClassifier (of a ClassTextClassifier, its classifier_, which reads the vectorizer's "
+            "features)"
+        )
     check_is_fitted(clf)
     if clf.decoding != "best":
         raise ValueError(f"only decoding='best' is exported; this classifier has decoding={clf.decoding!r}")
     semantics = clf.semantics if semantics is None else semantics
     if semantics == "terminal" and not clf.stop_:
         raise ValueError("semantics='terminal' needs a model trained with stop scores (stop=True)")
-    module = copy.deepcopy(clf.net_.module_).to("cpu").eval()
-    decoder = TreeDecoder(clf.tree_, clf.partition_, clf.stop_, semantics)
-    weight = clf._prototype_weight()
-    reranker = None
-    if weight is not None:
-        n_candidates = int(decoder.candidate.sum())
-        reranker = PrototypeReranker(clf.prototypes_, weight, min(clf.prototype_candidates, n_candidates))
-    return ServingModule(module, decoder, _calibration(clf, confidence), reranker).eval()
+    return semantics
 
 
 def _example(clf: Any, example: Any) -> torch.Tensor:
@@ -450,7 +467,17 @@ def export_onnx(
         and ``log_prob`` (float32, ``(batch,)``). A row of ``X`` holding a NaN or an
         infinity gets the empty path (all -1) and log-probability NaN, as in
         :func:`serving_module`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a classifier no route exports, as :func:`serving_module` says, checked before
+        ``onnx`` and ``onnxscript`` are imported (so the classifier is named even where they
+        are missing).
+    ImportError
+        When ``onnx`` or ``onnxscript`` is missing.
     """
+    _check_exportable(clf, semantics)  # an estimator no route exports is named before the exporter is imported
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
