@@ -9,6 +9,13 @@ classes (``var``), so that a row's similarity to class ``c`` is its log-likeliho
 ``N(mu_c, diag(var))`` -- the linear discriminant of a nearest-mean classifier, up to a
 constant of the row (dropped: it changes no ranking and no fitted weight).
 
+The quadratic is formed about the mean of all training rows (:meth:`GaussianPrototypes.centre`,
+derived from the stored sums and counts, so nothing more is saved): rows and class means are
+centred in float64 before the float32 products. Uncentred, a feature whose values are large
+next to their within-class spread (a constant column of 1000, a year 2020 +- 0.5) makes
+``x . (mu / var)`` and ``mu . mu / (2 var)`` huge and nearly equal, and their float32
+difference is rounding noise; centred, both are of the size of the differences they rank.
+
 A class with few rows has a noisy mean, and a class with none has no mean at all; both borrow
 from their parent (hierarchical shrinkage, McCallum et al. 1998): ``mu_c = (sum of the class's
 rows + SHRINKAGE * mu_parent) / (n_c + SHRINKAGE)``, from the top level down, where the top
@@ -110,9 +117,14 @@ class GaussianPrototypes:
         floor = max(float(within.mean()) * 1e-6, np.finfo(np.float32).tiny)
         return np.maximum(within, floor)
 
+    def centre(self) -> np.ndarray:
+        """The mean of all rows (float64, ``(n_features,)``): where :meth:`similarity` centres
+        rows and class means before the float32 products."""
+        return self.sums.sum(axis=0) / max(self.counts.sum(), 1.0)
+
     def means(self) -> np.ndarray:
         """Each class's mean, shrunk towards its parent's (:data:`SHRINKAGE`), from the top down."""
-        grand = self.sums.sum(axis=0) / max(self.counts.sum(), 1.0)
+        grand = self.centre()
         means = np.empty_like(self.sums)
         for level in range(int(self.depth.max(initial=-1)) + 1):
             nodes = np.flatnonzero(self.depth == level)
@@ -120,31 +132,36 @@ class GaussianPrototypes:
             means[nodes] = (self.sums[nodes] + SHRINKAGE * prior) / (self.counts[nodes, None] + SHRINKAGE)
         return means
 
-    def _scaled_means(self) -> tuple[np.ndarray, np.ndarray]:
-        """``mu_c / var`` (float32) and ``mu_c . mu_c / (2 var)`` per class, cached: the
-        log-likelihood up to the row's constant is ``x . (mu_c / var) - mu_c . mu_c / (2 var)``."""
+    def _scaled_means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``m_c / var`` (float32) and ``m_c . m_c / (2 var)`` per class, where ``m_c = mu_c -
+        centre``, and the centre (float64), cached: the log-likelihood up to the row's constant
+        is ``(x - centre) . (m_c / var) - m_c . m_c / (2 var)``."""
         scaled = self.__dict__.get("_scaled")
         if scaled is None:
-            means, var = self.means(), self.variance()
+            centre = self.centre()
+            means, var = self.means() - centre, self.variance()
             scaled = self.__dict__["_scaled"] = (
-                (means / var).astype(np.float32), (0.5 * np.square(means) / var).sum(axis=1).astype(np.float32))
+                (means / var).astype(np.float32), (0.5 * np.square(means) / var).sum(axis=1).astype(np.float32),
+                centre)
         return scaled
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """What an exported model needs to compute :meth:`similarity` (``_export.PrototypeReranker``):
-        ``mu_c / var`` and ``mu_c . mu_c / (2 var)`` per class."""
-        return self._scaled_means()
+        """What an exported model needs to compute :meth:`similarity` (``_export.PrototypeReranker``)
+        from rows already centred (:meth:`centre`): ``m_c / var`` and ``m_c . m_c / (2 var)``
+        per class, ``m_c = mu_c - centre``."""
+        return self._scaled_means()[:2]
 
     def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """The log-likelihood of each row ``i`` under each candidate ``c = nodes[i, j]``, up to a
         constant of the row, ``(n, k)`` float32; 0 for ``-1``."""
-        X = _host_dense(X).astype(np.float32, copy=False)
-        weights, offsets = self._scaled_means()
+        X = _host_dense(X)
+        weights, offsets, centre = self._scaled_means()
         cand = np.maximum(nodes, 0)
         out = np.empty(nodes.shape, dtype=np.float32)
         for start in range(0, X.shape[0], 256):  # (rows, k, features) stays a few MB
             stop = min(X.shape[0], start + 256)
-            out[start:stop] = np.einsum("rf,rkf->rk", X[start:stop], weights[cand[start:stop]])
+            rows = (X[start:stop] - centre).astype(np.float32)  # centred in float64: see the module docstring
+            out[start:stop] = np.einsum("rf,rkf->rk", rows, weights[cand[start:stop]])
         out -= offsets[cand]
         out[nodes < 0] = 0.0
         return out

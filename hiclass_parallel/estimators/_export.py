@@ -167,8 +167,9 @@ class PrototypeReranker(nn.Module):
     Of the ``k`` most probable candidates, the one with the highest
     ``log p + weight * similarity``, where the similarity is the prototypes kind's own: the cosine with each
     class's unit prototype (``"cosine"``: ``features`` and ``values`` per class) or the
-    Gaussian log-likelihood up to the row's constant (``"gaussian"``: ``mu / var`` and
-    ``mu . mu / (2 var)`` per class).
+    Gaussian log-likelihood up to the row's constant (``"gaussian"``: ``m / var`` and
+    ``m . m / (2 var)`` per class, ``m`` the class mean less the mean of all training rows,
+    ``centre``, which the rows lose first, as ``GaussianPrototypes.similarity`` computes it).
 
     Parameters
     ----------
@@ -199,6 +200,8 @@ class PrototypeReranker(nn.Module):
         first, second = prototypes.export_arrays()
         self.register_buffer("first", torch.from_numpy(np.ascontiguousarray(first)))
         self.register_buffer("second", torch.from_numpy(np.ascontiguousarray(second)))
+        if self.kind == "gaussian":
+            self.register_buffer("centre", torch.from_numpy(prototypes.centre().astype(np.float32)))
 
     def similarity(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """``(batch, k)`` similarities of the rows ``X`` to the candidate classes ``nodes``."""
@@ -210,7 +213,7 @@ class PrototypeReranker(nn.Module):
             return (found * values).sum(2)
         scaled = torch.index_select(self.first, 0, nodes.reshape(-1)).reshape(batch, k, -1)
         offset = torch.index_select(self.second, 0, nodes.reshape(-1)).reshape(batch, k)
-        return torch.einsum("bf,bkf->bk", X, scaled) - offset
+        return torch.einsum("bf,bkf->bk", X - self.centre, scaled) - offset
 
     def forward(self, X: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The chosen node and its log-probability per row, from the candidates' log-probabilities

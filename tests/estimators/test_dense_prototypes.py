@@ -32,6 +32,7 @@ def _reference_log_likelihood(X, ids, tree, nodes):
     for c in np.unique(ids[labelled]):
         own[ids == c] = X[ids == c].mean(axis=0)
     var = np.square(X[labelled] - own[labelled]).sum(axis=0) / (labelled.sum() - np.unique(ids[labelled]).size)
+    var = np.maximum(var, var.mean() * 1e-6)  # a constant feature's floor, as the prototypes have it
     diff = X[:, None, :] - means[np.maximum(nodes, 0)]
     return -0.5 * (np.square(diff) / var).sum(axis=2)
 
@@ -80,6 +81,55 @@ def test_a_constant_feature_does_not_divide_by_zero():
     assert (prototypes.variance() > 0).all()
     sim = prototypes.similarity(np.array([[0.0, 5.0]], dtype=np.float32), np.array([[0, 1, 2, 3]]))
     assert np.isfinite(sim).all()
+
+
+def _far_from_zero(rng, tree, n):
+    """Rows whose classes differ in four features, with a constant column of 1000 and a year,
+    2020 +- 0.5, beside them: values large next to their within-class spread."""
+    ids = rng.integers(0, tree.n_classes, n)
+    centers = rng.normal(size=(tree.n_classes, 4))
+    X = np.column_stack([centers[ids] + rng.normal(size=(n, 4)), np.full(n, 1000.0),
+                         2020 + rng.uniform(-0.5, 0.5, n)])
+    return X, ids
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_similarity_holds_in_float32_for_features_far_from_zero(dtype):
+    """Uncentred, the float32 products cancelled: errors of thousands of nats, the argmax
+    wrong on most rows. Rows and means are centred first: the float64 reference's values."""
+    from hiclass_parallel import Tree
+
+    rng = np.random.default_rng(0)
+    tree = Tree.from_parents([-1] * 4 + [0, 0, 1, 1, 2, 2, 3, 3])
+    X, ids = _far_from_zero(rng, tree, 600)
+    X = X.astype(dtype).astype(np.float64)  # the reference sees the values the prototypes see
+    nodes = rng.integers(0, tree.n_classes, (600, 6))
+    prototypes = GaussianPrototypes.from_rows(X.astype(dtype), ids, tree)
+    got = prototypes.similarity(X.astype(dtype), nodes).astype(np.float64)
+    reference = _reference_log_likelihood(X, ids, tree, nodes)
+    np.testing.assert_allclose(got - got[:, :1], reference - reference[:, :1], rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(got.argmax(axis=1), reference.argmax(axis=1))
+
+
+def test_reranked_answers_of_features_far_from_zero_equal_the_float64_reranking():
+    from hiclass_parallel import Tree
+    from hiclass_parallel.estimators._prototypes import last_nodes
+
+    rng = np.random.default_rng(1)
+    tree = Tree.from_parents([-1] * 4 + [0, 0, 1, 1, 2, 2, 3, 3])
+    X, ids = _far_from_zero(rng, tree, 800)
+    ids = np.where(tree.is_leaf[ids], ids, rng.integers(4, tree.n_classes, 800))  # leaves
+    clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0, calibration=None, prototypes=1.0,
+                                 prototype_candidates=8).fit(X, tree.labels[ids])
+    paths, log_prob = clf._decode_model(X, 8)
+    nodes = last_nodes(paths)
+    score = log_prob.astype(np.float64) + _reference_log_likelihood(X, ids, tree, nodes)
+    top2 = np.sort(score, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-3  # float ties
+    expected = nodes[np.arange(800), score.argmax(axis=1)]
+    got = clf.predict_node(X)
+    assert clear.mean() > 0.9
+    np.testing.assert_array_equal(got[clear], expected[clear])
 
 
 def test_saved_statistics_are_checked_against_the_model(random_tree):
