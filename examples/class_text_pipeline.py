@@ -1,4 +1,5 @@
-"""The classes' own names through the Pipeline's vectorizer: ClassTextClassifier.
+"""The classes' own names through the Pipeline's vectorizer: ClassTextClassifier
+=============================================================================
 
 Hypernym placement on a WordNet subtree from glosses with lemma names. The classes' names
 (a synset's lemma names, "toy dog, toy") are evidence for them, but a plain

@@ -1,4 +1,5 @@
-"""A hierarchical classifier against a flat one, as the training set grows.
+"""A hierarchical classifier against a flat one, as the training set grows
+=======================================================================
 
 The flat model is scikit-learn's LogisticRegression over the labels as given (labels at any
 depth are just classes to it; its prediction is one label, whose ancestral path we score).

@@ -1,4 +1,5 @@
-"""The tensor methods on GPU arrays: torch CUDA tensors and CuPy arrays.
+"""The tensor methods on GPU arrays: torch CUDA tensors and CuPy arrays
+====================================================================
 
 The same functions take NumPy, torch (CPU or CUDA) and CuPy arrays and return results of the
 same kind on the same device; the tree's buffers are copied to each device once. Without a

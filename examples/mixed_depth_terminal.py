@@ -1,4 +1,5 @@
-"""Labels at mixed depths, read as terminal answers.
+"""Labels at mixed depths, read as terminal answers
+================================================
 
 Some samples are labelled with a leaf, others with an internal node that *is* their answer
 (a document about dogs in general, not about a breed). With ``semantics="terminal"`` the

@@ -1,4 +1,5 @@
-"""The paper's toy tree (Figure 1), step by step.
+"""The paper's toy tree (Figure 1), step by step
+=============================================
 
 Encodes the 9-class tree once, partitions a batch of scores by level with one masked fill,
 maps labels at any depth to ancestral paths with one gather, flattens the pair for a

@@ -1,4 +1,5 @@
-"""Every hypernym as a label: multi-label placement in WordNet's DAG, against one-vs-rest LinearSVC.
+"""Every hypernym as a label: multi-label placement in WordNet's DAG, against one-vs-rest LinearSVC
+================================================================================================
 
 WordNet gives some synsets several hypernyms (``person.n.01`` is an ``organism.n.01`` and a
 ``causal_agent.n.01``). Here the target of a gloss is the set of all its synset's hypernyms, in

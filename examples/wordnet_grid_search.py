@@ -1,4 +1,5 @@
-"""WordNet glosses with GridSearchCV and a hierarchical scorer.
+"""WordNet glosses with GridSearchCV and a hierarchical scorer
+===========================================================
 
 Hypernym placement on a WordNet subtree: TF-IDF of each synset's gloss into a
 HierarchicalClassifier, tuned with GridSearchCV on hierarchical F1 (the scorer object
