@@ -3,13 +3,47 @@
 Each raises a ``ValueError`` that names the setting, the value and what to do instead, at the
 start of ``fit``, before any data is read (torch's own errors here are an ``AssertionError``
 "Torch not compiled with CUDA enabled" or a list of every device type torch knows).
+
+The settings read at prediction (:data:`PREDICTION_PARAMS`) may change after fit
+(``set_params``); :func:`check_prediction_params` holds them to the constructor's constraints
+where prediction reads them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_device", "check_params"]
+from sklearn.utils._param_validation import Interval, validate_parameter_constraints
+
+__all__ = ["PREDICTION_PARAMS", "NotBool", "check_device", "check_params", "check_prediction_params"]
+
+#: The parameters prediction reads (``decision_function``, ``predict*``, ``score``), which may
+#: be changed after fit.
+PREDICTION_PARAMS = ("semantics", "decoding", "threshold", "top_k", "prototypes", "prototype_candidates",
+                     "batch_size")
+
+
+class NotBool(Interval):
+    """An :class:`~sklearn.utils._param_validation.Interval` that no ``bool`` satisfies: where
+    ``True`` would read as "on" but mean the number 1 (``prototypes=True`` is not ``"auto"``)."""
+
+    def is_satisfied_by(self, val: Any) -> bool:
+        return not isinstance(val, bool) and super().is_satisfied_by(val)
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} (not a bool)"
+
+
+def check_prediction_params(estimator: Any) -> None:
+    """Raise ``InvalidParameterError`` (naming the parameter, its value and what it may be)
+    unless the estimator's :data:`PREDICTION_PARAMS` meet its ``_parameter_constraints``:
+    ``set_params`` after fit validates nothing, and an unknown ``decoding`` or a negative
+    ``prototypes`` would otherwise act as some other setting."""
+    constraints = type(estimator)._parameter_constraints
+    names = [name for name in PREDICTION_PARAMS if name in constraints and hasattr(estimator, name)]
+    validate_parameter_constraints({name: constraints[name] for name in names},
+                                   {name: getattr(estimator, name) for name in names},
+                                   caller_name=type(estimator).__name__)
 
 
 def check_device(device: Any) -> None:

@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from .._labels import as_host_labels, labels_to_ids
 from ..tree import PAD
+from ._checks import check_prediction_params
 from ._guards import check_decidable
 from ._prototypes import last_nodes, rerank_order
 
@@ -47,6 +48,7 @@ class PredictMixin:
         ``fn`` returns a tensor or a tuple of tensors; the result is one array per element.
         """
         check_is_fitted(self)
+        check_prediction_params(self)
         X = self._validate_X(X, reset=False)
         parts = []
         # batch_size is an inference setting too: a value set after fit applies at once, to
@@ -58,6 +60,7 @@ class PredictMixin:
 
     def _decode_kwargs(self) -> dict[str, Any]:
         check_is_fitted(self)
+        check_prediction_params(self)  # set_params after fit validates nothing
         if self.semantics == "terminal" and not self.stop_:
             raise ValueError(
                 "semantics='terminal' needs a model trained with stop scores; this one was fitted with stop=False. "
@@ -72,6 +75,7 @@ class PredictMixin:
     def _prototype_weight(self) -> float | None:
         """The weight of the class prototypes' re-ranking at prediction (``None``: off): the
         ``prototypes`` parameter's number, or the fitted one for ``"auto"``."""
+        check_prediction_params(self)  # also read by the export, which reaches no batch
         fitted = getattr(self, "prototypes_", None)  # absent on models fitted before prototypes
         if fitted is None or self.prototypes is None:
             return None

@@ -27,6 +27,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, Options, RealNotInt, StrOptions
 
 from ..tree import PARTITIONS, Tree
+from ._checks import NotBool
 from ._config import TRAINING
 from ._data import TreeDataset
 from ._fit import run_fit
@@ -187,8 +188,11 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         variance per feature (``docs/benchmark-peers.md``). ``"auto"``: the weight that best
         explains which of the candidates of the rows held out for ``calibration`` are right, 0
         included, or a default when the fit holds no rows out (16 per unit of cosine; 1 per
-        nat of log-likelihood); a float: that weight; ``None``: the model's own answer. Only
-        the answer changes: probabilities and scores are the model's.
+        nat of log-likelihood); a float: that weight (not a bool: ``True`` is not ``"auto"``);
+        ``None``: the model's own answer. Only the answer changes: probabilities and scores are
+        the model's. This and the other settings prediction reads (``semantics``,
+        ``decoding``, ``threshold``, ``top_k``, ``prototype_candidates``, ``batch_size``) may
+        be changed after fit; prediction checks them as the constructor's constraints do.
     prototype_candidates : int, default=20
         How many of the model's most probable answers the prototypes re-rank.
     verbose : int, default=0
@@ -311,7 +315,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "calibration": [StrOptions({"auto", "beta"}), None],
         "calibration_size": [StrOptions({"auto"}), Interval(RealNotInt, 0, 1, closed="neither"),
                              Interval(Integral, 1, None, closed="left")],
-        "prototypes": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left"), None],
+        "prototypes": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
         "prototype_candidates": [Interval(Integral, 1, None, closed="left")],
         "verbose": ["verbose"],
         "device": [str, torch.device],
