@@ -13,7 +13,7 @@ reports the median per step, the effective bandwidth, and the second moment's me
 
 Usage::
 
-    python -m benchmarks.bench_adam_rows --threads 2 --out docs/_static/bench_adam_rows.json
+    python -m benchmarks.bench_adam_rows --threads 2 --out benchmarks/results/bench_adam_rows.json
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ rows cost.
 Usage::
 
     python -m benchmarks.bench_calibration --subsets person,nouns --compare '{"calibration": null}' \\
-        --out docs/_static/calibration.json --plot docs/_static/calibration.png
+        --out benchmarks/results/calibration.json --plot docs/_static/calibration.png
 """
 
 from __future__ import annotations

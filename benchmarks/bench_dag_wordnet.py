@@ -1,4 +1,4 @@
-"""How much WordNet 3.0 grows when unrolled with every hypernym (issue 16).
+"""How much WordNet 3.0 grows when unrolled with every hypernym.
 
 The shipped tree keeps one parent per synset. This reads every hypernym pointer from the
 official dictionary files (``data.noun``, ``data.verb``; adjectives and adverbs have none),
@@ -12,7 +12,7 @@ Pointer rules compared:
   when a synset has no ``@``;
 - ``all``: every ``@`` and every ``@i`` pointer.
 
-Usage: ``python -m benchmarks.bench_dag_wordnet [--path DIR] [--out docs/_static/dag_wordnet.json]``
+Usage: ``python -m benchmarks.bench_dag_wordnet [--path DIR] [--out benchmarks/results/dag_wordnet.json]``
 """
 
 from __future__ import annotations

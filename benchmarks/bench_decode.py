@@ -1,7 +1,7 @@
 """Best-first vs exhaustive decoding of a trained text model, at WordNet's scale.
 
-Issue 12's target: prediction with the sibling partition at least 5x faster than scoring
-every class, with identical paths, at all nouns. This fits the classifier with its defaults
+The target: prediction with the sibling partition at least 5x faster than scoring every
+class, with identical paths, at all nouns. This fits the classifier with its defaults
 (``HierarchicalClassifier(tree, semantics="terminal")`` on the TF-IDF of
 :mod:`benchmarks.bench_text`), then decodes the held-out rows both ways, batch by batch:
 
@@ -16,7 +16,7 @@ It reports the times (the encoder's time is counted in each, and also reported a
 ratios, the columns scored per row, the rows that fell back to the exhaustive route, and
 whether every path is identical.
 
-Usage: ``python -m benchmarks.bench_decode [--root person.n.01] [--out docs/_static/bench_decode.json]``
+Usage: ``python -m benchmarks.bench_decode [--root person.n.01] [--out benchmarks/results/bench_decode.json]``
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ torch starts (DESIGN.md, shared cores).
 Usage::
 
     python -m benchmarks.bench_dense_prototypes --data 100,1k,3000,cubed3000,clusters,10k \\
-        --out docs/_static/dense_prototypes.jsonl
+        --out benchmarks/results/dense_prototypes.jsonl
 """
 
 from __future__ import annotations

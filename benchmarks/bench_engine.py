@@ -14,7 +14,7 @@ CUDA when present:
 - decoding: the exact best path over all candidates, dense (``(B, C, L)`` gather of the
   dense log-probabilities along every path) vs lean ``best_paths``.
 
-Targets (issue 4): lean level log-softmax within 5x of flat and >= 20x faster than dense;
+Targets: lean level log-softmax within 5x of flat and >= 20x faster than dense;
 loss forward + backward within 3x of flat cross-entropy; best-path decoding within 5x of flat
 log-softmax; no ``(B, L, C)`` allocation on the lean path (see the peak memory column).
 

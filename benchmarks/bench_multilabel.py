@@ -1,4 +1,4 @@
-"""Every hypernym as a label: the multi-label DAG classifier against one-vs-rest LinearSVC (issue 16).
+"""Every hypernym as a label: the multi-label DAG classifier against one-vs-rest LinearSVC.
 
 Task: WordNet 3.0 hypernym placement where a synset's target is the set of *all* its
 hypernyms (``load_wordnet_glosses(root, include_lemmas=True, hypernyms="all")``: most synsets
@@ -21,7 +21,7 @@ labels' ancestors through every parent; micro), exact set accuracy (predicted la
 true set), and hF1 on the test rows with two or more labels. Times are wall-clock seconds
 with ``OMP_NUM_THREADS`` threads; the load average is recorded at the start and end.
 
-Usage: ``python -m benchmarks.bench_multilabel [--subsets person animal] [--out docs/_static/bench_multilabel.json]``
+Usage: ``python -m benchmarks.bench_multilabel [--subsets person animal] [--out benchmarks/results/bench_multilabel.json]``
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ NumPy, and torch CUDA / CuPy when a GPU is present) this reports:
   ``out=``, of :func:`~hiclass_parallel.labels_to_paths`, and of a plain fill of a buffer of
   the output's size (the memory-bandwidth floor: no method that writes the output can beat
   it), plus a fresh ``full`` of that size (what allocating a new output costs by itself);
-- the issue's targets: tree buffers <= 12 MB; ``partition_scores`` with ``out=`` within 2x of
+- the targets: tree buffers <= 12 MB; ``partition_scores`` with ``out=`` within 2x of
   the plain fill and with a fresh output within 3x; ``labels_to_paths`` under 1 ms on CPU.
 
 Operations are timed round-robin (one call of each per round), so a machine shared with

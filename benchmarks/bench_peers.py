@@ -29,7 +29,7 @@ Usage::
     python -m benchmarks.bench_peers                             # full run, about an hour
     python benchmarks/bench_peers.py --sizes 100,1k --methods hc-level,hiclass-lcppn
 
-Outputs in ``--out`` (default ``docs/_static``): ``bench_peers.json`` (every figure),
+Outputs in ``--out`` (default ``benchmarks/results``): ``bench_peers.json`` (every figure),
 ``bench_peers.md`` (the table) and ``bench_peers.png`` (time and hF1 against tree size).
 """
 
@@ -57,7 +57,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 from benchmarks._peers import ALL_METHODS, HC_METHODS, HICLASS_METHODS, TORCH_METHODS, unavailable_reason
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "docs" / "_static"
+DEFAULT_OUT = REPO / "benchmarks" / "results"
 
 # OpenMP threads that wait by sleeping, not spinning. On a CPU shared with other work (this
 # machine runs other jobs) torch's spinning threads slowed a training epoch 10-20x
@@ -116,10 +116,10 @@ class WordNetSpec:
 GENERATOR = {"noise": 1.0, "truncate_fraction": 0.15, "labels": "int"}
 
 # Complete trees with 10 children per class: 110, 1,110, 11,110 and 111,110 nodes. The
-# 11,110-node size is the issue's reference setting (80,000 training rows, 64 features).
+# 11,110-node size is the reference setting (80,000 training rows, 64 features).
 # An epoch costs O(rows x classes) for every softmax model (ours and the flat baseline), so
 # the larger trees get fewer epochs (and the largest fewer rows) to fit the run in an hour on
-# 2 shared cores; docs/benchmark-peers.md says so next to the table.
+# 2 shared cores; docs/performance.md says so next to the table.
 SYNTHETIC = {
     "100": SyntheticSpec("syn-100", 110, 8_000, 2_000, generator={"branching": 10, "depth": 2}),
     "1k": SyntheticSpec("syn-1k", 1_110, 20_000, 5_000, generator={"branching": 10, "depth": 3}),
@@ -149,7 +149,7 @@ WORDNET = {
 }
 
 # HierarchicalClassifier settings (the flat baseline gets the same ones). Chosen once for
-# all sizes, stated in docs/benchmark-peers.md; the peers keep their defaults.
+# all sizes, stated in docs/performance.md; the peers keep their defaults.
 TORCH_PARAMS = {"max_epochs": 10, "lr": 3e-3, "batch_size": 256, "module__hidden_units": 256, "random_state": 0}
 QUICK_TORCH_PARAMS = {"max_epochs": 3, "lr": 1e-2, "batch_size": 128, "module__hidden_units": 32, "random_state": 0}
 
@@ -440,7 +440,7 @@ def overhead_table(report: dict[str, Any]) -> str:
 
 
 def check_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets, each with the figures that decide it."""
+    """The targets, each with the figures that decide it."""
     checks = []
     for ds in report["datasets"]:
         by = {r["method"]: r for r in ds["results"]}
@@ -649,7 +649,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds per fit + predict for the HiClass peers (default 300)")
     p.add_argument("--budget-torch", type=float, default=600.0,
                    help="seconds per fit + predict for the torch methods: the classifier and the flat "
-                        "baseline (default 600, the issue's 10-minute target at 100,000 nodes)")
+                        "baseline (default 600, the 10-minute target at 100,000 nodes)")
     p.add_argument("--method-budget", action="append", default=[], metavar="METHOD=SECONDS",
                    help=f"budget of one method (default {METHOD_BUDGETS})")
     p.add_argument("--grace", type=float, default=30.0,

@@ -57,7 +57,7 @@ figure has ``os.getloadavg()`` beside it (the machine is shared).
 Usage::
 
     python -m benchmarks.bench_roofline --subsets person,artifact,nouns \\
-        --out docs/_static/bench_roofline.json
+        --out benchmarks/results/bench_roofline.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Real text at scale, side by side: WordNet hypernym placement from glosses on a CPU.
 
-What a user with text and a big taxonomy would compare (issue 12): for each subset of
+What a user with text and a big taxonomy would compare: for each subset of
 WordNet's nouns, glosses with lemma names (``load_wordnet_glosses(root, include_lemmas=True)``)
 are split 80/20 and encoded once by one ``TfidfVectorizer(sublinear_tf=True,
 ngram_range=(1, 2))``; every method then fits on the same sparse features, in its own fresh
@@ -24,7 +24,7 @@ training target ("unseen"), and the load average. Ratios are taken within one ru
 Usage::
 
     PECOS_PYTHON=/path/to/pecos-venv/bin/python python -m benchmarks.bench_text \\
-        --subsets animal,person,artifact,nouns --out docs/_static/bench_text.json
+        --subsets animal,person,artifact,nouns --out benchmarks/results/bench_text.json
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from benchmarks.bench_peers import environment, run_worker, save_split, score
 
 SUBSETS = {"animal": "animal.n.01", "person": "person.n.01", "artifact": "artifact.n.01", "nouns": None,
            "dog": "dog.n.01",  # dog: 188 synsets, for the plumbing test
-           # Subtrees no default was tuned on (issue 22): checks of a change to the defaults.
+           # Subtrees no default was tuned on: checks of a change to the defaults.
            "plant": "plant.n.02", "act": "act.n.02",
            # ... and two more, held out until the choice was made.
            "communication": "communication.n.02", "state": "state.n.02"}
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 reason = (f"cannot run here: {info['classes_seen_in_train']:,} x {info['n_features']:,} float64 "
                           f"weights = {flat_bytes / 2**30:.0f} GiB (24 GiB machine)")
             elif method == "hiclass-lcppn" and name not in args.hiclass_on:
-                reason = f"not run on {name}: over its budget on the smaller subsets (see docs/benchmark-text.md)"
+                reason = f"not run on {name}: over its budget on the smaller subsets (see docs/performance.md)"
             if reason:
                 results[method] = {"status": "skipped", "reason": reason}
                 print(f"  {method}: skipped ({reason})", flush=True)

@@ -23,7 +23,7 @@ every run. The machine is shared with other jobs: the load average says how idle
 
 Usage::
 
-    python -m benchmarks.bench_under_load --parts fit,grid --out docs/_static/bench_under_load.json
+    python -m benchmarks.bench_under_load --parts fit,grid --out benchmarks/results/bench_under_load.json
 """
 
 from __future__ import annotations

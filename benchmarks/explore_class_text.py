@@ -1,4 +1,4 @@
-"""Issue 12 experiment: class-side text (label features) for the WordNet hypernym task.
+"""Experiment: class-side text (label features) for the WordNet hypernym task.
 
 Each class of the WordNet tree is itself a synset with lemma names and a gloss. A flat
 LinearSVC cannot use that text; a model that scores columns from a representation can: a

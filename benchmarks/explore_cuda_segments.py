@@ -9,7 +9,7 @@ sweeps the tile shapes of the path-sum kernel. What it found (H100, batch 100, l
 partition): the bucketed torch-op layout 1.25 ms for the log-normalisers, coarser buckets
 0.47 ms, ``scatter_reduce(amax)`` + ``index_add_`` 4.2 ms (atomics contend on 20 groups),
 a row-max shift + one-hot matmul 0.24 ms but wrong where a level underflows; hence the Triton
-kernels (docs/engine.md, "On a GPU").
+kernels (docs/engine.md, "How it runs").
 
     python -m benchmarks.explore_cuda_segments            # formulations
     python -m benchmarks.explore_cuda_segments --profile  # the shipped kernels
