@@ -182,15 +182,15 @@ def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):
 
 
 def test_the_class_text_example_of_the_docs_runs(one_torch_thread, capsys):
-    """docs/classifier.md's class-text example, as written there (on the shipped glosses)."""
+    """docs/class-text.md's class-text example, as written there (on the shipped glosses)."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "classifier.md").read_text()
-    section = text[text.index("### Class text"):]
+    text = (Path(__file__).resolve().parents[2] / "docs" / "class-text.md").read_text()
+    section = text[text.index("# Class text"):]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     namespace: dict = {}
-    exec(compile(code, "docs/classifier.md", "exec"), namespace)
+    exec(compile(code, "docs/class-text.md", "exec"), namespace)
     clf = namespace["clf"]
     assert clf.path_local_ and clf.net_.module_.head.has_text
     assert clf.net_.module_.match_weight.abs().sum() > 0  # the lexical match was trained

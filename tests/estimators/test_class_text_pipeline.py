@@ -170,18 +170,18 @@ def test_example_runs():
 
 
 def test_the_pipeline_example_of_the_docs_runs(capsys):
-    """docs/classifier.md's ClassTextClassifier example, as written there."""
+    """docs/class-text.md's ClassTextClassifier example, as written there."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "classifier.md").read_text()
-    section = text[text.index("#### In a Pipeline: `ClassTextClassifier`"):]
+    text = (Path(__file__).resolve().parents[2] / "docs" / "class-text.md").read_text()
+    section = text[text.index("## In a Pipeline: `ClassTextClassifier`"):]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     slow = 'semantics="terminal", random_state=0)'
     assert code.count(slow) == 1
     code = code.replace(slow, slow[:-1] + ", max_epochs=2)")  # fast; the docs train as a user would
     namespace: dict = {}
-    exec(compile(code, "docs/classifier.md", "exec"), namespace)  # noqa: S102 - our own docs, run as written
+    exec(compile(code, "docs/class-text.md", "exec"), namespace)  # noqa: S102 - our own docs, run as written
     scores = [float(s) for s in re.findall(r"\d\.\d+", capsys.readouterr().out)]
     assert len(scores) == 3 and all(0.0 < s <= 1.0 for s in scores)
 
