@@ -37,7 +37,8 @@ def is_label_set(value: Any) -> bool:
 
 def _indicator_from_matrix(y: Any, n_nodes: int, name: str) -> tuple[sp.csr_matrix, str]:
     if sp.issparse(y):
-        form, matrix = "sparse", sp.csr_matrix(y)
+        # A copy: the duplicates summed and zeros dropped below must not change the caller's y.
+        form, matrix = "sparse", sp.csr_matrix(y, copy=True)
     else:
         arr = np.asarray(y)
         if arr.dtype.kind not in "biuf":
@@ -134,7 +135,8 @@ def write_label_sets(indicator: sp.csr_matrix, form: str, labels: np.ndarray) ->
         return indicator.astype(np.int64)
     if form == "indicator":
         return indicator.toarray().astype(np.int64)
-    indicator.sort_indices()
+    if not indicator.has_sorted_indices:
+        indicator = indicator.sorted_indices()  # a copy: the given indicator stays as it is
     names = labels[indicator.indices].tolist()
     bounds = indicator.indptr.tolist()
     out = np.empty(indicator.shape[0], dtype=object)

@@ -40,11 +40,14 @@ def write_tree(path: str | os.PathLike, parents: np.ndarray, labels: np.ndarray,
     np.savez_compressed(path, parents=parents, labels=stored, label_kind=np.asarray(kind), **extra)
 
 
-def read_tree(path: str | os.PathLike) -> tuple[np.ndarray, Any]:
-    """``(parents, labels)`` from a file written by :func:`write_tree`; labels ``None`` for
-    default labels. Raises :class:`~hiclass_parallel.TreeError` naming the damage."""
+def read_tree(path: str | os.PathLike | Any) -> tuple[np.ndarray, Any]:
+    """``(parents, labels)`` from a file written by :func:`write_tree` (a path, or a binary
+    file object: errors then name its ``name`` attribute); labels ``None`` for default labels.
+    Raises :class:`~hiclass_parallel.TreeError` naming the damage."""
+    where = getattr(path, "name", repr(path)) if hasattr(path, "read") else os.fspath(path)
+
     def damaged(why: str) -> TreeError:
-        return TreeError(f"{os.fspath(path)!s} is not a tree saved by Tree.save: {why}")
+        return TreeError(f"{where!s} is not a tree saved by Tree.save: {why}")
 
     try:
         data = np.load(path, allow_pickle=False)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-__all__ = ["TreeError", "UnknownLabelError"]
+__all__ = ["ModelFileError", "TreeError", "UnknownLabelError"]
 
 
 class TreeError(ValueError):
     """A class tree is malformed (cycle, two parents, unknown parent, duplicate label, empty)."""
+
+
+class ModelFileError(ValueError):
+    """A folder written by :func:`~hiclass_parallel.estimators.save_classifier` cannot be loaded
+    as one model: a file is missing, is not a regular file, is damaged or of a format this
+    version does not read, belongs to another model or was edited after saving, or kept
+    changing while it was read. The message names the file and what is wrong with it."""
 
 
 class UnknownLabelError(ValueError, KeyError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -667,7 +667,7 @@ class Tree:
         write_tree(path, self._parents, self.labels, default_labels=self._labels is None)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Tree:
+    def load(cls, path: str | os.PathLike | BinaryIO) -> Tree:
         """Load a tree saved by :meth:`save`.
 
         Never unpickles. A missing file raises :class:`FileNotFoundError`; a file that is not
@@ -676,8 +676,8 @@ class Tree:
 
         Parameters
         ----------
-        path : str or os.PathLike
-            The ``.npz`` file.
+        path : str, os.PathLike or binary file object
+            The ``.npz`` file, or a seekable binary file object holding it (``io.BytesIO``).
 
         Returns
         -------

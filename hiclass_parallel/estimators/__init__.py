@@ -9,7 +9,7 @@ from typing import Any
 from .transformer import PathEncoder
 
 __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam",
-           "save_classifier", "load_classifier",
+           "save_classifier", "load_classifier", "ModelFileError",
            "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
            "DivergedError", "ClassTextClassifier", "BetaCalibrator"]
@@ -36,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from . import _persistence
 
         return getattr(_persistence, name)
+    if name == "ModelFileError":
+        from ..exceptions import ModelFileError
+
+        return ModelFileError
     if name in ("TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
         from . import _export
 

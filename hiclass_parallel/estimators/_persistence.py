@@ -7,9 +7,10 @@ format here is data only, and loading it executes nothing from the files:
   and a JSON header; loading parses them, it never unpickles);
 - ``tree.npz``: the class tree, through :meth:`~hiclass_parallel.Tree.save`
   (``np.load(..., allow_pickle=False)``);
+- ``prototypes.npz``: the class prototypes' statistics, where the model has them;
 - ``config.json``: the estimator's parameters, fitted scalars and the answer calibrator's
   three numbers (``calibrator_``), and a SHA-256 digest of the
-  other two files and of its own content, so that pieces of different models (or an edited
+  other files and of its own content, so that pieces of different models (or an edited
   file) are a named error at load time, never a silent mix.
 
 Parameters that JSON cannot hold as plain values are refused at save time with an error that
@@ -23,6 +24,24 @@ which must be a class defined in that module and of the kind the parameter needs
 ``nn.Module`` subclass for a network or an activation, an ``Optimizer`` subclass for the
 optimizer): no attribute chains, no functions, nothing re-exported.
 
+Nothing lost, nothing mixed (the file-system side is :mod:`._model_folder`):
+
+- a save is atomic. Every file is written to a new hidden folder beside the target and flushed
+  to disk, then that folder takes the target's place (on Linux, by one atomic exchange of the
+  two folders; elsewhere, by two renames, between which the path is briefly absent). The old
+  model loads until the new one is complete; a failure at any write (a full disk, a read-only
+  file system, an interrupt) leaves it as it was;
+- a folder holding any file other than a model's (:data:`MODEL_FILES`) is refused at save
+  time, so user data is never deleted;
+- a load reads each file once and checks the digest on, and parses, those same bytes, all
+  through one handle of the folder: a load racing a save sees the old model or the new one
+  (retrying, a bounded number of times, a read that the swap cut short) and otherwise a
+  :class:`~hiclass_parallel.exceptions.ModelFileError`, never a raw ``EOFError`` or
+  ``BadZipFile``;
+- only regular files are read (a FIFO or a symlink to a device is refused before it is
+  read), and every array is checked (dtype, shape against the tree and feature count, finite
+  values, and class prototypes whose statistics stay finite in float32).
+
 What is not saved: the optimizer's state (Adam's moments) and skorch's training history.
 A loaded model predicts exactly as the saved one; ``partial_fit`` or a warm start continues
 from the saved weights with a fresh optimizer. Pickle keeps working as before.
@@ -31,8 +50,10 @@ from the saved weights with a fresh optimizer. Pickle keeps working as before.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import importlib
+import io
 import json
 import os
 import re
@@ -45,11 +66,13 @@ import numpy as np
 import torch
 
 from .._labels import check_pad_not_a_label
+from ..exceptions import ModelFileError
 from ..tree import PARTITIONS, Tree
 from ._build import build_net
 from ._calibration import BetaCalibrator
 from ._checks import check_device
 from ._config import FitConfig
+from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
 from ._params import attach_net
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
@@ -67,6 +90,10 @@ WEIGHTS, TREE, CONFIG = "weights.safetensors", "tree.npz", "config.json"
 #: (CSR parts of the cosine kind's sums; the Gaussian kind's sums, counts and squares) and the
 #: kind's name, in an ``.npz`` read with ``allow_pickle=False``.
 PROTOTYPES = "prototypes.npz"
+
+#: Every file a saved model's folder may hold: :func:`save_classifier` replaces a folder holding
+#: only these, and refuses one holding anything else.
+MODEL_FILES = (CONFIG, TREE, WEIGHTS, PROTOTYPES)
 
 #: The ``format`` field of ``config.json``.
 FORMAT = "hiclass_parallel.HierarchicalClassifier"
@@ -235,8 +262,11 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     clf : HierarchicalClassifier
         A fitted classifier.
     path : str or path-like
-        A folder, created if needed; ``weights.safetensors``, ``tree.npz`` and
-        ``config.json`` are written in it (existing ones are replaced).
+        A folder, created if needed, that will hold ``weights.safetensors``, ``tree.npz``,
+        ``config.json`` and, where the model has class prototypes, ``prototypes.npz``. A
+        folder already there (an earlier save) is replaced as a whole, atomically: the old
+        model stays loadable until the new one is complete (see the module's notes). A
+        folder holding any other file is refused, never emptied.
 
     Returns
     -------
@@ -248,6 +278,12 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     TypeError
         When a parameter cannot be stored as plain JSON (a callback object, a custom
         ``train_split``, a ``RandomState``): the message names it.
+    FileExistsError
+        When ``path`` is a file, or a folder holding files other than a saved model's: the
+        message names them.
+    OSError
+        When writing fails (a full disk, no write permission in the folder's parent, where the
+        new folder is made): nothing at ``path`` has changed.
 
     See Also
     --------
@@ -301,29 +337,29 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
         "fitted": fitted,
     }
 
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
+    # Every file is made in memory first, so that its digest is of the very bytes written.
+    tree_file = io.BytesIO()
     try:
-        clf.tree_.save(folder / TREE)
+        clf.tree_.save(tree_file)
     except TypeError as exc:
         raise TypeError(f"cannot save the tree without pickle: {exc}") from exc
+    files = {TREE: tree_file.getvalue()}
     state = {k: v.detach().to("cpu").contiguous() for k, v in clf.net_.module_.state_dict().items()}
     # Shared tensors (tied weights) must be stored once: safetensors refuses aliases.
-    st.save_file(_untie(state), str(folder / WEIGHTS), metadata={"format_version": str(FORMAT_VERSION)})
-    files = (TREE, WEIGHTS)
+    files[WEIGHTS] = st.save(_untie(state), metadata={"format_version": str(FORMAT_VERSION)})
     if prototypes is not None:
-        np.savez(folder / PROTOTYPES, **prototypes.to_arrays())
-        files += (PROTOTYPES,)
-    elif (folder / PROTOTYPES).exists():  # left by an earlier save into this folder: not this model's
-        (folder / PROTOTYPES).unlink()
-    config["digests"] = {name: _file_digest(folder / name) for name in files}
+        prototypes_file = io.BytesIO()
+        np.savez(prototypes_file, **prototypes.to_arrays())
+        files[PROTOTYPES] = prototypes_file.getvalue()
+    config["digests"] = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     config["digests"][CONFIG] = _config_digest(config)
-    text = json.dumps(config, indent=1, sort_keys=True, allow_nan=True)
-    (folder / CONFIG).write_text(text + "\n", encoding="utf-8")
-    return folder
+    files[CONFIG] = (json.dumps(config, indent=1, sort_keys=True, allow_nan=True) + "\n").encode("utf-8")
+    replace_folder(path, files, MODEL_FILES)
+    return Path(path)
 
 
 def _file_digest(path: Path) -> str:
+    """SHA-256 of a file on disk (for tools and tests that edit a saved folder and re-digest it)."""
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -372,7 +408,7 @@ def load_classifier(
         Where the loaded network lives. ``None``: the saved ``device`` parameter, or the CPU
         (with a warning) when that is a CUDA device and none is available.
     allowed : iterable of str, default=()
-        Import paths of classes outside :data:`ALLOWED_PREFIXES` that may be imported
+        Import paths of classes outside :data:`ALLOWED_MODULES` that may be imported
         (e.g. ``["mypackage.nets.MyModule"]`` for a custom ``module``).
     trusted : bool, default=False
         Import any class the file names. Only for files you trust: importing runs code.
@@ -385,17 +421,37 @@ def load_classifier(
 
     Raises
     ------
+    ModelFileError
+        A :class:`ValueError`, naming the file: when a file is missing, is not a regular file
+        (a FIFO, a device, a folder, also behind a symlink: refused before it is read), is
+        damaged or not of its format (an ``.npz`` that is a bare ``.npy`` or holds object
+        arrays, class prototypes of the wrong shape or dtype, or whose statistics are not
+        finite in float32); when the files do not belong together or were modified after
+        saving (their digests differ), or disagree (tree size, partition, stops, pad label,
+        weight shapes); when the folder comes from a newer format; when another process kept
+        replacing the folder while it was read (after a bounded number of retries).
     ValueError
         When the file names a class outside the allow-list (the message says which
         parameter and how to allow it) or an object that is not a class of the kind its
-        parameter needs; when the three files do not belong together or were modified after
-        saving (their digests differ), or disagree (tree size, partition, stops, pad label,
-        weight shapes); when the file comes from a newer format; when ``device`` is not
-        available here.
+        parameter needs; when ``device`` is not available here.
+    FileNotFoundError
+        When there is no folder, or no ``config.json`` in it.
+
+    Notes
+    -----
+    Each file is read once, whole, into memory; its digest is checked on those bytes and the
+    same bytes are parsed, all through one handle of the folder. A load running while
+    another process saves into the same path therefore gets the old model or the new one,
+    never a mix: a read that raced the swap is retried.
     """
     folder = Path(path)
-    config = _read_config(folder)
-    _check_digests(folder, config)
+    config, data = read_consistent(folder, lambda reader: _read_model(folder, reader))
+    if config["format_version"] < 2:
+        warnings.warn(
+            f"{folder} was saved in format {config['format_version']}, without digests: whether its three files "
+            "belong together cannot be checked. Save it again to add them",
+            RuntimeWarning, stacklevel=2,
+        )
     allowed = frozenset(allowed)
     # Every class is resolved (and checked) before anything is constructed or called.
     cls = _resolve_class(config["class"], "the estimator class", trusted, allowed, _kind("the estimator class"))
@@ -405,8 +461,10 @@ def load_classifier(
         fitted = _fitted_from_format_1(folder, fitted, params)
     missing = [name for name in _FITTED + ("config_",) if name not in fitted]
     if missing:
-        raise ValueError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
-    tree = Tree.load(folder / TREE)
+        raise ModelFileError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
+    tree_file = io.BytesIO(data[TREE])
+    tree_file.name = str(folder / TREE)  # named in a TreeError
+    tree = Tree.load(tree_file)
     fit_config = _fit_config(folder, tree, fitted)
     if device is None:
         device = params.get("device", "cpu")
@@ -428,17 +486,20 @@ def load_classifier(
     try:
         clf.calibrator_ = None if saved_calibrator is None else BetaCalibrator.from_dict(saved_calibrator)
     except ValueError as exc:
-        raise ValueError(f"{folder / CONFIG}: {exc}") from None
-    clf.prototypes_ = _load_prototypes(folder, fitted.get("prototypes_"), tree, fitted["n_features_in_"])
-
-    state = _safetensors().load_file(str(folder / WEIGHTS), device="cpu")
+        raise ModelFileError(f"{folder / CONFIG}: {exc}") from None
+    clf.prototypes_ = _load_prototypes(folder, fitted.get("prototypes_"), tree, fitted["n_features_in_"],
+                                       data.get(PROTOTYPES))
+    try:
+        state = _safetensors().load(data[WEIGHTS])
+    except Exception as exc:  # noqa: BLE001 - safetensors' own SafetensorError, and others on damage
+        raise ModelFileError(f"{folder / WEIGHTS} is not a safetensors file ({type(exc).__name__}: {exc})") from None
     with torch.random.fork_rng(devices=[]):  # building the net draws initial weights: leave the caller's RNG
         net = build_net(clf, fit_config, targets, seed=None)  # not trained here
         net.initialize()
     try:
         net.module_.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise ValueError(f"{folder / WEIGHTS} does not fit the network its config.json describes: {exc}") from None
+        raise ModelFileError(f"{folder / WEIGHTS} does not fit the network its config.json describes: {exc}") from None
     net.module_.to(net.device)
     attach_net(clf, net)
     return clf
@@ -446,78 +507,98 @@ def load_classifier(
 
 def _field(config: dict[str, Any], name: str, kind: type) -> Any:
     if name not in config:
-        raise ValueError(f"config.json lacks the field {name!r}: it was not written by save_classifier")
+        raise ModelFileError(f"config.json lacks the field {name!r}: it was not written by save_classifier")
     if not isinstance(config[name], kind):
-        raise ValueError(f"config.json: the field {name!r} should be a {kind.__name__}, got {config[name]!r}")
+        raise ModelFileError(f"config.json: the field {name!r} should be a {kind.__name__}, got {config[name]!r}")
     return config[name]
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
+def _read_model(folder: Path, reader: FolderReader) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The parsed ``config.json`` and the bytes of the files it names, read once each through
+    ``reader`` and checked against its digests (those bytes are the ones parsed afterwards)."""
+    try:
+        config = _parse_config(folder, reader.read(CONFIG))
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"no {CONFIG} in the folder: not a model saved by save_classifier",
+                                str(folder)) from None
+    names = (TREE, WEIGHTS)
+    fitted = config.get("fitted")
+    if PROTOTYPES in config.get("digests", {}) or (isinstance(fitted, dict) and fitted.get("prototypes_") is not None):
+        names += (PROTOTYPES,)
+    data = {}
+    for name in names:
+        try:
+            data[name] = reader.read(name)
+        except FileNotFoundError:
+            raise ModelFileError(f"{folder / name} is missing: {folder / CONFIG} was saved with it") from None
+    _check_digests(folder, config, data)
+    return config, data
+
+
+def _parse_config(folder: Path, data: bytes) -> dict[str, Any]:
     """The parsed ``config.json``, checked to be a saved classifier of a format this version reads."""
     try:
-        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{folder / CONFIG} is not valid JSON ({exc})") from None
+        config = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ModelFileError(f"{folder / CONFIG} is not valid JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         what = config.get("format") if isinstance(config, dict) else type(config).__name__
-        raise ValueError(f"{folder / CONFIG} is not a saved HierarchicalClassifier (format={what!r})")
+        raise ModelFileError(f"{folder / CONFIG} is not a saved HierarchicalClassifier (format={what!r})")
     version = _field(config, "format_version", int)
     if isinstance(version, bool) or version < 1:
-        raise ValueError(f"{folder / CONFIG}: format_version={version!r} is not a format version")
+        raise ModelFileError(f"{folder / CONFIG}: format_version={version!r} is not a format version")
     if version > FORMAT_VERSION:
-        raise ValueError(
+        raise ModelFileError(
             f"{folder} was saved in format {version}, newer than this version of hiclass_parallel "
             f"reads ({FORMAT_VERSION}); upgrade hiclass_parallel"
         )
     return config
 
 
-def _check_digests(folder: Path, config: dict[str, Any]) -> None:
-    """The three files belong together and are as :func:`save_classifier` wrote them."""
+def _check_digests(folder: Path, config: dict[str, Any], data: dict[str, bytes]) -> None:
+    """The files (``data``: their bytes) belong together and are as :func:`save_classifier`
+    wrote them. Format 1 had no digests: nothing to check."""
     if config["format_version"] < 2:
-        warnings.warn(
-            f"{folder} was saved in format {config['format_version']}, without digests: whether its three files "
-            "belong together cannot be checked. Save it again to add them",
-            RuntimeWarning, stacklevel=3,
-        )
         return
     digests = _field(config, "digests", dict)
     if digests.get(CONFIG) != _config_digest(config):
-        raise ValueError(
+        raise ModelFileError(
             f"{folder / CONFIG} was modified after it was saved (its content does not match its digest); "
             "refusing to load it"
         )
     for name in (TREE, WEIGHTS) + ((PROTOTYPES,) if PROTOTYPES in digests else ()):
-        if not (folder / name).exists():
-            raise ValueError(f"{folder / name} is missing: {folder / CONFIG} was saved with it")
-        if digests.get(name) != _file_digest(folder / name):
-            raise ValueError(
+        if digests.get(name) != hashlib.sha256(data[name]).hexdigest():
+            raise ModelFileError(
                 f"{folder / name} is not the file saved with {folder / CONFIG} (its SHA-256 differs): "
                 "the folder mixes files of different models, or one was modified"
             )
 
 
-def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int) -> Any:
-    """``prototypes_`` from :data:`PROTOTYPES` and its weight and scale in ``config.json``
-    (``None``: the model had none, or was saved before prototypes existed; a file saved before
-    the scale was kept has none: 1)."""
+def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data: bytes | None) -> Any:
+    """``prototypes_`` from :data:`PROTOTYPES` (``data``: its bytes) and its weight and scale in
+    ``config.json`` (``None``: the model had none, or was saved before prototypes existed; a
+    file saved before the scale was kept has none: 1). Every array is checked (kind, dtype,
+    shape against the tree and the feature count, finite values, finite statistics in float32)
+    before the prototypes are used."""
     from ._prototypes import prototypes_from_arrays
 
     if saved is None:
         return None
     weight = saved.get("weight") if isinstance(saved, dict) else None
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not np.isfinite(weight) or weight < 0:
-        raise ValueError(f"{folder / CONFIG}: prototypes_ must hold a weight >= 0, got {saved!r}")
+        raise ModelFileError(f"{folder / CONFIG}: prototypes_ must hold a weight >= 0, got {saved!r}")
     scale = saved.get("scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
-        raise ValueError(f"{folder / CONFIG}: prototypes_ must hold a scale > 0, got {saved!r}")
-    if not (folder / PROTOTYPES).exists():
-        raise ValueError(f"{folder / PROTOTYPES} is missing: {folder / CONFIG} describes class prototypes")
-    with np.load(folder / PROTOTYPES, allow_pickle=False) as arrays:
-        try:
-            prototypes = prototypes_from_arrays(arrays, weight, tree, n_features)
-        except ValueError as exc:
-            raise ValueError(f"{folder / PROTOTYPES}: {exc}") from None
+        raise ModelFileError(f"{folder / CONFIG}: prototypes_ must hold a scale > 0, got {saved!r}")
+    if data is None:
+        raise ModelFileError(f"{folder / PROTOTYPES} is missing: {folder / CONFIG} describes class prototypes")
+    # No array of a model's prototypes is larger than (classes + 1) x (features + 1) float64s.
+    limit = 8 * (tree.n_classes + 1) * (n_features + 1) + 1024
+    arrays = read_npz(data, folder / PROTOTYPES, limit)
+    try:
+        prototypes = prototypes_from_arrays(arrays, weight, tree, n_features)
+    except (ValueError, TypeError) as exc:
+        raise ModelFileError(f"{folder / PROTOTYPES}: {exc}") from None
     prototypes.scale = float(scale)
     return prototypes
 
@@ -529,7 +610,7 @@ def _fitted_from_format_1(folder: Path, fitted: dict[str, Any], params: dict[str
 
     missing = [name for name in _FITTED_V1 if name not in fitted]
     if missing:
-        raise ValueError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
+        raise ModelFileError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
     module = fitted["module_class_"]
     capabilities = module_capabilities(module)
     config = {
@@ -560,7 +641,7 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     saved = fitted["config_"]
     fields = {f.name for f in dataclasses.fields(FitConfig)}
     if not isinstance(saved, dict) or set(saved) != fields:
-        raise ValueError(f"{folder / CONFIG}: config_ must hold exactly the fields {sorted(fields)}")
+        raise ModelFileError(f"{folder / CONFIG}: config_ must hold exactly the fields {sorted(fields)}")
     problems = []
     if saved["partition"] not in PARTITIONS:
         problems.append(f"partition={saved['partition']!r} is not one of {sorted(PARTITIONS)}")
@@ -604,9 +685,9 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
         if saved["training"] == "path_local" and not (saved["partition"] == "sibling" and capabilities.scores_columns):
             problems.append("training='path_local' needs the sibling partition and a module that scores columns")
     if problems:
-        raise ValueError(f"{folder} does not hold one consistent model: " + "; ".join(problems))
+        raise ModelFileError(f"{folder} does not hold one consistent model: " + "; ".join(problems))
     try:
         check_pad_not_a_label(tree, fitted["pad_label_"])
     except ValueError as exc:
-        raise ValueError(f"{folder / CONFIG}: {exc}") from None
+        raise ModelFileError(f"{folder / CONFIG}: {exc}") from None
     return FitConfig(**{**saved, "capabilities": capabilities})

@@ -26,6 +26,7 @@ model's probability of that path, mapped by a calibrator fitted on the re-ranked
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, ClassVar
 
@@ -176,17 +177,28 @@ class ClassPrototypes:
         if missing:
             raise ValueError(f"lacks {', '.join(sorted(missing))}")
         n_classes = tree.n_classes
-        shape = tuple(int(v) for v in np.asarray(arrays["shape"]).ravel())
+        saved_shape = np.asarray(arrays["shape"])
+        if saved_shape.shape != (2,) or saved_shape.dtype.kind not in "iu":
+            raise ValueError(f"the saved class prototypes' shape must be two integers, got {saved_shape!r}")
+        shape = tuple(int(v) for v in saved_shape)
         if shape != (n_classes, n_features):
             raise ValueError(f"the saved class prototypes have shape {shape}, but the model has {n_classes} classes "
                              f"and {n_features} features: the files are from different models")
+        data, indices, indptr = (np.asarray(arrays[name]) for name in ("data", "indices", "indptr"))
+        if data.ndim != 1 or data.dtype.kind != "f" or indices.ndim != 1 or indices.dtype.kind not in "iu" \
+                or indptr.ndim != 1 or indptr.dtype.kind not in "iu":
+            raise ValueError(
+                "the saved class prototypes' data must be a 1-D float array and their indices and indptr 1-D "
+                f"integer arrays, got {data.dtype} {data.shape}, {indices.dtype} {indices.shape}, "
+                f"{indptr.dtype} {indptr.shape}")
+        # Kept as float32: a value beyond float32's range would become an infinity.
+        if not (np.isfinite(data).all() and (np.abs(data) <= np.finfo(np.float32).max).all()):
+            raise ValueError("the saved class prototypes hold values that are not finite in float32")
         try:
-            sums = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]), shape=shape)
+            sums = sp.csr_matrix((data, indices, indptr), shape=shape)
             sums.check_format(full_check=True)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, IndexError) as exc:
             raise ValueError(f"the saved class prototypes are not a valid sparse matrix: {exc}") from None
-        if not np.isfinite(sums.data).all():
-            raise ValueError("the saved class prototypes hold non-finite values")
         return cls(sums=sp.csr_matrix(sums, dtype=np.float32), weight=float(weight))
 
 
@@ -200,14 +212,28 @@ def prototypes_kind(X: Any) -> type:
 
 def prototypes_from_arrays(arrays: Any, weight: float, tree: Any, n_features: int) -> Any:
     """A saved model's prototypes, of the kind its arrays name (an allow-list: models saved
-    before there were two kinds have none and are cosine prototypes)."""
+    before there were two kinds have none and are cosine prototypes), checked by the kind
+    (dtypes, shapes against ``tree`` and ``n_features``, finite values) and then as a whole:
+    the per-class arrays they are scored with must be finite in float32 (statistics that are
+    finite but huge, such as sums of 1e300, overflow there and would score every row NaN)."""
     from ._dense_prototypes import GaussianPrototypes
 
     kinds = {kind.KIND: kind for kind in (ClassPrototypes, GaussianPrototypes)}
-    name = str(np.asarray(arrays["kind"])) if "kind" in arrays else ClassPrototypes.KIND
+    name = ClassPrototypes.KIND
+    if "kind" in arrays:
+        kind = np.asarray(arrays["kind"])
+        if kind.shape != () or kind.dtype.kind != "U":
+            raise ValueError(f"its kind must be one name, got an array of {kind.dtype} of shape {kind.shape}")
+        name = str(kind)
     if name not in kinds:
         raise ValueError(f"names an unknown kind of class prototypes {name!r}; known: {sorted(kinds)}")
-    return kinds[name].from_arrays(arrays, weight, tree, n_features)
+    prototypes = kinds[name].from_arrays(arrays, weight, tree, n_features)
+    with np.errstate(all="ignore"):  # on a copy: the check leaves no cache behind
+        scored_with = copy.copy(prototypes).export_arrays()
+    if not all(np.isfinite(part).all() for part in scored_with):
+        raise ValueError(f"the saved {name} class prototypes' statistics overflow: the per-class arrays they are "
+                         "scored with are not finite in float32 (the file was not saved from a working model)")
+    return prototypes
 
 
 def _class_then_descending(row: np.ndarray, values: np.ndarray) -> np.ndarray:
