@@ -325,7 +325,6 @@ def _huge_npy_header() -> bytes:
 def _crafted(arrays):
     """A Gaussian model's saved arrays, edited."""
     sums, counts, squares = arrays["sums"], arrays["counts"], arrays["squares"]
-    zipped = lambda name, member: _zip({name + ".npy": member})  # noqa: E731
     return {
         "garbage bytes": (b"\x80\x04garbage that is no archive" * 10, "is not an .npz archive"),
         "a bare .npy": (_npy(sums), "holds a single .npy array, not an .npz archive"),
@@ -342,7 +341,7 @@ def _crafted(arrays):
         "two kinds": (_npz(kind=np.asarray(["gaussian", "cosine"]), sums=sums, counts=counts, squares=squares),
                       "its kind must be one name"),
         "an unknown kind": (_npz(kind=np.asarray("pickle"), sums=sums), "unknown kind"),
-        "a huge declared array": (zipped("sums", _huge_npy_header()), "declares shape"),
+        "a huge declared array": (_zip({"sums.npy": _huge_npy_header()}), "declares shape"),
         "a damaged member": (_npz(kind=np.asarray("gaussian"), sums=sums, counts=counts, squares=squares)[:-200],
                              "damaged .npz archive"),
     }
