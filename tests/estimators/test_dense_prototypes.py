@@ -111,6 +111,24 @@ def test_similarity_holds_in_float32_for_features_far_from_zero(dtype):
     np.testing.assert_array_equal(got.argmax(axis=1), reference.argmax(axis=1))
 
 
+def test_the_exported_similarity_centres_as_the_prototypes_do():
+    import torch
+
+    from hiclass_parallel import Tree
+    from hiclass_parallel.estimators import PrototypeReranker
+
+    rng = np.random.default_rng(2)
+    tree = Tree.from_parents([-1] * 4 + [0, 0, 1, 1, 2, 2, 3, 3])
+    X, ids = _far_from_zero(rng, tree, 300)
+    X = X.astype(np.float32)
+    nodes = rng.integers(0, tree.n_classes, (300, 5))
+    prototypes = GaussianPrototypes.from_rows(X, ids, tree)
+    exported = PrototypeReranker(prototypes, 1.0, 5).similarity(torch.from_numpy(X), torch.from_numpy(nodes))
+    got = exported.numpy().astype(np.float64)
+    reference = _reference_log_likelihood(X, ids, tree, nodes)
+    np.testing.assert_allclose(got - got[:, :1], reference - reference[:, :1], rtol=1e-4, atol=1e-3)
+
+
 def test_reranked_answers_of_features_far_from_zero_equal_the_float64_reranking():
     from hiclass_parallel import Tree
     from hiclass_parallel.estimators._prototypes import last_nodes
