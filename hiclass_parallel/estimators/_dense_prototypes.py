@@ -10,11 +10,14 @@ classes (``var``), so that a row's similarity to class ``c`` is its log-likeliho
 constant of the row (dropped: it changes no ranking and no fitted weight).
 
 The quadratic is formed about the mean of all training rows (:meth:`GaussianPrototypes.centre`,
-derived from the stored sums and counts, so nothing more is saved): rows and class means are
-centred in float64 before the float32 products. Uncentred, a feature whose values are large
-next to their within-class spread (a constant column of 1000, a year 2020 +- 0.5) makes
+derived from the stored sums and counts, so nothing more is saved): rows and class means lose
+the same centre before the float32 products. Uncentred, a feature whose values are large next
+to their within-class spread (a constant column of 1000, a year 2020 +- 0.5) makes
 ``x . (mu / var)`` and ``mu . mu / (2 var)`` huge and nearly equal, and their float32
-difference is rounding noise; centred, both are of the size of the differences they rank.
+difference is rounding noise; centred, both are of the size of the differences they rank. Any
+centre near the mean serves, as long as rows and means lose the same one: it is the mean
+rounded to float32, which a float32 row near it loses exactly (Sterbenz), and a float64 row
+loses in float64 before the cast.
 
 A class with few rows has a noisy mean, and a class with none has no mean at all; both borrow
 from their parent (hierarchical shrinkage, McCallum et al. 1998): ``mu_c = (sum of the class's
@@ -118,8 +121,8 @@ class GaussianPrototypes:
         return np.maximum(within, floor)
 
     def centre(self) -> np.ndarray:
-        """The mean of all rows (float64, ``(n_features,)``): where :meth:`similarity` centres
-        rows and class means before the float32 products."""
+        """The mean of all rows (float64, ``(n_features,)``); :meth:`similarity` centres rows and
+        class means by it, rounded to float32, before the float32 products."""
         return self.sums.sum(axis=0) / max(self.counts.sum(), 1.0)
 
     def means(self) -> np.ndarray:
@@ -134,12 +137,12 @@ class GaussianPrototypes:
 
     def _scaled_means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``m_c / var`` (float32) and ``m_c . m_c / (2 var)`` per class, where ``m_c = mu_c -
-        centre``, and the centre (float64), cached: the log-likelihood up to the row's constant
-        is ``(x - centre) . (m_c / var) - m_c . m_c / (2 var)``."""
+        centre``, and the centre (:meth:`centre` rounded to float32), cached: the log-likelihood
+        up to the row's constant is ``(x - centre) . (m_c / var) - m_c . m_c / (2 var)``."""
         scaled = self.__dict__.get("_scaled")
         if scaled is None:
-            centre = self.centre()
-            means, var = self.means() - centre, self.variance()
+            centre = self.centre().astype(np.float32)
+            means, var = self.means() - centre.astype(np.float64), self.variance()
             scaled = self.__dict__["_scaled"] = (
                 (means / var).astype(np.float32), (0.5 * np.square(means) / var).sum(axis=1).astype(np.float32),
                 centre)
@@ -147,7 +150,7 @@ class GaussianPrototypes:
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """What an exported model needs to compute :meth:`similarity` (``_export.PrototypeReranker``)
-        from rows already centred (:meth:`centre`): ``m_c / var`` and ``m_c . m_c / (2 var)``
+        from rows already centred (:meth:`centre`, rounded to float32): ``m_c / var`` and ``m_c . m_c / (2 var)``
         per class, ``m_c = mu_c - centre``."""
         return self._scaled_means()[:2]
 
@@ -160,7 +163,9 @@ class GaussianPrototypes:
         out = np.empty(nodes.shape, dtype=np.float32)
         for start in range(0, X.shape[0], 256):  # (rows, k, features) stays a few MB
             stop = min(X.shape[0], start + 256)
-            rows = (X[start:stop] - centre).astype(np.float32)  # centred in float64: see the module docstring
+            # float32 rows lose the float32 centre in float32, float64 rows in float64 (module docstring)
+            rows = np.subtract(X[start:stop], centre, dtype=np.result_type(X.dtype, np.float32))
+            rows = rows.astype(np.float32, copy=False)
             out[start:stop] = np.einsum("rf,rkf->rk", rows, weights[cand[start:stop]])
         out -= offsets[cand]
         out[nodes < 0] = 0.0
