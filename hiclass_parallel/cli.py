@@ -15,6 +15,12 @@ stderr and exit with status 2, sub-command usage errors included. ``--debug`` le
 exception propagate instead, so the traceback shows and a debugger (``python -m pdb``) stops
 at it; the exit status is then Python's for an uncaught exception, 1. ``--version`` prints
 the version.
+
+Ctrl-C prints ``hiclass-parallel: interrupted`` on stderr and exits with status 130 (128 +
+SIGINT, as a shell reports an interrupted command). An interrupted ``demo`` reports nothing and
+writes no file: training raises the interrupt instead of keeping the truncated model, and the
+report files are written aside and moved into ``--out`` only at the end of a whole run, so the
+files already there stay as they were.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ PROG = "hiclass-parallel"
 
 #: Exit status of a command that failed on its input (argparse's status for usage errors).
 EXIT_ERROR = 2
+
+#: Exit status after Ctrl-C: 128 + SIGINT, what a shell reports for an interrupted command.
+EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -258,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - every failure becomes one line, unless --debug
         if args.debug:
             raise

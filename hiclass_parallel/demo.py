@@ -9,8 +9,11 @@ sets; the held-out report is compared with a flat most-frequent baseline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -227,7 +230,10 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
 
     Before anything is loaded, ``out`` is created and checked (a folder that cannot take the
     report fails at once, not after training); before training, what is about to be trained
-    (rows, classes, epochs) is printed with a rough estimate of the time it takes.
+    (rows, classes, epochs) is printed with a rough estimate of the time it takes. The files
+    are written aside and moved into ``out`` together at the end: Ctrl-C before then
+    (``KeyboardInterrupt``, raised out of training as out of anything else) leaves ``out`` as
+    it was, with the previous run's files if any.
 
     Parameters
     ----------
@@ -273,6 +279,8 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
         ``root`` is not a WordNet synset.
     OSError
         ``out`` is a file or cannot be created or written to (see :func:`prepare_out_dir`).
+    KeyboardInterrupt
+        Ctrl-C: nothing is reported or written.
 
     Examples
     --------
@@ -358,7 +366,6 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
 
     plot_path = text_path = json_path = None
     if out_dir is not None:
-        plot_path = _plot(y_test, pred, tree, out_dir)
         level_acc, level_support = level_accuracy_score(y_test, pred, tree, zero_division=np.nan)
         figures = {
             "root": root, "full_tree": full_tree, "epochs": epochs_run, "partition": clf.partition_, "device": device, "seed": seed,
@@ -377,10 +384,13 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
             "level_support": [_json_number(v) for v in level_support],
         }
         figures = {k: float(v) if isinstance(v, np.floating) else v for k, v in figures.items()}
-        json_path = out_dir / "report.json"
-        json_path.write_text(json.dumps(figures, indent=2) + "\n")
-        text_path = out_dir / "report.txt"
-        text_path.write_text("\n".join(said) + "\n")
+        # Written aside and moved into out_dir together: Ctrl-C before that leaves the last run's files.
+        with _staged(out_dir) as stage:
+            plot_path = _plot(y_test, pred, tree, stage)
+            (stage / "report.json").write_text(json.dumps(figures, indent=2) + "\n")
+            (stage / "report.txt").write_text("\n".join(said) + "\n")
+        plot_path = None if plot_path is None else out_dir / plot_path.name
+        text_path, json_path = out_dir / "report.txt", out_dir / "report.json"
         written = ", ".join(str(p) for p in (plot_path, text_path, json_path) if p is not None)
         print(f"\nwritten: {written}")
     return {
@@ -397,6 +407,46 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
         "report_json": json_path,
         "report": report,
     }
+
+
+@contextlib.contextmanager
+def _staged(out: Path) -> Any:
+    """A hidden folder in ``out`` to write the run's files into; on leaving without an error
+    they replace those of ``out``, all of them, with Ctrl-C held back while they move.
+
+    An interrupted or failed run (Ctrl-C while predicting or plotting) leaves the files of the
+    previous run as they were, and never half of each: the staging folder is removed.
+    """
+    stage = Path(tempfile.mkdtemp(prefix=".demo-", dir=out))
+    try:
+        yield stage
+        with _interrupt_held():
+            for path in sorted(stage.iterdir()):
+                os.replace(path, out / path.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _interrupt_held() -> Any:
+    """Ctrl-C (SIGINT) inside is raised as ``KeyboardInterrupt`` on leaving, not in the middle:
+    the files being moved into place are then all of one run. Only in the main thread with
+    Python's own handler (elsewhere nothing is changed)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _plot(y_true: Any, y_pred: Any, tree: Any, out: Path) -> Path | None:

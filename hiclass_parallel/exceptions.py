@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
-__all__ = ["ModelFileError", "TreeError", "UnknownLabelError"]
+__all__ = ["DivergenceWarning", "ModelFileError", "TreeError", "UnknownLabelError"]
 
 
 class TreeError(ValueError):
     """A class tree is malformed (cycle, two parents, unknown parent, duplicate label, empty)."""
+
+
+class DivergenceWarning(UserWarning):
+    """Training went on without an error but made the model much worse: it diverged.
+
+    Raised as a warning by ``partial_fit`` (and ``fit`` with ``warm_start=True``) when the
+    model's mean loss on the rows it just trained on grew far above what it was before the
+    call, as a learning rate far too high does while the loss stays finite. The new weights
+    are kept; lower ``lr`` and train again, or refit.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from hiclass_parallel.exceptions import DivergenceWarning
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", DivergenceWarning)  # a diverging step stops the script
+    ...     issubclass(DivergenceWarning, UserWarning)
+    True
+    """
 
 
 class ModelFileError(ValueError):

@@ -12,7 +12,7 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "save_classifier", "load_classifier", "ModelFileError",
            "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
-           "DivergedError", "ClassTextClassifier", "BetaCalibrator"]
+           "DivergedError", "DivergenceWarning", "ClassTextClassifier", "BetaCalibrator"]
 
 
 def __getattr__(name: str) -> Any:
@@ -56,6 +56,10 @@ def __getattr__(name: str) -> Any:
         from . import _guards
 
         return getattr(_guards, name)
+    if name == "DivergenceWarning":
+        from ..exceptions import DivergenceWarning
+
+        return DivergenceWarning
     if name == "BetaCalibrator":
         from ._calibration import BetaCalibrator
 

@@ -14,11 +14,18 @@ features there are and gives the dataset the net iterates. The rest is shared:
 Continuing (``partial_fit``, ``warm_start``) skips 1 and 2 after checking that nothing it
 would decide differently has changed, and hands the fitted net the parameters changed since it
 was built that it can take (:func:`~._params.changed_since_built`; the others get a warning).
+
+A call that raises (bad input, a diverging loss, a callback's error, Ctrl-C) changes nothing: a
+fresh fit builds a new net, calibrator and prototypes and sets them at the end; a continued one
+trains the fitted net in place under :func:`~._guards.keep_net_on_error` and adds the call's
+rows to a copy of the prototypes, set only once training succeeded. A continued call that
+leaves the model much worse on its own rows warns (:func:`~._guards.warn_if_worse`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import warnings
 from collections.abc import Iterator
@@ -34,7 +41,8 @@ from ._build import build_net, net_params
 from ._calibration import plan_calibration
 from ._checks import check_params
 from ._config import config_changes, resolve_config
-from ._guards import check_trained_scores, fitted_attributes, warn_ignored_changes
+from ._guards import (check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse,
+                      warn_ignored_changes)
 from ._input import validate_X
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._prototypes import prototypes_kind
@@ -306,17 +314,26 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     data.validate(estimator, reset=False)
     dataset = data.dataset(targets, config.capabilities.accepts_sparse)
     net = estimator.net_
-    _hand_over(estimator, net, config, data.n_rows, live)
-    _drop_calibrator(estimator)
     X = _rows_of(data)
-    if getattr(estimator, "prototypes_", None) is not None and _wants_prototypes(estimator, X):
-        estimator.prototypes_.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False))
-    # Continuing a fitted net: its weights are the user's, so a diverging epoch puts them back.
-    net.set_params(callbacks__finite_loss__snapshot=True)
-    with training_threads(estimator), data.loading(net, targets):
-        with seeded(estimator, None):
-            net.partial_fit(dataset, None, epochs=epochs)
-        check_trained_scores(net, dataset)
+    prototypes = getattr(estimator, "prototypes_", None)
+    if prototypes is not None and _wants_prototypes(estimator, X):
+        # Into a new object (add builds new arrays), which replaces the old one only once training
+        # succeeded: a failed call leaves the fitted prototypes as they were.
+        prototypes = copy.copy(prototypes)
+        prototypes.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False))
+    # The net trains in place: a failed call (an error, a callback's, Ctrl-C) puts it back as it
+    # was, up to the last line (keep_fitted_state_on_error puts back the attributes set here).
+    with keep_net_on_error(net):
+        _hand_over(estimator, net, config, data.n_rows, live)
+        with training_threads(estimator), data.loading(net, targets):
+            before = mean_loss(net, dataset)
+            with seeded(estimator, None):
+                net.partial_fit(dataset, None, epochs=epochs)
+            check_trained_scores(net, dataset)
+            after = None if before is None else mean_loss(net, dataset)
+        _drop_calibrator(estimator)
+        estimator.prototypes_ = prototypes
+        warn_if_worse(before, after, getattr(net, "lr", None))
     return estimator
 
 

@@ -3,11 +3,13 @@
 Kept out of ``classifier.py`` so that the classifier calls each guard in one line:
 
 - :class:`FiniteLossGuard`, a skorch callback: a non-finite training or validation loss stops
-  training with :class:`NonFiniteLossError`, which says what to change, after putting back the
-  weights (and optimizer state) of the start of the failing epoch, the last finite ones; a
-  finite loss that ends a fit 10x above where it started gets a ``RuntimeWarning``;
-- :func:`keep_fitted_state_on_error`: a fit that fails (bad input, a diverging loss) leaves a
-  fitted estimator as it was, so the next ``predict`` still works;
+  training with :class:`NonFiniteLossError`, which says what to change; a finite loss that
+  ends a fit 10x above where it started gets a ``RuntimeWarning``;
+- :func:`keep_fitted_state_on_error` and :func:`keep_net_on_error`: a fit that fails (bad
+  input, a diverging loss, a callback's error, Ctrl-C) leaves the estimator as it was before
+  the call, its fitted attributes and the net trained in place alike;
+- :func:`mean_loss` and :func:`warn_if_worse`: continued training that leaves the model much
+  worse on the rows it trained on gets a :class:`~hiclass_parallel.exceptions.DivergenceWarning`;
 - :func:`warn_ignored_changes`: ``warm_start`` continues the fitted network, so changed
   parameters it is built from (``module__*``, ``callbacks``, ``early_stopping``...) have no
   effect: say so;
@@ -37,8 +39,11 @@ __all__ = [
     "check_trained_scores",
     "fitted_attributes",
     "keep_fitted_state_on_error",
+    "keep_net_on_error",
+    "mean_loss",
     "suggest_terminal",
     "warn_ignored_changes",
+    "warn_if_worse",
 ]
 
 
@@ -54,22 +59,10 @@ class FiniteLossGuard(Callback):
     """Stop training at the first non-finite loss, with an error that says what to change.
 
     A batch whose loss is NaN or infinite raises :class:`NonFiniteLossError` naming the epoch,
-    the batch, the learning rate and what to change. A failed fit of a new network leaves the
-    estimator as it was before the call (the classifier keeps its previous fitted state), so
-    nothing is copied then. Only while continuing a fitted network (``warm_start``,
-    ``partial_fit``), whose weights are the user's, is ``snapshot`` set: the module's and the
-    optimizer's states are copied at the start of every epoch and put back before raising.
-    (A copy per epoch doubles the memory of the weights, gigabytes for a text model of a large
-    tree, which is why fresh fits skip it.)
-
-    Parameters
-    ----------
-    snapshot : bool, default=False
-        Copy the weights at every epoch start and restore them on a non-finite loss.
+    the batch, the learning rate and what to change. Nothing is copied here: the fit that
+    raises puts the whole estimator back as it was before the call (a fresh fit never touched
+    the previous net; a continued one is restored by :func:`keep_net_on_error`).
     """
-
-    def __init__(self, snapshot: bool = False):
-        self.snapshot = snapshot
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         self.first_epoch_ = len(net.history)
@@ -87,12 +80,6 @@ class FiniteLossGuard(Callback):
             )
 
     def on_epoch_begin(self, net: Any, dataset_train: Any = None, dataset_valid: Any = None, **kwargs: Any) -> None:
-        self.saved_ = None
-        if self.snapshot:
-            self.saved_ = (
-                copy.deepcopy(net.module_.state_dict()),
-                copy.deepcopy(net.optimizer_.state_dict()) if hasattr(net, "optimizer_") else None,
-            )
         self.batch_ = 0
 
     def on_batch_end(self, net: Any, batch: Any = None, training: bool = False, **kwargs: Any) -> None:
@@ -103,17 +90,12 @@ class FiniteLossGuard(Callback):
         value = float(loss.detach()) if hasattr(loss, "detach") else float(loss)
         if math.isfinite(value):
             return
-        saved = getattr(self, "saved_", None)
-        if saved is not None:
-            net.module_.load_state_dict(saved[0])
-            if saved[1] is not None:
-                net.optimizer_.load_state_dict(saved[1])
         epoch = len(net.history)
         phase = "training" if training else "validation"
         raise NonFiniteLossError(
             f"the {phase} loss became {value} at epoch {epoch}, batch {self.batch_} (lr={getattr(net, 'lr', None)}): training "
             "diverged. Lower lr (e.g. by 10x), scale X (e.g. StandardScaler), or check X and the module for "
-            "NaN/inf" + ("; the weights of the start of that epoch (the last finite ones) were put back" if saved else "")
+            "NaN/inf; the model was put back as it was before this call"
         )
 
 
@@ -130,7 +112,9 @@ def keep_fitted_state_on_error(estimator: Any) -> Iterator[None]:
     Fitted attributes are those of :func:`fitted_attributes` (``net_``, ``tree_``,
     ``n_features_in_``...). A failed first fit leaves none; a failed refit leaves the previous
     model in place rather than half of a new one (``n_features_in_`` of the new ``X`` without
-    a ``net_``).
+    a ``net_``). Only the references are put back: what a fit changes in place (the net it
+    continues) is restored by :func:`keep_net_on_error`, and the prototypes are built into a
+    new object that replaces the old one only when training succeeded.
     """
     before = {k: getattr(estimator, k) for k in fitted_attributes(estimator)}
     try:
@@ -140,6 +124,63 @@ def keep_fitted_state_on_error(estimator: Any) -> Iterator[None]:
             if key not in before:
                 delattr(estimator, key)
         vars(estimator).update(before)
+        raise
+
+
+@contextlib.contextmanager
+def keep_net_on_error(net: Any) -> Iterator[None]:
+    """On an exception inside (``KeyboardInterrupt`` included), put the skorch ``net`` back as it was.
+
+    Continuing training changes the fitted net in place: its modules' weights and buffers, its
+    optimizers' states (moments, step counts) and parameter groups (``lr``), its history, and
+    its attributes (parameters handed over, a criterion or optimizer built anew for a changed
+    ``criterion__*``). The tensors are copied once here, for the whole call (one more copy of
+    the weights and of the optimizer state while it runs), and copied back *into the same
+    tensors*, so that whatever holds them (the optimizer holds the parameters, a fused step
+    the moments) sees the restored values. The callbacks' own counters (an early-stopping
+    patience, a learning-rate schedule) are not restored.
+    """
+    import torch
+
+    attributes = dict(vars(net))
+    n_epochs = len(net.history)
+    modules = [getattr(net, name + "_", None) for name in (*net._modules, *net._criteria)]
+    modules = [m for m in modules if isinstance(m, torch.nn.Module)]
+    weights = [(m, {k: v.detach().clone() for k, v in m.state_dict().items()},
+                [(p, p.grad) for p in m.parameters()]) for m in modules]
+    optimizers = [getattr(net, name + "_", None) for name in net._optimizers]
+    moments = [(opt, {p: {k: v.clone() if torch.is_tensor(v) else copy.deepcopy(v) for k, v in state.items()}
+                      for p, state in opt.state.items()},
+                [{k: copy.deepcopy(v) for k, v in group.items() if k != "params"} for group in opt.param_groups])
+               for opt in optimizers if isinstance(opt, torch.optim.Optimizer)]
+    try:
+        yield
+    except BaseException:
+        for key in [k for k in vars(net) if k not in attributes]:
+            delattr(net, key)
+        vars(net).update(attributes)
+        del net.history[n_epochs:]
+        with torch.no_grad():
+            for module, state, grads in weights:
+                module.load_state_dict(state)  # copies into the module's own tensors
+                for p, grad in grads:
+                    p.grad = grad
+            for opt, state, groups in moments:
+                for p in [p for p in opt.state if p not in state]:
+                    del opt.state[p]
+                for p, saved in state.items():
+                    live = opt.state[p]
+                    for key in [k for k in live if k not in saved]:
+                        del live[key]
+                    for key, value in saved.items():
+                        now = live.get(key)
+                        if torch.is_tensor(now) and torch.is_tensor(value) and now.shape == value.shape \
+                                and now.dtype == value.dtype:
+                            now.copy_(value)
+                        else:
+                            live[key] = value
+                for group, saved in zip(opt.param_groups, groups):
+                    group.update(saved)
         raise
 
 
@@ -222,6 +263,58 @@ def check_trained_scores(net: Any, dataset: Any, n_rows: int = 64) -> None:
             total += int(finite.shape[0])
     if bad:
         raise DivergedError(diverged_message(bad, total, getattr(net, "lr", None)))
+
+
+#: Rows of a call's data whose loss is compared before and after continued training: a
+#: bounded sample, so that the two extra forward passes cost the same for any batch size.
+LOSS_ROWS = 1024
+
+
+def mean_loss(net: Any, dataset: Any, n_rows: int = LOSS_ROWS) -> float | None:
+    """The net's mean training loss (evaluation mode, no gradients) over the first ``n_rows``
+    rows of ``dataset``; ``None`` for a stream (it cannot be re-read) or no rows."""
+    import torch
+    from skorch.dataset import unpack_data
+    from torch.utils.data import IterableDataset, Subset
+
+    if isinstance(dataset, IterableDataset) or len(dataset) == 0:
+        return None
+    sample = Subset(dataset, range(min(n_rows, len(dataset))))
+    total, count = 0.0, 0
+    with torch.random.fork_rng(devices=[]), torch.no_grad():  # a loader draws a seed: leave the streams alone
+        for batch in net.get_iterator(sample, training=False):
+            rows = len(unpack_data(batch)[1])
+            total += float(net.validation_step(batch)["loss"]) * rows
+            count += rows
+    return total / count if count else None
+
+
+def warn_if_worse(before: float | None, after: float | None, lr: Any) -> None:
+    """Warn (:class:`~hiclass_parallel.exceptions.DivergenceWarning`) when continued training
+    left the model much worse on its own rows: their mean loss ``after`` the call is both more
+    than twice the loss ``before`` it and more than ``log 2`` nats above it (or not finite).
+
+    Training on rows should lower their loss; a stochastic step may raise it a little (a high
+    but workable ``lr``, Adam's first steps on new rows). Both conditions are asked so that
+    neither kind of small change trips the warning: a nearly perfect model whose tiny loss
+    doubles still predicts the same answers (the absolute rise is small), and a poor model's
+    large loss rising by a nat is a bad step, not a diverged one (the relative rise is small).
+    ``log 2`` nats per row is the model's probability of the labelled answers halved on average.
+    """
+    from ..exceptions import DivergenceWarning
+
+    if before is None or after is None or not math.isfinite(before):
+        return
+    if math.isfinite(after) and (after <= 2 * before or after - before <= math.log(2)):
+        return
+    lr = f"{lr:.3g}" if isinstance(lr, (int, float)) else lr
+    warnings.warn(
+        f"this call made the model much worse on the rows it trained on: their mean loss rose from {before:.4g} "
+        f"to {after:.4g} (lr={lr}). Training diverged: lower lr (e.g. by 10x) or scale X (e.g. StandardScaler); "
+        "the model keeps the new weights",
+        DivergenceWarning,
+        stacklevel=6,  # the caller of fit / partial_fit
+    )
 
 
 def check_decidable(n_bad: int, n_rows: int, lr: Any = None) -> None:

@@ -1,15 +1,19 @@
 """The skorch net behind :class:`HierarchicalClassifier`, and the one inference loop.
 
 :class:`TreeNet` is a plain skorch ``NeuralNet`` (the targets are node ids scored by the tree
-loss, so ``NeuralNetClassifier``'s accuracy and stratified split do not apply) with three
+loss, so ``NeuralNetClassifier``'s accuracy and stratified split do not apply) with four
 additions: it checks the module's output width, trains path-locally when asked (the module
-scores only the columns the loss asks for), and :meth:`TreeNet.outputs` is the single loop
-over mini-batches that every prediction method uses.
+scores only the columns the loss asks for), :meth:`TreeNet.outputs` is the single loop over
+mini-batches that every prediction method uses, and Ctrl-C during training propagates (skorch
+would end training quietly and keep the truncated model).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,8 +52,32 @@ def module_kwargs(module: type, kwargs: dict[str, Any], filled: dict[str, tuple[
     return kwargs
 
 
+@contextlib.contextmanager
+def _watching_ctrl_c() -> Iterator[list[int]]:
+    """A list that gets an entry when SIGINT (Ctrl-C) reaches Python's handler inside, which
+    then runs as before (by default it raises ``KeyboardInterrupt``). Outside the main thread,
+    or with no Python handler (ignored, or the system's), nothing is watched: no Ctrl-C can
+    raise there."""
+    pressed: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield pressed
+        return
+
+    def handler(signum: int, frame: Any) -> Any:
+        pressed.append(signum)
+        return previous(signum, frame)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class TreeNet(NeuralNet):
-    """The skorch net: a plain ``NeuralNet`` that checks the module's output width.
+    """The skorch net: a plain ``NeuralNet`` that checks the module's output width and lets
+    Ctrl-C (``KeyboardInterrupt``) out of training instead of swallowing it.
 
     Parameters
     ----------
@@ -89,6 +117,32 @@ class TreeNet(NeuralNet):
         if training:
             loss.backward()
         return {"loss": loss, "y_pred": hidden}
+
+    def fit_loop(self, X: Any, y: Any = None, epochs: int | None = None, **fit_params: Any) -> Any:
+        try:
+            return super().fit_loop(X, y, epochs=epochs, **fit_params)
+        except KeyboardInterrupt as interrupt:
+            self._interrupt = interrupt  # skorch's partial_fit swallows it: partial_fit may raise it again
+            raise
+
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None, **fit_params: Any) -> TreeNet:
+        """skorch's ``partial_fit``, except that Ctrl-C (``KeyboardInterrupt``) propagates.
+
+        skorch catches ``KeyboardInterrupt`` in its loop, ends training and returns the net
+        trained so far as if it had finished. That is how its callbacks stop training
+        (``EarlyStopping`` raises it), and so it stays for them; but Ctrl-C is not a finished
+        fit. While training, the SIGINT handler is watched (in the main thread, where Python
+        runs it): an interrupt that follows a SIGINT is raised again after the callbacks'
+        ``on_train_end`` (they release what they hold), and the classifier's fit puts the
+        model back as it was before the call.
+        """
+        self.__dict__.pop("_interrupt", None)
+        with _watching_ctrl_c() as pressed:
+            super().partial_fit(X, y, classes, **fit_params)
+        interrupt = self.__dict__.pop("_interrupt", None)
+        if interrupt is not None and pressed:
+            raise interrupt
+        return self
 
     def train_step_single(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
         if not self.path_local:

@@ -160,6 +160,9 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None) -> ClassTextClassifier:
         """Fit the vectorizer on ``X``, then the classifier on its features and the class texts.
 
+        A fit that fails, or is interrupted (Ctrl-C raises ``KeyboardInterrupt`` out of it),
+        leaves the fitted attributes as they were before the call.
+
         Parameters
         ----------
         X : iterable of str of shape (n_samples,)
@@ -174,8 +177,10 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         given = self._check_class_text()
         classifier = clone(self.classifier)
         vectorizer = clone(self.vectorizer)
+        # Everything fitted lands on self at the end, together: a failed or interrupted fit
+        # (Ctrl-C included) leaves the previous model whole.
         if given is None:
-            self.class_texts_, self.class_features_ = None, None
+            texts, class_features = None, None
             features = vectorizer.fit_transform(X, y)
         else:
             self._check_classifier(classifier)
@@ -189,9 +194,9 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
             self._check_module(classifier, features)
             class_features = sp.csr_matrix(vectorizer.transform(texts))
             classifier.set_params(module__class_features=class_features)
-            self.class_texts_, self.class_features_ = texts, class_features
-        self.vectorizer_ = vectorizer
-        self.classifier_ = classifier.fit(features, y)
+        classifier.fit(features, y)
+        self.class_texts_, self.class_features_ = texts, class_features
+        self.vectorizer_, self.classifier_ = vectorizer, classifier
         return self
 
     def _check_class_text(self) -> dict[Any, str] | None:

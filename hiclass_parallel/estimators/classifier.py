@@ -412,6 +412,21 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Returns
         -------
         self : HierarchicalClassifier
+
+        Raises
+        ------
+        KeyboardInterrupt
+            Ctrl-C during the fit: the fit stops and the interrupt propagates (no calibrator
+            or prototypes are fitted on the truncated model).
+        NonFiniteLossError, DivergedError
+            Training diverged (a NaN or infinite loss, or scores).
+
+        Notes
+        -----
+        A fit that raises, for whatever reason (bad input, a diverging loss, a callback's
+        error, Ctrl-C), leaves the estimator as it was before the call: an unfitted one stays
+        unfitted, a fitted one keeps its weights, optimizer state, history, prototypes and
+        calibrator (the net is copied at the start of a ``warm_start`` fit and put back).
         """
         with keep_fitted_state_on_error(self):  # a failed refit keeps the fitted model
             return run_fit(self, X, y, epochs=None, partial=False)
@@ -432,6 +447,22 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Returns
         -------
         self : HierarchicalClassifier
+
+        Raises
+        ------
+        KeyboardInterrupt
+            Ctrl-C during the call; the estimator is left as it was before it.
+
+        Warns
+        -----
+        DivergenceWarning
+            The call left the model much worse on the rows it trained on (their mean loss
+            more than doubled, and by more than ``log 2`` nats): a learning rate far too high.
+
+        Notes
+        -----
+        As with :meth:`fit`, a call that raises changes nothing: the weights, optimizer
+        state, history and prototypes are put back as they were before it.
         """
         with keep_fitted_state_on_error(self):
             return run_fit(self, X, y, epochs=1, partial=True, classes=classes)
