@@ -877,7 +877,7 @@ static Step *step_new(Work *w, int64_t T, int64_t H) {
     const int64_t B = w->B, HS = H + 16;
     /* Rows of the (B, H) blocks are HS apart, not H: with H = 256 floats every row starts at a
      * multiple of 1 KiB, so the four h rows, four dh rows and the weight row a blocked loop
-     * streams all map to the same L1 sets and evict each other (measured 3x slower). */
+     * streams all map to the same L1 sets and evict each other (several times slower). */
     if (reserve(&w->score, 4 * (size_t)(w->P + 1)) || reserve(&w->grad, 4 * (size_t)(w->P + 1))
         || reserve(&w->hpad, 4 * (size_t)(B * HS + 1)) || reserve(&w->dh, 4 * (size_t)(T * B * HS + 1))
         || reserve(&w->sbuf, 4 * (size_t)(B * w->D + w->E + 1)) || reserve(&w->gbuf, 4 * (size_t)(B * w->D + w->E + 1))
