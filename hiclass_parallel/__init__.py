@@ -15,9 +15,9 @@ import of the package against this list; modules on one line do not import each 
 
 Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` when the variable is
 not set and torch is not loaded yet: torch's OpenMP threads then sleep instead of spinning while
-they wait, which keeps training fast on cores shared with other processes (a default fit went
-from 2-3x slower to several times slower beside one busy process without it; see
-``docs/benchmark-training.md``). Set the variable yourself (``ACTIVE``, or anything) to choose
+they wait, which keeps training fast on cores shared with other processes (spinning threads
+slow a fit several times over beside one busy process; see ``docs/gpu.md``, "CPU threads on a
+shared machine"). Set the variable yourself (``ACTIVE``, or anything) to choose
 otherwise; once torch is loaded its OpenMP runtime has read the variable and the package leaves
 it alone.
 """

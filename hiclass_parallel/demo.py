@@ -26,8 +26,8 @@ __all__ = ["build_demo_pipeline", "estimate_training_seconds", "prepare_out_dir"
 #: The recorded main job, the base of the time estimate printed before training: all noun
 #: synsets with a parent (82,115 classes), 80% of them trained on, the classifier's default of
 #: 2 epochs for that many rows, 2 idle cores (CPU). RECORDED_SECONDS spans the fastest and the
-#: slowest recorded training time (the README's demo runs), so the estimate shows the spread of
-#: real runs, not a bound.
+#: slowest recorded training time (docs/performance.md, "The main job"), so the estimate shows
+#: the spread of real runs, not a bound.
 RECORDED_TRAIN_ROWS = 65_691
 RECORDED_CLASSES = 82_115
 RECORDED_EPOCHS = 2
@@ -149,8 +149,7 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
     :data:`RECORDED_EPOCHS` epochs and :data:`RECORDED_CLASSES` classes) scaled by rows x
     epochs x classes ** (1/4). A row costs less in a smaller tree (a smaller vocabulary, fewer
     output rows to update): the fourth root fits the cost per row and epoch of the recorded
-    text benchmark with the fused training step (``docs/benchmark-text.md``) from 4,017 to
-    82,115 classes within 30%.
+    text benchmark (``docs/performance.md``) across subtrees of very different sizes.
     Rough all the same: a small subtree is dominated by fixed costs, and other processes on
     the same cores make it several times slower.
 

@@ -311,9 +311,8 @@ class PathLocalCrossEntropy(nn.Module):
         softmax only ever compares siblings; this term also pushes apart classes of different
         branches that the input confuses. It costs one product of the batch against its
         distinct ancestors. :class:`~hiclass_parallel.estimators.HierarchicalClassifier` sets
-        0.1 for path-local training: on WordNet glosses 0.3 added 0.019-0.023 hF1, and 0.1
-        keeps most of that and is right more often about the exact class
-        (``docs/benchmark-text.md``). With ``"mean"`` the term is the mean over (sample,
+        0.1 for path-local training: a larger weight favours hierarchical F1, a smaller one
+        the exact class. With ``"mean"`` the term is the mean over (sample,
         depth) rows; with ``"sum"`` and ``"none"``, sums (per sample for ``"none"``).
 
     Examples

@@ -260,7 +260,7 @@ def test_time_estimate_is_the_recorded_run_scaled():
     from hiclass_parallel.demo import _plan, estimate_training_seconds
 
     assert estimate_training_seconds(65_691, 2, 82_115) == (18.0, 19.5)  # the README's main job
-    # Recorded subtree fits (docs/_static/bench_text_1127.json, the classifier's fit alone)
+    # Recorded subtree fits (a text benchmark run, the classifier's fit alone)
     # fall within 0.5x-1.3x: the recorded main job includes its TF-IDF fit (about 8 of its
     # 18-20 s), which grows with the text more than with the classes, so the estimate runs high
     # on small subtrees (animal 0.78x, artifact 0.94x, person 0.92x).

@@ -240,8 +240,8 @@ def load_wordnet_glosses(
     synset's gloss (its definition; optionally with its lemma names and examples), ``y`` its
     parent (hypernym) under :data:`hiclass_parallel.datasets.build_wordnet.PARENT_RULE`, a label at any depth
     of the tree. Every target is an internal node (it has the sample's synset as a child) and
-    is the answer, not a coarse label: train with ``semantics="terminal"`` (the animal.n.01
-    demo: hF1 0.88 against 0.77 with the default ``"partial"``, which predicts leaves only).
+    is the answer, not a coarse label: train with ``semantics="terminal"`` (the default
+    ``"partial"`` predicts leaves only, so it could never give these answers).
     Sizes (samples / classes of the tree / levels / distinct targets):
 
     ============================  =======  =======  ======  =======

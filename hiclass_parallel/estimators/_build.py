@@ -31,8 +31,8 @@ __all__ = ["build_net", "net_params"]
 def class_feature_rows(features: Any, targets: Any, config: FitConfig) -> sp.csr_matrix:
     """``module__class_features`` given with one row per class (``classes_`` order) as one row
     per score column: each node's class row, and under the sibling partition each stop column
-    the row of the node whose children it ends at (measured better on WordNet than text-less
-    stops: ``docs/benchmark-text.md``)."""
+    the row of the node whose children it ends at (better on WordNet than text-less stops:
+    the text that names a node is evidence that the path ends there)."""
     from ..ops.groups import stop_columns
 
     n_classes = len(targets.classes)
@@ -114,8 +114,8 @@ def build_net(estimator: Any, config: FitConfig, targets: Any, seed: int | None)
         and "optimizer__foreach" not in params
         and torch.device(estimator.device).type in ("cpu", "cuda")
     ):
-        # torch's default Adam steps tensor by tensor; the fused kernel is about 10x faster per
-        # step on large output layers (benchmarks/bench_peers.py).
+        # torch's default Adam steps tensor by tensor; the fused kernel does a step in one
+        # pass, which counts on large output layers.
         kwargs["optimizer__fused"] = True
     groups = config.capabilities.lazy_adam_groups
     if (

@@ -1,9 +1,9 @@
 """Calibrating the probability of the predicted answer on rows held out while training.
 
-A path-locally trained text model is overconfident: the probability of its best path averages
-0.57-0.68 on the WordNet gloss benchmarks where it is right 41-51% of the time (expected
-calibration error 0.13-0.18, ``docs/calibration.md``). A single temperature halves that error
-but cannot remove it (the gap is not the same at every confidence), so the map fitted here is
+A path-locally trained text model is overconfident: the probability of its best path is well
+above how often it is right on the WordNet gloss benchmarks (``docs/calibration.md``). A single
+temperature narrows that gap but cannot remove it (the gap is not the same at every
+confidence), so the map fitted here is
 beta calibration (Kull, Silva Filho and Flach, 2017): ``sigmoid(a log p - b log(1 - p) + c)``
 with ``a, b >= 0``, a monotone map with three parameters that contains the identity
 (``a = b = 1, c = 0``) and needs a few hundred rows, not thousands.
@@ -13,25 +13,23 @@ Where the held-out rows come from (:func:`plan_calibration`): ``fit`` holds out
 on the held-out rows' answers. When training runs at least :data:`REJOIN_MIN_EPOCHS` epochs
 (data sets of up to about 20,000 rows under the text model's epoch rule), the map is fitted
 after all epochs but the last and the held-out rows join the last epoch: no row is lost, and
-the map is at most a fifth of training out of date (calibration error person.n.01 0.033-0.040).
-With fewer epochs (bigger data sets) the last epoch moves the model too much for a map fitted
-before it (all nouns, 3 epochs: 0.043-0.054), so the held-out rows stay out and the map is
-fitted on the final model (0.007-0.018), at the cost of at most 1,000 rows. Measured in
-``docs/calibration.md``.
+the map is at most a fifth of training out of date. With fewer epochs (bigger data sets) the
+last epoch moves the model too much for a map fitted before it, so the held-out rows stay out
+and the map is fitted on the final model, at the cost of at most 1,000 rows
+(``docs/calibration.md``; measured in ``docs/performance.md``).
 
 Only a text module (sparse input) lets them rejoin (:func:`rejoins`). Its optimizer moves only
 the rows a batch touches, so a held-out row in the last epoch moves its own features' and
 path's weights. A dense module's Adam moves every weight at every step: where it has fitted
-its training rows (a training loss of 0.005 on a 3,000-class synthetic tree), the unseen rows'
-gradients dwarf the ones its moments were scaled by, each step of the last epoch moves every
-weight several times as far as before, and the rejoining rows cost more than they bring
-(hierarchical F1 0.823 -> 0.808 there, 0.612 -> 0.609 at 11,110 classes; the held-out rows
-kept out cost 0.002 against no calibration).
+its training rows (a training loss near zero), the unseen rows' gradients dwarf the ones its
+moments were scaled by, each step of the last epoch moves every weight several times as far as
+before, and the rejoining rows cost more accuracy than they bring; kept out, they cost little
+against no calibration.
 
 A held-out row is not a new document, though. A vectorizer fitted on every training row (a
 ``TfidfVectorizer`` in front of the classifier in a ``Pipeline``) gave the held-out rows
-features that no row the model trained on has (about half their squared mass on the gloss
-benchmarks; 2.5% for a truly new document, whose unseen words the vectorizer drops), and
+features that no row the model trained on has (much of their mass on the gloss benchmarks,
+where a truly new document's unseen words are dropped by the vectorizer), and
 their untrained embeddings make the held-out answers look nothing like the test answers. So
 the held-out rows are shown to the model as a new document would be: without the features
 no training row has, and rescaled to the norm every training row has, when they all have one

@@ -67,11 +67,10 @@ class ModuleCapabilities:
         """Epochs when ``max_epochs=None``, for ``n_rows`` training rows (``None``: a stream).
 
         Dense modules: 10. Sparse (text) modules: ``35 / sqrt(steps per epoch)`` rounded to
-        the nearest whole number, within [2, 30]: held-out accuracy on WordNet glosses peaked
-        after about 35 x sqrt(steps per epoch) steps in all (``docs/benchmark-text.md``):
-        bigger data sets need more steps but fewer passes. Rounded up (and at least 3) until
-        2026-11-27; the nearest number trains 10-30% fewer steps at the same accuracy (all
-        nouns 2 epochs instead of 3, 10,000-class subtrees 6 instead of 7).
+        the nearest whole number, within [2, 30]: the text model's held-out accuracy peaks
+        after about ``35 x sqrt(steps per epoch)`` steps in all, so bigger data sets need more
+        steps but fewer passes. Rounding to the nearest (not up) trains fewer steps at the same
+        accuracy.
 
         Examples
         --------

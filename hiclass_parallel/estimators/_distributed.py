@@ -299,7 +299,7 @@ class DataParallel(Callback):
 
     def _exchange(self, buffers: list[torch.Tensor]) -> None:
         """All-gather by point-to-point: this rank's ``buffers[rank]`` to every other rank, theirs
-        into the others (gloo's ring all-gather measured 1.5x slower than this for 2 ranks)."""
+        into the others (gloo's ring all-gather measured slower than this for 2 ranks)."""
         rank = dist.get_rank(self.group)
         peer = (lambda r: dist.get_global_rank(self.group, r)) if self.group is not None else (lambda r: r)
         ops = [dist.P2POp(op, buffers[rank if op is dist.isend else r], peer(r), group=self.group)

@@ -81,9 +81,9 @@ def training_threads(estimator: Any) -> Iterator[None]:
     One thread where torch's OpenMP threads would spin: ``OMP_WAIT_POLICY`` unset means torch
     was loaded before the package (importing the package sets ``PASSIVE`` otherwise), so
     libgomp's default applies and a thread that finishes a parallel region spins for about 3 ms,
-    competing with the training step's own threads and with other processes (a default person
-    fit took 18-33 s with 2 threads against 10-15 s with one, on the shared 2-core machine:
-    ``docs/benchmark-training.md``). Any value of the variable is the user's choice and keeps
+    competing with the training step's own threads and with other processes, so on shared
+    cores one thread trains faster than two (``docs/gpu.md``, "CPU threads on a shared
+    machine"). Any value of the variable is the user's choice and keeps
     torch's thread count, which already counts only the cores the process may run on (and is
     one inside joblib's workers, which set ``OMP_NUM_THREADS`` to cores // n_jobs).
     """

@@ -203,8 +203,8 @@ class SparseLinear(nn.Module):
     def __init__(self, n_features: int, width: int, sparse: bool = True):
         super().__init__()
         bound = 1.0 / max(int(n_features), 1) ** 0.5  # nn.Linear's default initialisation
-        # _weight: the table is drawn once, here (its own default draw, replaced at once, took
-        # 1.2 s of a 30 s fit at WordNet's 483,569 features)
+        # _weight: the table is drawn once, here (its own default draw, replaced at once, is a
+        # noticeable share of a fit when the features number hundreds of thousands)
         self.embedding = nn.EmbeddingBag(int(n_features), int(width), mode="sum", sparse=bool(sparse),
                                          _weight=torch.empty(int(n_features), int(width)).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(int(width)).uniform_(-bound, bound))
@@ -322,9 +322,9 @@ class _ColumnScores:
     def __call__(self, samples: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         # The rows of a batch share most of their columns (the upper groups of the tree), so
         # one matrix product against the distinct columns beats per-pair dot products: it
-        # reads each weight row once, runs as BLAS, and the sparse gradient has no repeats
-        # (8x faster in training on person.n.01). In decoding, where each row also expands
-        # groups of its own, per-pair products and a shared/own split measured no faster.
+        # reads each weight row once, runs as BLAS, and the sparse gradient has no repeats.
+        # In decoding, where each row also expands groups of its own, per-pair products and a
+        # shared/own split were no faster.
         unique, where = torch.unique(columns, return_inverse=True)
         block = self.head.block(self.h, unique)
         self._scored = (unique, block)
@@ -335,8 +335,8 @@ class _ColumnScores:
 
         Columns already scored by the last call (the in-batch level term asks for the
         batch's ancestors, all on its scored paths) are read from that block: a second
-        lookup of the same weight rows would add a second sparse gradient to merge, which
-        cost 10 ms per step on WordNet's nouns.
+        lookup of the same weight rows would add a second sparse gradient to merge at every
+        step.
         """
         if self._scored is not None and columns.numel():
             unique, block = self._scored
@@ -450,9 +450,9 @@ class SparseMLP(nn.Module):
     n_outputs : int
         Number of scores (classes plus stops); set by the classifier from the tree.
     hidden_units : int, default=256
-        Width of the hidden representation. 256 measured as accurate as 512 on WordNet
-        glosses at half the time (``docs/benchmark-text.md``), and keeps the input layer and
-        its two Adam moments at 1.5 GB for 483,569 TF-IDF features (WordNet's nouns).
+        Width of the hidden representation. 256 is as accurate as wider layers on WordNet
+        glosses, and the input layer and its optimizer state grow with it (a row per
+        feature).
     dropout : float, default=0.0
         Dropout probability on the hidden representation while training.
     input_dropout : float, default=0.0
@@ -460,7 +460,7 @@ class SparseMLP(nn.Module):
         for bag-of-words features).
     activation : type of nn.Module or None, default=None
         Activation class after the sparse layer; ``None`` keeps it linear (a low-rank
-        linear model, which measured best on TF-IDF text: ``docs/benchmark-text.md``).
+        linear model, which generalises best on TF-IDF text).
     class_features : scipy sparse matrix of shape (n_classes, n_features), default=None
         Text of the classes themselves, in the same feature space as ``X`` (for example
         ``vectorizer.transform(class_names)``), one row per class in the tree's node-id order
@@ -470,9 +470,8 @@ class SparseMLP(nn.Module):
         :class:`MultiLabelHierarchicalClassifier` each copy of a DAG class the class's row.
         Each column's score then adds a lexical match ``sum_j x_j w_j f_cj`` with one learnt
         weight ``w_j`` per feature of the class texts (zero at the start): an input that names
-        a class can point to it even when the class was never a training target. On WordNet
-        hypernym placement with the classes' lemma names it added 0.008-0.015 hF1 and
-        0.04-0.08 exact accuracy, at 1.03-1.16x the fit time (``docs/benchmark-text.md``).
+        a class can point to it even when the class was never a training target
+        (``docs/class-text.md``; measured in ``docs/performance.md``).
     class_feature_scale : float, default=300.0
         Multiplier of the match weights: Adam moves a weight by about the learning rate per
         step, and TF-IDF products are small, so unscaled weights stay a fraction of a logit.
@@ -569,13 +568,11 @@ class SparseMLP(nn.Module):
     #: The classifier feeds scipy sparse input to this module as torch sparse CSR batches.
     accepts_sparse = True
     #: LazyAdam's default groups: the input layer (a row per feature) keeps one second moment
-    #: per row (0.5 GB less at all WordNet nouns, a fifth less time in its update) and learns at
-    #: 3x the rate of the output layer (``docs/benchmark-training.md``, "The input layer's
-    #: optimizer", has the accuracy on eight gloss subsets, and the calibration it cost); per
-    #: row on the output layer too lost 0.008 exact accuracy at all nouns. Both tables keep their
-    #: first moments in bfloat16 (the same answers to 0.001 on ten gloss subsets, 290 MB less at
-    #: all nouns; the time gain within the machine's run-to-run noise: "The kernels' vector
-    #: units" there).
+    #: per row (a fraction of the memory and traffic of one per entry) and learns at 3x the rate
+    #: of the output layer (more exact answers, at the cost of overconfident probabilities, which
+    #: the calibration corrects); a moment per row on the output layer, whose rows are classes,
+    #: loses exact accuracy, so it keeps one per entry. Both tables keep their first moments in
+    #: bfloat16 (the same answers; the moment takes half the memory).
     lazy_adam_groups = (("input.embedding.weight", {"second_moment": "row", "lr_scale": 3.0, "first_moment": "bfloat16"}),
                         ("head.weight.weight", {"first_moment": "bfloat16"}))
 

@@ -16,7 +16,7 @@ instead of 28, and it is memory-bound. A group may also scale the learning rate
 its first moment in bfloat16 (``first_moment="bfloat16"``: half its memory, 4 bytes fewer moved
 per touched entry; the arithmetic stays float32). The classifier asks for all three on the input
 layer of :class:`~hiclass_parallel.estimators.SparseMLP` and for bfloat16 first moments on its
-output layer (``docs/benchmark-training.md`` has the time and the accuracy it measured).
+output layer (``docs/performance.md`` has the time of the update).
 """
 
 from __future__ import annotations

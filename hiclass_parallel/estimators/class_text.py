@@ -85,8 +85,8 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         column. Such a word would gain nothing by one: its match weight is learnt only from
         training rows that contain it, and there are none, so it stays at its initial zero,
         while its input column adds an untrained random vector to any test row holding it
-        and the extra documents shift every word's IDF. On WordNet's person.n.01 both
-        settings were measured (``docs/benchmark-text.md``).
+        and the extra documents shift every word's IDF. Both settings are measured in
+        ``docs/performance.md``.
 
     Attributes
     ----------

@@ -120,19 +120,18 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Optimizer class; ``optimizer__*`` parameters pass to it. ``None`` means
         :class:`LazyAdam` for modules with sparse gradients (:class:`SparseMLP`: only the
         rows of the features and classes in a batch are updated) and ``torch.optim.Adam``
-        otherwise. Adam and AdamW use torch's fused kernel on CPU and CUDA (much faster per
-        step on large output layers; measured in ``docs/benchmark-peers.md``) unless
+        otherwise. Adam and AdamW use torch's fused kernel on CPU and CUDA (one kernel per
+        step instead of one per tensor, which counts on large output layers) unless
         ``optimizer__fused`` or ``optimizer__foreach`` is given.
     lr : float, default=None
         Learning rate. ``None``: 0.005 for modules with sparse input (:class:`SparseMLP`,
         trained by :class:`LazyAdam`), 0.003 otherwise.
     max_epochs : int, default=None
         Passes over the data in :meth:`fit` (fewer with early stopping). ``None``: 10, or
-        for :class:`SparseMLP` (text) ``35 / sqrt(steps per epoch)`` rounded, within [2, 30]:
-        held-out accuracy on WordNet glosses peaked after about 35 x sqrt(steps per epoch)
-        steps in all at lr 0.005 (3,200 rows: 10 epochs; 8,200 rows: 7; 66,000 rows: 3;
-        measured in ``docs/benchmark-text.md``): bigger data sets need more steps, but fewer
-        passes.
+        for :class:`SparseMLP` (text) ``35 / sqrt(steps per epoch)`` rounded to the nearest,
+        within [2, 30]: the text model's held-out accuracy peaks after about
+        ``35 x sqrt(steps per epoch)`` steps in all at lr 0.005, so bigger data sets need more
+        steps, but fewer passes.
     batch_size : int, default=256
         Mini-batch size for training and prediction (``-1``: the whole data set).
     train_split : callable, default=None
@@ -157,7 +156,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         afresh. Parameters changed since the network was built reach it where a trained
         network can take them (``lr``, ``optimizer__*``, ``criterion__*``, ``iterator_*``...,
         through skorch); those it is built from (``module__*``, ``callbacks``, ``device``...)
-        are named in a warning and wait for a fresh fit (``docs/classifier.md``, "Changing
+        are named in a warning and wait for a fresh fit (the docs' classifier page, "Changing
         parameters after fit").
     calibration : {"auto", "beta"} or None, default="auto"
         Calibrate the probability of the predicted answer (:meth:`predict_confidence`):
@@ -169,9 +168,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         epoch moves every weight, the held-out rows stay out of training. ``"auto"``: where the fit
         allows it (arrays, ``fit`` rather than ``partial_fit``, no ``train_split`` or
         ``early_stopping``, at least 100 held-out rows), else not; ``"beta"``: always, an error
-        where it cannot; ``None``: never (every row trains). On the WordNet gloss benchmarks
-        it brings the expected calibration error from 0.13-0.18 to 0.01-0.04
-        (``docs/calibration.md``). Sparse held-out rows are shown to the model without the
+        where it cannot; ``None``: never (every row trains). The network's own probability is
+        overconfident; the map corrects it (``docs/calibration.md``; measured in
+        ``docs/performance.md``). Sparse held-out rows are shown to the model without the
         features no training row has, as a fitted vectorizer shows a new document.
     calibration_size : "auto", float or int, default="auto"
         Rows held out of training to fit the calibration: ``"auto"`` is 5% of the rows, at
@@ -181,11 +180,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``prototype_candidates`` most probable answers, the one with the highest
         ``log p(answer) + weight * similarity(x, prototype)``. This gives every class evidence
         of its own over the input features, which the hidden layer's map lacks. Sparse ``X``
-        (such as TF-IDF): each class keeps the sum of its training rows, compared by cosine (on
-        the WordNet gloss benchmarks exact accuracy +0.02 to +0.07 and hF1 +0.003 to +0.025 on
-        every subset measured, ``docs/classifier.md``). Dense ``X``: each class keeps its mean,
-        shrunk towards its parent's, compared by a Gaussian log-likelihood with one pooled
-        variance per feature (``docs/benchmark-peers.md``). ``"auto"``: the weight that best
+        (such as TF-IDF): each class keeps the sum of its training rows, compared by cosine.
+        Dense ``X``: each class keeps its mean, shrunk towards its parent's, compared by a
+        Gaussian log-likelihood with one pooled variance per feature (``docs/prototypes.md``;
+        measured in ``docs/performance.md``). ``"auto"``: the weight that best
         explains which of the candidates of the rows held out for ``calibration`` are right, 0
         included, or a default when the fit holds no rows out (16 per unit of cosine; 1 per
         nat of log-likelihood); a float: that weight (not a bool: ``True`` is not ``"auto"``);

@@ -103,7 +103,7 @@ def partition_scores(scores: Any, tree: Tree, mask_value: float = -math.inf, out
         if is_numpy_array(scores):
             # NumPy runs one thread: fill and scatter a block of rows while it is in cache, so
             # the output travels to memory once; a separate scatter pass would fetch a cache
-            # line per write (measured in docs/benchmark-paper-table.md). The loop runs over
+            # line per write (docs/performance.md, "The paper's table"). The loop runs over
             # memory blocks, not over samples.
             step = max(1, _BLOCK_BYTES // max(1, rows.shape[1] * rows.itemsize))
             for start in range(0, n_rows, step):
@@ -243,7 +243,7 @@ def _empty_output(xp: Any, shape: tuple[int, ...], scores: Any) -> Any:
     Linux maps it 4 KiB at a time unless asked for transparent huge pages, which NumPy does for
     large arrays and torch's allocator does not (unless the process starts with
     ``THP_MEM_ALLOC_ENABLE=1``). Large torch CPU outputs therefore wrap a NumPy allocation
-    (zero copy; the tensor owns it); measured in ``docs/benchmark-paper-table.md``.
+    (zero copy; the tensor owns it); timed by ``benchmarks/bench_paper_table.py``.
     """
     if is_torch_array(scores) and scores.device.type == "cpu" and math.prod(shape) * scores.element_size() >= _HUGE:
         import numpy as np

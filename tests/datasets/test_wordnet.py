@@ -333,7 +333,7 @@ def test_paper_table_benchmark_runs(tmp_path):
     assert [r["backend"] for r in results][:2] == ["torch-cpu", "numpy-cpu"]
     for r in results:
         assert r["objects"]["paths"]["shape"] == [4, 20] and r["objects"]["paths"]["dtype"] == "int64"
-        assert r["buffers_bytes"] <= 12e6  # the target for the library's fixed memory
+        assert r["buffers_bytes"] <= 12e6  # the target for the library's fixed memory
 
 
 def test_the_loader_never_imports_the_builder():

@@ -1,4 +1,4 @@
-"""Data-parallel training on CPU (issue 13 item 1): 2 processes, gloo, torch.multiprocessing.
+"""Data-parallel training on CPU: 2 processes, gloo, torch.multiprocessing.
 
 Each rank fits on its shard with the :class:`DataParallel` callback; the ranks must end with
 identical weights, equal to one process training on the same data with twice the batch size

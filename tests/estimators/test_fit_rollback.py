@@ -117,7 +117,7 @@ def _state(clf, X):
 
 def _assert_unchanged(clf, X, before):
     after = _state(clf, X)
-    # the reproducers first: the failed call's rows in the prototypes, the predictions
+    # the reproducers first: the failed call's rows in the prototypes, the predictions
     assert after["prototypes"] is before["prototypes"] and after["weight"] == before["weight"]
     for key, value in before["prototype_arrays"].items():
         np.testing.assert_array_equal(after["prototype_arrays"][key], value, err_msg=key)

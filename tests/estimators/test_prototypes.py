@@ -312,8 +312,8 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
 
 
 def test_a_prototypes_file_saved_before_there_were_two_kinds_loads_as_cosine(tmp_path, text, fitted):
-    """Session-13 files have no ``kind`` in prototypes.npz (nor a scale in config.json): they
-    load as cosine prototypes with scale 1 and answer as before."""
+    """Files saved before the prototypes had kinds have no ``kind`` in prototypes.npz (nor a
+    scale in config.json): they load as cosine prototypes with scale 1 and answer as before."""
     import json
 
     pytest.importorskip("safetensors")

@@ -376,7 +376,7 @@ class TorchOps(ArrayOps):
         return (v - shift).exp_().sum(1, keepdim=True).log_().add_(shift)
 
     def argmax_rows(self, v):
-        # torch's CPU argmax is not vectorised (about 9x slower than amax); NumPy's is, and
+        # torch's CPU argmax is not vectorised (many times slower than amax); NumPy's is, and
         # a CPU tensor shares its memory with NumPy for free.
         if v.device.type == "cpu" and v.dtype in torch_numpy_floats() and not v.requires_grad:
             return self.xp.from_numpy(np.ascontiguousarray(v.numpy().argmax(1)).astype(np.int64, copy=False))
@@ -457,8 +457,8 @@ def map_chunks(ops: ArrayOps, fn: Any, n_rows: int, lay: Layout, itemsize: int) 
 
     NumPy releases the GIL inside its loops, so the chunks run in parallel, and, unlike
     torch's OpenMP regions (dozens per call here), a pool of plain threads has no barrier
-    that a busy machine can stall: under oversubscription OpenMP made these kernels 5-10x
-    slower, the pool does not.
+    that a busy machine can stall: under oversubscription OpenMP made these kernels several
+    times slower, the pool does not.
     """
     ranges = _row_chunks(ops, n_rows, lay, itemsize)
     if not ops.parallel:

@@ -27,7 +27,7 @@ CPU torch tensors of a dtype NumPy shares take the ``native`` or ``numpy`` route
 views of their memory (no copy): NumPy releases the GIL in its loops, so chunks run in
 parallel on plain threads, which, unlike torch's OpenMP regions (dozens per call here), have
 no barrier that a busy machine can stall (under oversubscription OpenMP made these kernels
-5-10x slower).
+several times slower).
 
 :func:`backend_for` picks the route of an array; :func:`use_backend` makes every call in a
 ``with`` block take a named route (tests compare routes this way).

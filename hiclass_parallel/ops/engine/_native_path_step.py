@@ -205,9 +205,9 @@ class PathLocalStep:
                         for name in ("paths", "group_of", "child_group", "group_ptr", "group_cols", "col_pos")}
 
     def _reused(self, name: str, rows: int, width: int) -> torch.Tensor:
-        # The row gradients of a step are tens of megabytes at WordNet's scale (17,000 output
-        # rows); a fresh allocation each step is fresh pages each step, and the page faults
-        # measured as long as the rest of the backward pass. So they live in grow-only buffers,
+        # The row gradients of a step are tens of megabytes at WordNet's scale; a fresh
+        # allocation each step is fresh pages each step, and the page faults took as long as
+        # the rest of the backward pass. So they live in grow-only buffers,
         # valid until the next step, as torch's accumulated .grad buffers are.
         need = rows * width
         buf = self._buffers.get(name)

@@ -1,7 +1,7 @@
 /* Per-group log-sum-exp (and log-softmax) of rows of scores: the CPU kernel of the lean engine.
  *
  * Why C: a per-group softmax over (B, C) needs a gather of every group's scores, a max, a sum of
- * exps and a subtraction; NumPy runs each as a separate pass over the batch (2.3x a flat
+ * exps and a subtraction; NumPy runs each as a separate pass over the batch (about twice a flat
  * torch.log_softmax for WordNet's level partition). Here the passes of one group stay in cache
  * and the loops vectorise: about the cost of one flat log_softmax.
  *
