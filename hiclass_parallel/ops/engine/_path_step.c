@@ -26,12 +26,13 @@
  * gradients) took longer than the products that score them.
  *
  * Not a Python module: hiclass_parallel/ops/_native_path_step.py loads it with ctypes. Threads:
- * plain pthreads started per phase and joined (no spinning waits between steps; the count is
- * the caller's). Built by setup.py as an optional extension; without it the torch route runs.
+ * a pool of pthreads started once that sleep between phases (no spinning waits; the count is
+ * the caller's; see `parallel`). Built by setup.py as an optional extension; without it the torch route runs.
  *
  * Compiled with -ffast-math (vectorised dot products and exp). Non-finite scores are detected
  * through their bits (the compiler may assume finite floats) and make the loss NaN, which the
  * classifier's finite-loss guard turns into a named error. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -463,18 +464,75 @@ typedef struct Text Text;
 typedef void (*task_fn)(const Step *s, int tid, int64_t lo, int64_t hi);
 typedef struct { task_fn fn; const Step *s; int tid; int64_t lo, hi; } Job;
 
-static void *job_main(void *arg) {
-    Job *j = arg;
-    j->fn(j->s, j->tid, j->lo, j->hi);
+/* A phase's T chunks are claimed, not assigned: chunk t always runs as tid t (so its scratch
+ * block and the order the blocks are summed in do not depend on who ran it, and the answers do
+ * not depend on timing), but any thread may run it. The caller claims chunks too, so when the
+ * cores are busy with other processes and a worker is not scheduled in time, the caller runs the
+ * phase alone instead of waiting for it: a phase waits only for chunks a worker actually began.
+ * Workers are started once and sleep on a condition variable between phases (never spin), so
+ * a step pays no thread creation and an idle fit leaves nothing running. One phase at a time:
+ * callers from several threads take turns (`owner`). */
+typedef struct {
+    pthread_mutex_t owner; /* held by the caller running a phase */
+    pthread_mutex_t mu;    /* guards the fields below */
+    pthread_cond_t work, done;
+    const Job *jobs;
+    int njobs, next, running, nworkers;
+} Pool;
+
+static Pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                    PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, 0};
+
+/* Claim the next chunk of the current phase under pool.mu, or -1. */
+static int claim(void) { return pool.next < pool.njobs ? pool.next++ : -1; }
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        int j = claim();
+        if (j < 0) { pthread_cond_wait(&pool.work, &pool.mu); continue; }
+        const Job job = pool.jobs[j];
+        pool.running++;
+        pthread_mutex_unlock(&pool.mu);
+        job.fn(job.s, job.tid, job.lo, job.hi);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.running == 0) pthread_cond_signal(&pool.done);
+    }
     return NULL;
 }
 
+/* A forked child has the pool's memory but none of its threads: start afresh. */
+static void pool_after_fork(void) {
+    pthread_mutex_init(&pool.owner, NULL);
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.work, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.jobs = NULL; pool.njobs = pool.next = pool.running = pool.nworkers = 0;
+}
+
+static void pool_atfork_once(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+
+/* At least n workers (fewer where a thread cannot start: the caller then runs more chunks). */
+static void pool_grow(int n) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pool_atfork_once);
+    while (pool.nworkers < n) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int ok = pthread_create(&th, &attr, worker_main, NULL) == 0;
+        pthread_attr_destroy(&attr);
+        if (!ok) break;
+        pool.nworkers++;
+    }
+}
+
 /* Run fn over [0, n) in T chunks; with `weight` (n + 1 cumulative costs) the chunks hold equal
- * cost, else equal counts. A thread that cannot start runs in the caller. */
+ * cost, else equal counts. */
 static void parallel(const Step *s, int T, task_fn fn, int64_t n, const int64_t *weight) {
     Job jobs[MAX_THREADS];
-    pthread_t th[MAX_THREADS];
-    int started[MAX_THREADS];
     int64_t prev = 0;
     for (int t = 0; t < T; t++) {
         int64_t hi = n;
@@ -490,12 +548,27 @@ static void parallel(const Step *s, int T, task_fn fn, int64_t n, const int64_t 
         jobs[t] = (Job){fn, s, t, prev, hi};
         prev = hi;
     }
-    for (int t = 1; t < T; t++) started[t] = pthread_create(&th[t], NULL, job_main, &jobs[t]) == 0;
-    job_main(&jobs[0]);
-    for (int t = 1; t < T; t++) {
-        if (started[t]) pthread_join(th[t], NULL);
-        else job_main(&jobs[t]);
+    if (T <= 1) {
+        if (T == 1) fn(s, 0, 0, n);
+        return;
     }
+    pthread_mutex_lock(&pool.owner);
+    pthread_mutex_lock(&pool.mu);
+    pool_grow(T - 1);
+    pool.jobs = jobs;
+    pool.njobs = T;
+    pool.next = 0;
+    if (pool.nworkers > 0) pthread_cond_broadcast(&pool.work);
+    for (int j; (j = claim()) >= 0;) {
+        pthread_mutex_unlock(&pool.mu);
+        fn(s, jobs[j].tid, jobs[j].lo, jobs[j].hi);
+        pthread_mutex_lock(&pool.mu);
+    }
+    while (pool.running > 0) pthread_cond_wait(&pool.done, &pool.mu);
+    pool.jobs = NULL;
+    pool.njobs = 0;
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&pool.owner);
 }
 
 /* ---------------------------------------------------------------- Adam on one row */
@@ -532,6 +605,18 @@ INLINE uint16_t f32_to_bf16(float f) {
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+/* sqrt(x) of a second moment (x >= 0). -ffast-math lets GCC vectorise sqrtf(x) as x * rsqrt(x)
+ * refined by a Newton step, and the hardware's rsqrt reads a subnormal x (below FLT_MIN) as 0:
+ * the root came out infinite or NaN, and so did the weights. Such moments are no corner case: a
+ * row whose gradient entries all stay below about 3e-18 has a subnormal mean square, and on a
+ * DAG the copies of a label on paths the model has ruled out get gradients scaled by their tiny
+ * share of the label's probability. A subnormal is scaled into the normal range by 2^64 (exact)
+ * and its root back by 2^-32, so every x gets the root's usual precision. */
+INLINE float moment_root(float x) {
+    const int tiny = x < FLT_MIN;
+    return sqrtf(tiny ? x * 0x1p64f : x) * (tiny ? 0x1p-32f : 1.0f);
+}
+
 /* One row's loops for one type of first moment: M_T its element type, M_LOAD / M_STORE how a
  * float is read from and written to it. The same operations, in the same order, as LazyAdam's
  * torch route. */
@@ -547,7 +632,7 @@ INLINE uint16_t f32_to_bf16(float f) {
             }                                                                                             \
             const float vr = a->v[row] * a->b2 + (1.0f - a->b2) * (sq / (float)H);                        \
             a->v[row] = vr;                                                                               \
-            const float step = a->lr_t / (sqrtf(vr / a->bc2) + a->eps);                                   \
+            const float step = a->lr_t / (moment_root(vr / a->bc2) + a->eps);                             \
             for (int64_t j = 0; j < H; j++) {                                                             \
                 const float gj = a->wd != 0.0f ? g[j] + a->wd * p[j] : g[j];                              \
                 const float mj = M_LOAD(m[j]) * a->b1 + (1.0f - a->b1) * gj;                              \
@@ -563,7 +648,7 @@ INLINE uint16_t f32_to_bf16(float f) {
             const float vj = v[j] * a->b2 + (1.0f - a->b2) * gj * gj;                                     \
             m[j] = M_STORE(mj);                                                                           \
             v[j] = vj;                                                                                    \
-            p[j] -= a->lr_t * (mj / (sqrtf(vj / a->bc2) + a->eps));                                       \
+            p[j] -= a->lr_t * (mj / (moment_root(vj / a->bc2) + a->eps));                                 \
         }                                                                                                 \
     }
 
