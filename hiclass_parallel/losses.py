@@ -57,6 +57,20 @@ def _check_level_contrast(weight: Any) -> float:
     return float(weight)
 
 
+def _row_weights(sample_weight: torch.Tensor | None, target: torch.Tensor,
+                 dtype: torch.dtype) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """``sample_weight`` as ``(B,)`` values of ``dtype`` on the target's device (``None`` stays
+    ``None``), and the target with every zero-weight sample made unlabelled (``-1``): such a
+    sample then counts nowhere, not even among the in-batch candidates, as if it were dropped."""
+    if sample_weight is None:
+        return None, target
+    weight = torch.as_tensor(sample_weight).to(device=target.device, dtype=dtype)
+    if weight.shape != (target.shape[0],):
+        raise ValueError(f"sample_weight has shape {tuple(weight.shape)}; expected one weight per sample "
+                         f"({target.shape[0]},)")
+    return weight, torch.where(weight > 0, target, torch.full_like(target, PAD))
+
+
 def _check_ids(target: torch.Tensor, n: int, what: str) -> None:
     """``target`` must be ``(B,)`` integer ids in ``[0, n)``, or ``-1`` for unlabelled samples."""
     if target.ndim != 1 or target.dtype.is_floating_point or target.dtype == torch.bool:
@@ -230,8 +244,13 @@ class HierarchicalCrossEntropy(nn.Module):
                 )
         return nodes
 
-    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Loss of ``scores (B, n_outputs)`` against node ids ``(B,)`` or paths ``(B, L)``."""
+    def forward(self, scores: torch.Tensor, target: torch.Tensor,
+                sample_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Loss of ``scores (B, n_outputs)`` against node ids ``(B,)`` or paths ``(B, L)``.
+
+        ``sample_weight`` (``(B,)``, non-negative; ``None``: all 1) multiplies each sample's
+        rows: ``"mean"`` is then ``sum(w * loss) / sum(w)`` over the labelled rows, so an
+        integer weight counts as that many copies of the sample, and a zero weight as none."""
         if scores.ndim != 2 or scores.shape[1] != self.n_outputs:
             raise ValueError(
                 f"scores have shape {tuple(scores.shape)}; expected (batch, {self.n_outputs}) "
@@ -241,7 +260,7 @@ class HierarchicalCrossEntropy(nn.Module):
             raise TypeError(f"scores must be floating point, got dtype {scores.dtype}")
         if target.shape[0] != scores.shape[0]:
             raise ValueError(f"target has {target.shape[0]} samples but scores have {scores.shape[0]}")
-        nodes = self.target_nodes(target)
+        weight, nodes = _row_weights(sample_weight, self.target_nodes(target), scores.dtype)
         lay = layout(self.tree, self.partition, self.stop)
         backend = backend_for(scores, lay)
         if backend.fuses_loss:
@@ -250,6 +269,8 @@ class HierarchicalCrossEntropy(nn.Module):
             per_sample, counts = autograd().FusedCrossEntropy.apply(
                 scores, nodes, backend, lay, arrays, self._mask_value, stop_rows
             )
+            if weight is not None:  # per-sample sums: the sample's weight scales them and their count
+                per_sample, counts = per_sample * weight, counts * weight
             return self._reduce(per_sample, counts)
         C, L = self.tree.n_classes, self.tree.n_levels
         labelled = nodes >= 0
@@ -265,6 +286,8 @@ class HierarchicalCrossEntropy(nn.Module):
             stop_w = self.level_weights[(depth + 1).clamp_max(L)].to(scores.dtype) * has_stop
             cols = torch.cat([cols, stop_col.clamp_min(0).unsqueeze(1)], 1)
             weights = torch.cat([weights, stop_w.unsqueeze(1)], 1)
+        if weight is not None:
+            weights = weights * weight.unsqueeze(1)
         groups = self.col_group[cols]
         per_sample = autograd().GroupCrossEntropy.apply(
             scores, cols, groups, weights, backend, lay, self._arrays(), self._mask_value
@@ -348,14 +371,21 @@ class PathLocalCrossEntropy(nn.Module):
         return (f"n_outputs={self.n_outputs}, stop={self.stop}, semantics={self.semantics!r}, "
                 f"reduction={self.reduction!r}, level_contrast={self.level_contrast}")
 
-    def forward(self, score: ScoreFn, target: torch.Tensor) -> torch.Tensor:
+    def forward(self, score: ScoreFn, target: torch.Tensor, sample_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Loss of the scores ``score(samples, columns)`` against node ids ``target (B,)``.
 
         ``-1`` marks an unlabelled sample. Returns a scalar (``"mean"``, ``"sum"``) or
-        per-sample losses ``(B,)`` (``"none"``).
+        per-sample losses ``(B,)`` (``"none"``). ``sample_weight`` (``(B,)``, non-negative;
+        ``None``: all 1) multiplies each sample's rows, of both terms: ``"mean"`` is then
+        ``sum(w * loss) / sum(w)`` over each term's rows, so an integer weight counts as that
+        many copies of the sample; a zero-weight sample counts as dropped (not even an in-batch
+        candidate).
         """
         _check_ids(target, self.tree.n_classes, "integer node ids")
         plan = sibling_plan(self.tree, self.stop)
+        weight = None
+        if sample_weight is not None:
+            weight, target = _row_weights(sample_weight, target, torch.float64)
         sample, group, column = path_rows(plan, target, self.semantics == "terminal")
         row, cand, start = expand_rows(plan, group)
         values = score(sample[row], cand)
@@ -367,6 +397,13 @@ class PathLocalCrossEntropy(nn.Module):
         contrast = None
         if self.training and self.level_contrast > 0:
             contrast = in_batch_level_loss(score, target, plan.arrays(target)["paths"])
+        if weight is not None:
+            weight = weight.to(values.dtype)
+            per_sample, n_rows = per_sample * weight, weight[sample].sum()
+            if contrast is not None:
+                contrast = (contrast[0] * weight, _weighted_rows(target, plan.arrays(target)["paths"], weight))
+            return _reduce(per_sample, torch.where(n_rows > 0, n_rows, torch.ones_like(n_rows)), self.reduction,
+                           self.level_contrast, contrast)
         return _reduce(per_sample, max(int(sample.shape[0]), 1), self.reduction, self.level_contrast, contrast)
 
 
@@ -381,7 +418,18 @@ def _reduce(per_sample: torch.Tensor, n_rows: Any, reduction: str, weight: float
     if reduction == "sum":
         return total if contrast is None else total + weight * contrast[0].sum()
     mean = total / n_rows
-    return mean if contrast is None else mean + weight * contrast[0].sum() / contrast[1].clamp(min=1)
+    if contrast is None:
+        return mean
+    rows = contrast[1]  # a count, or a weighted one (of sample weights): only an empty term reads as 1
+    return mean + weight * contrast[0].sum() / torch.where(rows > 0, rows, torch.ones_like(rows))
+
+
+def _weighted_rows(target: torch.Tensor, paths: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The in-batch level term's (sample, depth) rows of a tree's single labels, each counted
+    with its sample's weight: ``sum_b w_b * (depth of b's label + 1)``."""
+    labelled = target >= 0
+    rows = (paths[torch.where(labelled, target, 0)] >= 0).sum(1).to(weight.dtype)
+    return (torch.where(labelled, rows, torch.zeros_like(rows)) * weight).sum()
 
 
 def in_batch_level_loss(score: ScoreFn, target: torch.Tensor, paths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -427,14 +475,16 @@ def in_batch_level_loss(score: ScoreFn, target: torch.Tensor, paths: torch.Tenso
 
 
 def _level_loss_of_pairs(
-    score: ScoreFn, owner: torch.Tensor, nodes: torch.Tensor, paths: torch.Tensor, n_samples: int
+    score: ScoreFn, owner: torch.Tensor, nodes: torch.Tensor, paths: torch.Tensor, n_samples: int,
+    weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The in-batch level loss where a sample may own several target nodes (a DAG label's copies).
 
     ``(owner[i], nodes[i])`` pairs: sample ``owner[i]`` is right with ``nodes[i]``. At depth
     ``d`` a sample's positives are the distinct depth-``d`` ancestors of its nodes, and its row
     loss is ``logsumexp(all candidates) - logsumexp(its positives)``: with one node per sample,
-    the score of its own ancestor.
+    the score of its own ancestor. With ``weight`` (``(n_samples,)``), the row count returned
+    counts each sample's rows with its weight.
     """
     samples, row_of = torch.unique(owner, return_inverse=True)  # block rows: the samples with pairs
     anc = paths[nodes]  # (P, L), PAD-padded
@@ -464,6 +514,8 @@ def _level_loss_of_pairs(
     has = has.view(S, L)
     per_row = torch.where(has, lse_all - lse_pos.masked_fill(~has, 0.0), torch.zeros((), dtype=block.dtype, device=block.device))
     per_sample = torch.zeros(n_samples, dtype=block.dtype, device=block.device).index_add(0, samples, per_row.sum(1))
+    if weight is not None:
+        return per_sample, (has.sum(1).to(weight.dtype) * weight[samples]).sum()
     return per_sample, has.sum()
 
 
@@ -544,15 +596,20 @@ class DagCrossEntropy(nn.Module):
         self.path_local = (PathLocalCrossEntropy(self.tree, self.stop, "none", semantics=semantics)
                            if partition == "sibling" else None)
 
-    def forward(self, scores: torch.Tensor | ScoreFn, target: torch.Tensor) -> torch.Tensor:
+    def forward(self, scores: torch.Tensor | ScoreFn, target: torch.Tensor,
+                sample_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Loss of the unrolled tree's scores against DAG node ids ``target (B,)`` (``-1``: unlabelled).
 
         ``scores`` is either every score, ``(B, n_outputs)``, or (sibling partition) a score
         function ``score(samples, columns)`` as :class:`PathLocalCrossEntropy` takes: then only
         the sibling groups on the paths of each label's copies are scored (path-local training).
+        ``sample_weight`` (``(B,)``, non-negative; ``None``: all 1) multiplies each target's
+        loss: ``"mean"`` is then ``sum(w * loss) / sum(w)`` (the level term's rows likewise); a
+        zero weight counts as a dropped target.
         """
         n_nodes = self.copies.shape[0] - 1
         _check_ids(target, n_nodes, "DAG node ids")
+        weight, target = _row_weights(sample_weight, target, torch.float64)
         labelled = target >= 0
         cols = self.copies[torch.where(labelled, target, n_nodes).to(self.copies.device)]
         contrast_on = self.training and self.level_contrast > 0
@@ -572,7 +629,15 @@ class DagCrossEntropy(nn.Module):
             score = scores if callable(scores) else (lambda rows, columns: scores[rows, columns])
             # the tree's path table, as the sibling plan keeps it on the device
             paths = sibling_plan(self.tree, self.stop).arrays(cols)["paths"]
-            contrast = _level_loss_of_pairs(score, owner, copy_ids, paths, cols.shape[0])
+            contrast = _level_loss_of_pairs(score, owner, copy_ids, paths, cols.shape[0],
+                                            None if weight is None else weight.to(per_sample.dtype))
+        if weight is not None:
+            weight = weight.to(per_sample.dtype)
+            per_sample, total = per_sample * weight, (weight * labelled).sum()
+            if contrast is not None:
+                contrast = (contrast[0] * weight, contrast[1])
+            return _reduce(per_sample, torch.where(total > 0, total, torch.ones_like(total)), self.reduction,
+                           self.level_contrast, contrast)
         return _reduce(per_sample, labelled.sum().clamp_min(1), self.reduction, self.level_contrast, contrast)
 
     def _path_local_log_probs(

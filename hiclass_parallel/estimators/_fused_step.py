@@ -86,7 +86,7 @@ def _rows_grad(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) ->
 
 
 def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torch.Tensor,
-               optimizer: LazyAdam | None = None) -> dict[str, Any]:
+               optimizer: LazyAdam | None = None, sample_weight: torch.Tensor | None = None) -> dict[str, Any]:
     """One training step's loss and gradients (in ``p.grad``): ``{"loss", "y_pred"}`` as skorch's
     ``train_step_single`` returns (``y_pred`` is the hidden representation), and
     ``"fused_update"``, whether the step also applied the update of the big layers.
@@ -95,7 +95,10 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     backward pass and the optimizer's step: see :func:`fused_update_refusal`), the input and
     output layers' touched rows are updated in the step itself, each as soon as its gradient is
     complete, and their ``.grad`` stays unset; the biases get gradients, which the optimizer's
-    ``step`` then applies. The weights come out as after the unfused step and ``step``."""
+    ``step`` then applies. The weights come out as after the unfused step and ``step``.
+
+    ``sample_weight`` (``(B,)``, ``None``: all 1) weighs each sample's loss rows as
+    ``criterion(..., sample_weight=...)`` does on the torch route."""
     W_in, b_in, W_out, b_out = _params(module)
     level = criterion.level_contrast if criterion.training else 0.0
     update = optimizer.fused_row_updates(W_in, W_out) if optimizer is not None else None
@@ -107,7 +110,7 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     out = _workspace(module, criterion)(
         X, y, W_in.detach(), b_in.detach(), W_out.detach(), b_out.detach().reshape(-1),
         stop_rows=criterion.semantics == "terminal", level_weight=level, threads=torch.get_num_threads(),
-        update=tuple(update) if update else None, text=text,
+        update=tuple(update) if update else None, text=text, sample_weight=sample_weight,
     )
     if text is not None:  # the kernel's gradient is of the scaled weights
         _accumulate(module.match_weight, module.class_feature_scale * out.text_grad)

@@ -50,7 +50,7 @@ def _free() -> Any:
 
 
 def _prepare() -> Any:
-    return _lib(("ps_prepare",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _p, _p, _i, _i, _p))
+    return _lib(("ps_prepare",), _i, (_p, _i, _p, _p, _p, _p, _i, _p, _p, _p, _p, _p, _p, _i, _i, _p))
 
 
 def _forward() -> Any:
@@ -143,7 +143,8 @@ class StepResult:
     loss : float
         ``path + level_weight * level`` (NaN if a score was not finite).
     path_loss, level_loss : float
-        Mean over the path rows; mean over the level rows (unweighted).
+        Mean over the path rows; mean over the level rows (without ``level_weight``); both
+        weighted by the sample weights, when given.
     hidden : torch.Tensor of shape (B, H)
     input_rows, input_grad : torch.Tensor of shape (NF,) and (NF, H)
         The distinct input features of the batch (ascending) and ``d loss / d W_in`` on them.
@@ -224,11 +225,17 @@ class PathLocalStep:
         self, X: torch.Tensor, target: torch.Tensor, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor,
         b_out: torch.Tensor, *, stop_rows: bool, level_weight: float, threads: int,
         update: tuple[RowUpdate, RowUpdate] | None = None, text: ClassText | None = None,
+        sample_weight: torch.Tensor | None = None,
     ) -> StepResult:
         """One step on a torch sparse CSR float32 batch ``X (B, F)`` and node ids ``target (B,)``
         (``-1``: unlabelled). Weights are float32, C-contiguous, on the CPU; ``b_out`` has
         ``n_outputs`` entries. ``stop_rows``: terminal semantics with stop columns.
         ``level_weight > 0`` adds the in-batch level term.
+
+        ``sample_weight``: ``(B,)`` finite non-negative weights of the samples (``None``: all 1).
+        Each softmax row's loss and gradient is multiplied by its sample's weight and each term's
+        mean divides by its rows' total weight, as ``PathLocalCrossEntropy`` with
+        ``sample_weight``; a zero-weight sample counts as unlabelled.
 
         ``update``: Adam's steps of ``W_in`` and ``W_out`` (in that order): the step then
         updates their touched rows in place, each as soon as its gradient is complete and
@@ -243,13 +250,18 @@ class PathLocalStep:
         val = X.values().to(torch.float32).contiguous()
         target = target.to(torch.int64).contiguous()
         B, H = int(X.shape[0]), int(W_in.shape[1])
+        weight = None
+        if sample_weight is not None:
+            weight = torch.as_tensor(sample_weight).to(device="cpu", dtype=torch.float32).contiguous()
+            if weight.shape != (B,):
+                raise ValueError(f"sample_weight has shape {tuple(weight.shape)}; expected one weight per sample ({B},)")
         a = self._arrays
         sizes = np.zeros(7, dtype=np.int64)
         T = max(1, int(threads))
         f32 = {"dtype": torch.float32}
         with self._lock:
             rc = _prepare().ps_prepare(
-                self._handle, B, _ptr(target), _ptr(crow), _ptr(col), self.plan.n_levels, _ptr(a["paths"]),
+                self._handle, B, _ptr(target), _ptr(weight), _ptr(crow), _ptr(col), self.plan.n_levels, _ptr(a["paths"]),
                 _ptr(a["group_of"]), _ptr(a["child_group"]), _ptr(a["group_ptr"]), _ptr(a["group_cols"]),
                 _ptr(a["col_pos"]), int(bool(stop_rows) and self.plan.stop), int(level_weight > 0), _ptr(sizes),
             )

@@ -6,7 +6,9 @@
  * terminal semantics with stops, its children's group for its stop column), averaged over the
  * rows; plus, while training, `level_weight` times the in-batch level term: for every labelled
  * sample b and depth d < depth(b), a softmax over the distinct depth-d ancestors of the batch's
- * targets, target b's own ancestor, averaged over those rows.
+ * targets, target b's own ancestor, averaged over those rows. With sample weights, every row
+ * counts with its sample's weight in both means (sum w * loss / sum w over the term's rows), and
+ * a zero-weight sample is read as unlabelled (as if it were not in the batch).
  *
  * Why C: the torch route runs this as a chain of small ops (unique, index_select, a block
  * product of the batch against every distinct column, segment reductions, autograd, sparse
@@ -99,6 +101,12 @@ typedef struct {
     Buf v_mark, slot_v, xv, tgrad;
     Buf dense_rows; /* (D) the dense block's W_out rows (ps_finish's fused update) */
     int64_t V, NP;
+    /* sample weights (ps_prepare's weight, copied; has_w 0: every sample weighs 1), the targets
+     * with zero-weight samples unlabelled, and the weighted row counts: RW of the R path rows,
+     * LRW of the LR level rows (the loss's denominators; R and LR themselves without weights) */
+    Buf sw, tw;
+    int has_w;
+    double RW, LRW;
 } Work;
 
 void *ps_new(int64_t C, int64_t N, int64_t F) {
@@ -136,7 +144,7 @@ void ps_free(void *handle) {
                    &w->pair_entry, &w->s_mark, &w->dense_u, &w->e_at,
                    &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf, &w->set_ptr, &w->set_col, &w->set_k,
                    &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups, &w->gscratch,
-                   &w->v_mark, &w->slot_v, &w->xv, &w->tgrad, &w->dense_rows};
+                   &w->v_mark, &w->slot_v, &w->xv, &w->tgrad, &w->dense_rows, &w->sw, &w->tw};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
     free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
     free(w->dense_bits); free(w->group_count); free(w->group_set);
@@ -207,7 +215,9 @@ static int64_t drain_bits(uint64_t *bits, int64_t n_bits, int64_t *out) {
 }
 
 /* ps_prepare: the structure of one step from the batch's targets and input columns.
- *   target (B) node ids, -1 unlabelled; xptr (B + 1), xidx (nnz) the batch's CSR columns;
+ *   target (B) node ids, -1 unlabelled; weight (B) the samples' weights (finite, >= 0; NULL:
+ *   all 1; a zero-weight sample is read as unlabelled); xptr (B + 1), xidx (nnz) the batch's
+ *   CSR columns;
  *   paths ((C + 1) x L) ancestral paths, -1 padded; group_of (C); child_group (C);
  *   group_ptr, group_cols, col_pos: the sibling groups (hiclass_parallel.ops.sibling_paths);
  *   stop_rows: add the stop row of an internal target (terminal semantics with stops);
@@ -216,15 +226,23 @@ static int64_t drain_bits(uint64_t *bits, int64_t n_bits, int64_t *out) {
  *   all softmax rows (the listed pairs and the dense rows' sets), R path rows, LR level rows,
  *   nnz, D dense columns.
  * Returns 0; -1 out of memory; -2 a target outside [-1, C); -3 a feature outside [0, F). */
-int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t *xptr, const int64_t *xidx,
-                   int64_t L, const int64_t *paths, const int64_t *group_of, const int64_t *child_group,
-                   const int64_t *group_ptr, const int64_t *group_cols, const int64_t *col_pos,
-                   int64_t stop_rows, int64_t level, int64_t *sizes) {
+int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *weight, const int64_t *xptr,
+                   const int64_t *xidx, int64_t L, const int64_t *paths, const int64_t *group_of,
+                   const int64_t *child_group, const int64_t *group_ptr, const int64_t *group_cols,
+                   const int64_t *col_pos, int64_t stop_rows, int64_t level, int64_t *sizes) {
     Work *w = handle;
     const int64_t C = w->C;
     w->B = B; w->R = 0; w->LR = 0; w->SR = 0; w->RS = 0; w->P = 0; w->NS = 0; w->DR = 0; w->DP = 0;
+    w->RW = 0.0; w->LRW = 0.0; w->has_w = weight != NULL;
     for (int64_t b = 0; b < B; b++)
         if (target[b] < -1 || target[b] >= C) return -2;
+    if (weight) { /* the weights kept for ps_backward; zero-weight samples unlabelled */
+        if (reserve(&w->sw, 4 * (size_t)(B + 1)) || reserve(&w->tw, 8 * (size_t)(B + 1))) return -1;
+        float *sw = w->sw.p;
+        int64_t *tw = I64(w->tw);
+        for (int64_t b = 0; b < B; b++) { sw[b] = weight[b]; tw[b] = weight[b] > 0.0f ? target[b] : -1; }
+        target = tw;
+    }
     /* dense sets: a group that at least a quarter of the batch (and 8 samples) uses, and a
      * depth's in-batch ancestors when as many samples reach that depth */
     const int64_t dense_min = B / 4 > 8 ? B / 4 : 8;
@@ -268,6 +286,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
                                           : add_pairs(w, b, group_cols + lo, n, col_pos[node]);
             if (rc) return -1;
             w->R++;
+            w->RW += weight ? (double)weight[b] : 1.0;
         }
         if (stop_rows && child_group[t] >= 0) {
             int64_t g = child_group[t], lo = group_ptr[g], n = group_ptr[g + 1] - lo;
@@ -275,6 +294,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
                                           : add_pairs(w, b, group_cols + lo, n, col_pos[C + g - 1]);
             if (rc) return -1;
             w->R++;
+            w->RW += weight ? (double)weight[b] : 1.0;
         }
     }
     w->RS = w->SR;
@@ -315,6 +335,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const int64_t
                                       : add_pairs(w, b, nodes + lptr[d], lptr[d + 1] - lptr[d], w->node_mark[path[d]]);
                 if (rc) return -1;
                 w->LR++;
+                w->LRW += weight ? (double)weight[b] : 1.0;
             }
         }
         for (int64_t i = 0; i < n; i++) w->node_mark[nodes[i]] = -1;
@@ -679,6 +700,7 @@ struct Step {
     const float *upd_grad;
     const float *dh_dense;
     float path_scale, level_scale;
+    const float *sw; /* the samples' weights (NULL: all 1): a row's scale is its sample's weight times these */
     int T;
     double loss[MAX_THREADS][2], dloss[MAX_THREADS][2];
     int nonfinite[MAX_THREADS], dnonfinite[MAX_THREADS];
@@ -783,6 +805,7 @@ CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     Step *m = (Step *)s;
     const Work *w = s->w;
     const int64_t *start = w->row_start.p, *tgt = w->row_target.p, *pe = w->pair_entry.p, *eat = w->e_at.p;
+    const int64_t *psample = w->pair_sample.p;
     double path = 0.0, level = 0.0;
     int bad = 0;
     for (int64_t r = lo; r < hi; r++) {
@@ -796,11 +819,12 @@ CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
         float total = 0.0f;
         for (int64_t i = 0; i < z - a; i++) total += expf(x[i] - top);
         const float lse = logf(total) + top;
-        const float scale = r < w->RS ? s->path_scale : s->level_scale;
+        const float weight = s->sw ? s->sw[psample[a]] : 1.0f; /* every pair of a row is its sample's */
+        const float scale = (r < w->RS ? s->path_scale : s->level_scale) * weight;
         float *g = s->grad + a;
         for (int64_t i = 0; i < z - a; i++) g[i] = scale * expf(x[i] - lse);
         s->grad[tgt[r]] -= scale;
-        const double row_loss = (double)lse - (double)s->score[tgt[r]];
+        const double row_loss = (double)weight * ((double)lse - (double)s->score[tgt[r]]);
         if (r < w->RS) path += row_loss; else level += row_loss;
     }
     m->loss[tid][0] = path;
@@ -821,6 +845,7 @@ CLONES static void dense_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     for (int64_t b = lo; b < hi; b++) {
         const float *restrict S = s->sbuf + b * D;
         float *restrict G = s->gbuf + b * D;
+        const float weight = s->sw ? s->sw[b] : 1.0f;
         for (int64_t r = dptr[b]; r < dptr[b + 1]; r++) {
             const int64_t *restrict k = sk + sp[dset[r]], n = sp[dset[r] + 1] - sp[dset[r]];
             int odd = 0;
@@ -830,10 +855,10 @@ CLONES static void dense_task(const Step *s, int tid, int64_t lo, int64_t hi) {
             float total = 0.0f;
             for (int64_t i = 0; i < n; i++) total += expf(S[k[i]] - top);
             const float lse = logf(total) + top;
-            const float scale = dlev[r] ? s->level_scale : s->path_scale;
+            const float scale = (dlev[r] ? s->level_scale : s->path_scale) * weight;
             for (int64_t i = 0; i < n; i++) G[k[i]] += scale * expf(S[k[i]] - lse);
             G[k[dtpos[r]]] -= scale;
-            const double row_loss = (double)lse - (double)S[k[dtpos[r]]];
+            const double row_loss = (double)weight * ((double)lse - (double)S[k[dtpos[r]]]);
             if (dlev[r]) level += row_loss; else path += row_loss;
         }
     }
@@ -997,7 +1022,8 @@ int64_t ps_forward(void *handle, int64_t T, const int64_t *xptr, const int64_t *
 /* ps_backward. In: S (B, D) the dense block's scores. Out: G (B, D) d loss / d S; dW_out (U, H)
  * and db_out (U) the gradients of the distinct columns' rows (the sparse columns' rows filled
  * here, the dense ones by ps_finish; db_out all); loss (3): the loss, its path part (mean over
- * path rows), its level part (mean over level rows, unweighted); NaN where a score was not
+ * path rows), its level part (mean over level rows, without level_weight; both means weighted
+ * by the sample weights of ps_prepare); NaN where a score was not
  * finite. The fused update (m not NULL): W_out's sparse rows are updated by Adam here (m, v,
  * hyper, form as adam_rows takes them; W_out is written) and dW_out is not written. */
 int64_t ps_backward(void *handle, int64_t T, int64_t H, float *W_out, const float *S, float level_weight,
@@ -1009,8 +1035,10 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, float *W_out, const floa
     const int64_t B = w->B, D = w->D, rows = w->SR;
     s->W_out = W_out; s->dW_out = dW_out; s->db_out = db_out;
     s->upd = W_out; s->adam = row_adam(m, v, hyper, form);
-    s->path_scale = 1.0f / (float)(w->R > 0 ? w->R : 1);
-    s->level_scale = level_weight / (float)(w->LR > 0 ? w->LR : 1);
+    /* the means' denominators: the (weighted) row counts; an empty term divides by 1 */
+    s->path_scale = 1.0f / (float)(w->RW > 0.0 ? w->RW : 1.0);
+    s->level_scale = level_weight / (float)(w->LRW > 0.0 ? w->LRW : 1.0);
+    s->sw = w->has_w ? (const float *)w->sw.p : NULL;
     memcpy(s->sbuf, S, sizeof(float) * (size_t)(B * D));
     parallel(s, s->T, loss_task, rows, w->row_start.p);
     memset(s->gbuf, 0, sizeof(float) * (size_t)(B * D));
@@ -1031,8 +1059,8 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, float *W_out, const floa
         level += s->loss[t][1] + s->dloss[t][1];
         bad |= s->nonfinite[t] | s->dnonfinite[t];
     }
-    path /= (double)(w->R > 0 ? w->R : 1);
-    level /= (double)(w->LR > 0 ? w->LR : 1);
+    path /= w->RW > 0.0 ? w->RW : 1.0;
+    level /= w->LRW > 0.0 ? w->LRW : 1.0;
     loss[0] = bad ? NaN : path + (double)level_weight * level;
     loss[1] = path;
     loss[2] = level;
