@@ -17,13 +17,15 @@ Integer labels in torch or CuPy arrays are mapped on their own device.
 from __future__ import annotations
 
 import numbers
+import re
+import warnings
 from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from ._backend import array_namespace, device, is_cupy_array, is_torch_array, to_numpy
-from .exceptions import UnknownLabelError, describe_some
+from .exceptions import TreeError, UnknownLabelError, describe_some
 from .ops.dense import labels_to_paths
 from .tree import PAD, Tree
 
@@ -61,7 +63,22 @@ def _is_none_or_nan(values: np.ndarray) -> np.ndarray:
     if values.dtype != object:
         return np.isnan(values) if values.dtype.kind == "f" else np.zeros(values.shape, dtype=bool)
     # `values == None` compares elementwise on object arrays; NaN is the one value != itself.
-    return (values == None) | (values != values)  # noqa: E711
+    try:
+        return np.asarray((values == None) | (values != values), dtype=bool)  # noqa: E711
+    except TypeError:  # pandas' NA refuses to be a bool: a missing level of a DataFrame too
+        return _missing(values).astype(bool)
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None or type(value).__name__ == "NAType":
+        return True
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):
+        return False
+
+
+_missing = np.frompyfunc(_is_missing, 1, 1)
 
 
 def _is_number(value: Any) -> bool:
@@ -107,19 +124,70 @@ def as_host_labels(y: Any, pad: Any = None) -> np.ndarray:
     values = np.asarray(y)
     if values.dtype.kind in "US":
         values = values.astype(object)
+    if values.ndim == 1 and values.dtype == object and values.size \
+            and all(isinstance(v, (list, tuple, np.ndarray)) for v in values.tolist()):
+        # A pandas Series of paths (lists), or the path labels (tuples) of a tree whose names
+        # repeat: one path per row, read as a list of lists.
+        return as_host_labels([list(v) for v in values.tolist()], pad)
     return values
 
 
 def check_pad_not_a_label(tree: Tree, pad: Any) -> None:
     if pad is None:
         return
-    labels = tree.labels
-    if labels.dtype == object:
-        clash = bool(_same_label(labels, pad).astype(bool).any())
-    else:
-        clash = isinstance(pad, (int, np.integer)) and not isinstance(pad, bool) and bool((labels == pad).any())
-    if clash:
-        raise ValueError(f"pad_label {pad!r} is a label of the tree; choose a pad_label that is not a class")
+    for labels, what in ((tree.labels, "a label"), (tree.names, "a name")) if tree.has_names else ((tree.labels, "a label"),):
+        if labels.dtype == object:
+            clash = bool(_same_label(labels, pad).astype(bool).any())
+        else:
+            clash = isinstance(pad, (int, np.integer)) and not isinstance(pad, bool) and bool((labels == pad).any())
+        if clash:
+            raise ValueError(f"pad_label {pad!r} is {what} of the tree; choose a pad_label that is not a class")
+
+
+def name_paths_to_last(values: np.ndarray, mask: np.ndarray, tree: Tree, what: str) -> np.ndarray:
+    """Node id (int64) of the last node of each path of names of a tree with ``names``.
+
+    ``values`` is 2-D, one path per row from the top level down, right-padded (``mask`` marks
+    the pads, contiguous); a row all pads gives ``-1``. Each row is walked down the tree, one
+    dictionary look-up of (parent, name) per level, so a name repeated under different
+    parents finds the class under the row's own parent. An unknown name is an
+    :class:`UnknownLabelError`, a known name under another parent a ``ValueError``.
+    """
+    n, width = values.shape
+    width = min(width, tree.n_levels)
+    index = tree.cached(
+        (__name__, "child_index"),
+        lambda: {key: node for node, key in enumerate(zip(tree.parents.tolist(), tree.names.tolist()))},
+    )
+    last = np.full(n, PAD, dtype=np.int64)
+    failed = np.full(n, -1, dtype=np.int64)  # the level where a row's walk failed
+    for level in range(width):
+        live = np.flatnonzero(~mask[:, level] & (failed < 0))
+        if not live.size:
+            continue
+        keys = zip(last[live].tolist(), values[live, level].tolist())
+        try:
+            found = np.fromiter(map(index.get, keys, repeat(-2)), dtype=np.int64, count=live.size)
+        except TypeError as exc:  # an unhashable entry (a list in a cell)
+            raise TypeError(f"{what} hold values that cannot be labels: {exc}") from None
+        failed[live[found < 0]] = level
+        ok = found >= 0
+        last[live[ok]] = found[ok]
+    bad = np.flatnonzero(failed >= 0)
+    if bad.size:
+        names = tree.cached((__name__, "name_set"), lambda: set(tree.names.tolist()))
+        unknown = [values[r, failed[r]] for r in bad.tolist() if values[r, failed[r]] not in names]
+        if unknown:
+            raise UnknownLabelError.of(unknown, what)
+        row = int(bad[0])
+        level = int(failed[row])
+        shown = [v for v, m in zip(values[row].tolist(), mask[row].tolist()) if not m]
+        under = "the top level" if level == 0 else " > ".join(map(str, shown[:level]))
+        raise ValueError(
+            f"{what}: {bad.size} path(s) are not ancestral paths of the tree (rows {describe_some(bad.tolist())}); "
+            f"row {row} is {shown!r}, but there is no {shown[level]!r} under {under}"
+        )
+    return last
 
 
 def label_paths_to_ids(values: np.ndarray, tree: Tree, pad: Any) -> np.ndarray:
@@ -152,6 +220,8 @@ def label_paths_to_ids(values: np.ndarray, tree: Tree, pad: Any) -> np.ndarray:
             f"label paths of rows {describe_some(gaps.tolist())} have a pad label {pad!r} before a label; "
             "paths must be right-padded"
         )
+    if tree.has_names:  # names repeat under different parents: walk each row down the tree
+        return name_paths_to_last(values, mask, tree, "label paths")
     ids = np.full((n, width), PAD, dtype=np.int64)
     ids[~mask] = tree.to_ids(values[~mask])
     depth = (~mask).sum(axis=1) - 1
@@ -181,29 +251,89 @@ def labels_to_ids(y: Any, tree: Tree, pad: Any) -> np.ndarray:
     )
 
 
-def learn_tree(y: Any, pad: Any = None, allow_flat: bool = False) -> tuple[Tree, Any]:
+#: Separators that make labels look like path strings, most specific first.
+PATH_SEPARATORS = (" > ", " >> ", " / ", " | ", ">", "/", "|", "::", "\\")
+
+
+def guess_path_sep(labels: Any) -> str | None:
+    """The separator that more than half of the distinct string labels (at least two) hold,
+    the most specific first; ``None`` when the labels do not look like path strings."""
+    distinct = list(dict.fromkeys(v for v in np.asarray(labels, dtype=object).reshape(-1).tolist()
+                                  if isinstance(v, str)))[:10_000]
+    if len(distinct) < 2:
+        return None
+    for sep in PATH_SEPARATORS:
+        holding = sum(sep in v for v in distinct)
+        if holding >= 2 and 2 * holding > len(distinct):
+            return sep
+    return None
+
+
+def _flat_path_hint(labels: Any) -> str:
+    """A sentence naming ``path_sep`` when the labels look like path strings, else ``""``."""
+    sep = guess_path_sep(labels)
+    if sep is None:
+        return ""
+    example = next(v for v in np.asarray(labels, dtype=object).reshape(-1).tolist() if isinstance(v, str) and sep in v)
+    return (f"the labels look like paths separated by {sep!r} (e.g. {example!r}): pass path_sep={sep!r} "
+            "to learn the hierarchy from them")
+
+
+def learn_tree(y: Any, pad: Any = None, allow_flat: bool = False, sep: str | None = None) -> tuple[Tree, Any]:
     """A tree from path-shaped ``y`` (or, with ``allow_flat``, a flat tree from 1-D labels).
 
-    Returns the tree and the pad label in force for ``y``.
+    With ``sep``, 1-D ``y`` holds path strings, split on ``sep``, and the classes' labels are
+    their path strings. 1-D string labels that look like path strings while ``sep`` is None
+    give a flat tree with a ``UserWarning`` naming ``path_sep``. Returns the tree and the pad
+    label in force for ``y``.
     """
+    if sep is not None and (not isinstance(sep, str) or not sep):
+        raise ValueError(f"path_sep must be a non-empty string or None, got {sep!r}")
     values = as_host_labels(y, pad)
     if pad is None:
         non_missing = values[~_is_none_or_nan(values)] if values.size else values
         pad = default_pad_label(non_missing)
+    if values.ndim == 1 and sep is not None:
+        rows = values.tolist()
+        bad = [i for i, v in enumerate(rows) if not isinstance(v, str)]
+        if bad:
+            raise ValueError(
+                f"path_sep={sep!r} reads each label as a path string, but the labels of rows "
+                f"{describe_some(bad)} are not strings: {describe_some([rows[i] for i in bad[:5]])}"
+            )
+        return _paths_tree(list(dict.fromkeys(rows)), sep), pad
     if values.ndim == 2:
         mask = pad_mask(values, pad)
         rows = [[v for v, m in zip(row, row_mask) if not m] for row, row_mask in zip(values.tolist(), mask.tolist())]
         empty = [i for i, row in enumerate(rows) if not row]
         if empty:
             raise ValueError(f"label paths of rows {describe_some(empty)} are empty; cannot learn a tree from them")
-        return Tree.from_paths(rows), pad
+        try:  # each distinct path once, in order of first appearance: the same node ids
+            distinct = list(dict.fromkeys(map(tuple, rows)))
+        except TypeError:  # an unhashable entry: from_paths names it
+            distinct = rows
+        return _paths_tree(distinct, sep), pad
     if values.ndim == 1 and allow_flat:
         classes = np.unique(values)
+        hint = _flat_path_hint(classes) if classes.dtype == object else ""
+        if hint:
+            warnings.warn(f"the tree learnt from 1-D y is flat (every label a top-level class), but {hint}",
+                          UserWarning, stacklevel=4)
         return Tree.from_parents(np.full(classes.size, PAD, dtype=np.int64), labels=classes.tolist()), pad
+    hint = _flat_path_hint(values) if values.ndim == 1 else ""
     raise ValueError(
         "tree=None: the tree can only be learnt from label paths, a 2-D y with one path per row "
-        f"(from the top level down, right-padded); got y of shape {values.shape}. Pass tree=Tree(...)"
+        f"(from the top level down, right-padded); got y of shape {values.shape}. "
+        + (f"But {hint}" if hint else "Pass tree=Tree(...)")
     )
+
+
+def _paths_tree(paths: list, sep: str | None) -> Tree:
+    """``Tree.from_paths`` of the distinct paths of ``y``; its errors say they are about ``y``."""
+    try:
+        return Tree.from_paths(paths, sep=sep)
+    except TreeError as exc:  # its "path i" counts distinct paths, not rows of y
+        raise TreeError(f"cannot learn the tree from y: {re.sub(r'^path [0-9]+ ', 'a path ', str(exc))}") from None
 
 
 def device_label_ids(values: Any, tree: Tree) -> Any:
@@ -325,6 +455,9 @@ class LabelIndex:
         except TypeError as exc:  # unhashable entries
             raise TypeError(f"{name} holds values that cannot be labels: {exc}") from exc
         missing = ids < 0
+        if missing.any() and self.tree.has_names:  # a name that only one class has finds it
+            ids[missing] = self.tree._ids_of_names(values[missing])
+            missing = ids < 0
         if missing.any():
             raise UnknownLabelError.of(values[missing].tolist(), name)
         return ids

@@ -59,7 +59,8 @@ def _as_label_array(labels: Sequence[Hashable]) -> np.ndarray:
                 f"label {i} ({v!r}) is unhashable ({type(v).__name__}): labels must be hashable, e.g. str or int"
             ) from None
     out = np.empty(len(values), dtype=object)
-    out[:] = values
+    for i, v in enumerate(values):  # one by one: a tuple label (a path) must stay one element
+        out[i] = v
     return _readonly(out)
 
 
@@ -101,7 +102,15 @@ class Tree:
         top-level class (a child of the implicit root).
     labels : sequence of hashable of length n_classes, default=None
         The user's name of each class (``str`` or ``int``, unique). ``None`` means the node
-        ids themselves, ``0..n_classes-1``.
+        ids themselves, ``0..n_classes-1``, or with ``names`` each class's path of names.
+    names : sequence of hashable of length n_classes, default=None
+        The name of each class as it appears in label paths (a 2-D ``y``, predicted paths),
+        where it differs from its label: in a taxonomy that repeats a name under different
+        parents (an "Accessories" under "Electronics" and another under "Clothing") a name
+        does not tell classes apart, but a path of names does. Siblings need different names.
+        With ``labels=None`` each class's label is then its path of names, a tuple
+        (``("Clothing", "Accessories")``). ``None``: the names are the labels.
+        :meth:`from_paths` sets both.
 
     Attributes
     ----------
@@ -111,6 +120,8 @@ class Tree:
         Number of levels ``L``: one more than the largest depth.
     labels : ndarray of shape (n_classes,)
         Label of each node id.
+    names : ndarray of shape (n_classes,)
+        Name of each node id in label paths (the labels, unless ``names`` was given).
     parents, depth : ndarray of int32 of shape (n_classes,)
     mask : ndarray of bool of shape (n_levels, n_classes)
         The paper's ``M_lc``: True where class ``c`` is excluded from level ``l``.
@@ -131,7 +142,13 @@ class Tree:
     array([1, 1, 0, 0, 0, 0, 1, 1, 1])
     """
 
-    def __init__(self, parents: Sequence[int] | np.ndarray, labels: Sequence[Hashable] | None = None):
+    def __init__(
+        self,
+        parents: Sequence[int] | np.ndarray,
+        labels: Sequence[Hashable] | None = None,
+        *,
+        names: Sequence[Hashable] | None = None,
+    ):
         parents_in = np.asarray(parents)
         if parents_in.ndim != 1:
             raise TreeError(f"parents must be 1-D, got shape {parents_in.shape}")
@@ -143,6 +160,9 @@ class Tree:
         self._labels = None if labels is None else _as_label_array(labels)
         if self._labels is not None and self._labels.size != n:
             raise TreeError(f"got {self._labels.size} labels for {n} parents")
+        self._node_names = None if names is None else _as_label_array(names)
+        if self._node_names is not None and self._node_names.size != n:
+            raise TreeError(f"got {self._node_names.size} names for {n} parents")
         bad = np.flatnonzero((parents_in < -1) | (parents_in >= n))
         if bad.size:
             raise TreeError(
@@ -154,6 +174,13 @@ class Tree:
         self._depth = _readonly(self._compute_depth())
         self._n_levels = int(self._depth.max()) + 1
         self._paths = _readonly(self._compute_paths())
+        #: Whether the labels are the paths of names (tuples), made here from ``names``.
+        self._path_labels = self._node_names is not None and self._labels is None
+        if self._node_names is not None:
+            self._check_sibling_names()
+            if self._labels is None:
+                self._labels = _as_label_array(
+                    [tuple(self._node_names[p[p >= 0]].tolist()) for p in self._paths])
         self._mask = _readonly(self._depth[None, :] != np.arange(self._n_levels, dtype=np.int32)[:, None])
         self._label_index: dict | None = None
         self._groups: dict[str, np.ndarray] = {}
@@ -184,6 +211,24 @@ class Tree:
             dups = values[counts > 1].tolist()
         if dups:
             raise TreeError(f"duplicate labels: {describe_some(dups)}; every class needs its own label")
+
+    def _check_sibling_names(self) -> None:
+        """Siblings need different names, so that a path of names finds one class."""
+        seen: dict = {}
+        for node, key in enumerate(zip(self._parents.tolist(), self._node_names.tolist())):
+            other = seen.setdefault(key, node)
+            if other != node:
+                parent = "the top level" if key[0] < 0 else self._names_of([key[0]])
+                raise TreeError(
+                    f"nodes {other} and {node} are both named {key[1]!r} under {parent}: "
+                    "siblings need different names, or a path of names would not tell them apart"
+                )
+
+    def _names_of(self, ids: list[int]) -> str:
+        """Readable classes for error messages: their paths of names."""
+        return describe_some(
+            [" > ".join(map(str, self._node_names[self._paths[i][self._paths[i] >= 0]].tolist())) for i in ids]
+        )
 
     def _compute_depth(self) -> np.ndarray:
         """Depth by pointer chasing, one vectorised step per level: O(C * L)."""
@@ -234,15 +279,25 @@ class Tree:
         return paths
 
     @classmethod
-    def from_parents(cls, parents: Sequence[int] | np.ndarray, labels: Sequence[Hashable] | None = None) -> Tree:
+    def from_parents(
+        cls,
+        parents: Sequence[int] | np.ndarray,
+        labels: Sequence[Hashable] | None = None,
+        *,
+        names: Sequence[Hashable] | None = None,
+    ) -> Tree:
         """Build a tree from the parent id of every class (``-1`` for top-level classes).
+
+        ``labels`` and ``names`` are as in :class:`Tree`.
 
         Examples
         --------
         >>> Tree.from_parents([-1, 0, 0], labels=["animal", "dog", "cat"]).n_levels
         2
+        >>> Tree.from_parents([-1, 0, -1, 2], names=["Electronics", "Other", "Clothing", "Other"]).labels[3]
+        ('Clothing', 'Other')
         """
-        return cls(parents, labels)
+        return cls(parents, labels, names=names)
 
     @classmethod
     def from_edges(cls, edges: Iterable[tuple[Hashable, Hashable | None]]) -> Tree:
@@ -252,11 +307,21 @@ class Tree:
         top-level class too. A child of ``None`` is refused (``None`` pads ``y``). Node ids
         follow the order in which labels first appear.
 
+        A label is a class here, so a label given two parents is a :class:`TreeError`. When
+        the two are different classes that share a name ("Accessories" under "Electronics"
+        and under "Clothing"), build the tree from their paths with :meth:`from_paths`, which
+        tells them apart; when one class truly has two parents, the hierarchy is a DAG
+        (:class:`~hiclass_parallel.dag.Dag`).
+
         Examples
         --------
         >>> tree = Tree.from_edges([("dog", "animal"), ("cat", "animal")])
         >>> tree.labels.tolist(), tree.parents.tolist()
         (['dog', 'animal', 'cat'], [1, -1, 1])
+        >>> Tree.from_edges([("Accessories", "Electronics"), ("Accessories", "Clothing")])
+        Traceback (most recent call last):
+        ...
+        hiclass_parallel.exceptions.TreeError: node 'Accessories' has two parents: 'Electronics' and 'Clothing'; ...
         """
         parent_of: dict = {}
         order: dict = {}
@@ -273,7 +338,12 @@ class Tree:
                 order.setdefault(parent, len(order))
             if child in parent_of and parent_of[child] != parent:
                 raise TreeError(
-                    f"node {child!r} has two parents: {parent_of[child]!r} and {parent!r}; a tree allows one"
+                    f"node {child!r} has two parents: {parent_of[child]!r} and {parent!r}; a tree allows one. "
+                    f"If these are two classes that share the name {child!r}, build the tree from label paths, "
+                    "which tell them apart: Tree.from_paths([[..., "
+                    f"{parent_of[child]!r}, {child!r}], [..., {parent!r}, {child!r}]]) (the classifier and "
+                    "PathEncoder do so when they learn the tree from label paths). If it is one class with two "
+                    "parents, the hierarchy is a DAG: hiclass_parallel.dag.Dag.from_edges"
                 )
             parent_of[child] = parent
         return cls._from_parent_map(parent_of, order)
@@ -287,26 +357,87 @@ class Tree:
         return cls(np.asarray(parents, dtype=np.int64), labels)
 
     @classmethod
-    def from_paths(cls, paths: Iterable[Sequence[Hashable]], pad: Any = None) -> Tree:
+    def from_paths(cls, paths: Iterable[Sequence[Hashable] | str], pad: Any = None, sep: str | None = None) -> Tree:
         """Build a tree from ancestral paths of labels, each from the top level down.
 
-        Entries equal to ``pad`` (and ``None``) are ignored, so padded 2-D arrays work.
+        A class is its path: two rows that end in the same name under different parents
+        (``["Electronics", "Accessories"]``, ``["Clothing", "Accessories"]``) are two classes.
+
+        Parameters
+        ----------
+        paths : iterable of sequences of hashable, or of str with ``sep``
+            One path per row, from the top level down. Entries equal to ``pad`` (and
+            ``None``, NaN) are ignored, so padded 2-D arrays and DataFrame rows work.
+        pad : hashable, default=None
+            The padding value of the paths.
+        sep : str, default=None
+            The separator of path strings: with it, a path may be one string such as
+            ``"Electronics/Accessories/Cables"`` (split on ``sep`` exactly, spaces included:
+            pass ``" > "`` for ``"Electronics > Cables"``), and every class's label is its
+            path string (``"Electronics/Accessories"``), its name the last part.
+
+        Returns
+        -------
+        Tree
+            Labels are the names when no name repeats (and ``sep`` is None); the path strings
+            with ``sep``; otherwise each class's path of names, a tuple such as
+            ``("Clothing", "Accessories")``. In every case ``names`` holds the names, which
+            label paths (2-D ``y``, predicted paths) are read and written in.
+
+        Raises
+        ------
+        TreeError
+            No path at all, a string path without ``sep``, an empty name in a path string, or
+            a name holding ``sep``.
 
         Examples
         --------
         >>> tree = Tree.from_paths([["dog", "small dog"], ["dog", "big dog", "happy big dog"], ["cat"]])
         >>> tree.n_classes, tree.n_levels
         (5, 3)
+
+        A name under two parents is two classes, labelled by their paths:
+
+        >>> tree = Tree.from_paths([["Electronics", "Accessories"], ["Clothing", "Accessories"]])
+        >>> tree.labels.tolist()
+        [('Electronics',), ('Electronics', 'Accessories'), ('Clothing',), ('Clothing', 'Accessories')]
+        >>> tree.names.tolist()
+        ['Electronics', 'Accessories', 'Clothing', 'Accessories']
+
+        Path strings, with ``sep``:
+
+        >>> tree = Tree.from_paths(["Electronics/Accessories", "Clothing/Accessories"], sep="/")
+        >>> tree.labels.tolist()
+        ['Electronics', 'Electronics/Accessories', 'Clothing', 'Clothing/Accessories']
         """
-        edges = []
-        for path in paths:
-            parent = None
-            for label in path:
-                if label is None or (pad is not None and label == pad):
-                    continue
-                edges.append((label, parent))
-                parent = label
-        return cls.from_edges(edges)
+        if sep is not None and (not isinstance(sep, str) or not sep):
+            raise TreeError(f"sep must be a non-empty string, got {sep!r}")
+        index: dict = {}  # path of names (a tuple) -> node id
+        parents: list[int] = []
+        names: list = []
+        for i, path in enumerate(paths):
+            parts = _path_parts(path, i, pad, sep)
+            parent, prefix = PAD, ()
+            for name in parts:
+                _check_label(name)
+                prefix = (*prefix, name)
+                node = index.get(prefix)
+                if node is None:
+                    node = index[prefix] = len(parents)
+                    parents.append(parent)
+                    names.append(name)
+                parent = node
+        if not parents:
+            raise TreeError("the tree is empty: it needs at least one class")
+        parent_ids = np.asarray(parents, dtype=np.int64)
+        if sep is not None:
+            labels: list = []
+            for name, parent in zip(names, parents):
+                labels.append(name if parent < 0 else labels[parent] + sep + name)
+            return cls(parent_ids, labels, names=names)
+        if len(set(names)) == len(names):
+            return cls(parent_ids, names)
+        return cls(parent_ids, names=names)
 
     @classmethod
     def from_dict(cls, nested: Mapping) -> Tree:
@@ -394,6 +525,17 @@ class Tree:
         if self._labels is None:
             self._labels = _readonly(np.arange(self.n_classes, dtype=np.int64))
         return self._labels
+
+    @property
+    def names(self) -> np.ndarray:
+        """Name of each node id in label paths: the labels unless the tree was given ``names``."""
+        return self.labels if self._node_names is None else self._node_names
+
+    @property
+    def has_names(self) -> bool:
+        """True when names differ from labels: a class is found from a path of names by walking
+        down it, and a name alone finds a class only where no other class has it."""
+        return self._node_names is not None
 
     @property
     def has_default_labels(self) -> bool:
@@ -545,7 +687,8 @@ class Tree:
         ...
         hiclass_parallel.exceptions.UnknownLabelError: 1 label is not a class of the tree: 'cow'
         """
-        values = np.asarray(labels, dtype=object if self.labels.dtype == object else None)
+        values = (_as_path_label_array(labels) if self._path_labels
+                  else np.asarray(labels, dtype=object if self.labels.dtype == object else None))
         shape = values.shape
         flat = values.reshape(-1)
         if self.labels.dtype != object and flat.dtype.kind in "iu":
@@ -561,9 +704,37 @@ class Tree:
             index = self._index()
             ids = np.fromiter((_lookup(index, v) for v in flat), dtype=np.int64, count=flat.size)
             found = ids >= 0
+            if self.has_names and not found.all():
+                ids[~found] = self._ids_of_names(flat[~found])
+                found = ids >= 0
         if not found.all():
             raise UnknownLabelError.of(_hashable(v) for v in flat[~found])
         return ids.reshape(shape)
+
+    def _ids_of_names(self, values: np.ndarray) -> np.ndarray:
+        """Node ids of names that are not labels (``-1``: unknown); a name that more than one
+        class has is an :class:`UnknownLabelError` naming their paths."""
+        def build() -> dict:
+            index: dict = {}
+            for node, name in enumerate(self._node_names.tolist()):
+                index.setdefault(name, []).append(node)
+            return index
+
+        index = self.cached((__name__, "name_index"), build)
+        out = np.full(values.size, -1, dtype=np.int64)
+        for i, value in enumerate(values.tolist()):
+            try:
+                nodes = index.get(_hashable(value), ())
+            except TypeError:
+                continue
+            if len(nodes) > 1:
+                raise UnknownLabelError(
+                    f"{value!r} is the name of {len(nodes)} classes ({self._names_of(nodes)}): give the "
+                    f"class's label {describe_some(self._labels[nodes].tolist())} or its path of names"
+                )
+            if nodes:
+                out[i] = nodes[0]
+        return out
 
     def to_labels(self, ids: Any) -> np.ndarray:
         """Labels of node ids; any shape. Ids out of range raise :class:`IndexError`.
@@ -580,7 +751,9 @@ class Tree:
         return self.labels[ids]
 
     def path_labels(self, label: Hashable) -> list:
-        """The labels on the ancestral path of ``label``, from the top level down.
+        """The names on the ancestral path of ``label``, from the top level down.
+
+        The labels themselves for a tree without ``names``.
 
         Examples
         --------
@@ -589,7 +762,7 @@ class Tree:
         'dog > big dog > happy big dog'
         """
         path = self._paths[int(self.to_ids([label])[0])]
-        return self.labels[path[path >= 0]].tolist()
+        return self.names[path[path >= 0]].tolist()
 
     def _index(self) -> dict:
         if self._label_index is None:
@@ -627,7 +800,7 @@ class Tree:
         new_id[keep] = np.arange(keep.size)
         parents = new_id[self._parents[keep]]
         labels = None if self._labels is None else self._labels[keep]
-        return Tree(parents, labels)
+        return Tree(parents, labels, names=None if self._node_names is None else self._node_names[keep])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Tree):
@@ -636,6 +809,8 @@ class Tree:
             np.array_equal(self._parents, other._parents)
             and self.labels.dtype.kind == other.labels.dtype.kind
             and np.array_equal(self.labels, other.labels)
+            and self.has_names == other.has_names
+            and (not self.has_names or np.array_equal(self._node_names, other._node_names))
         )
 
     __hash__ = None  # mutable caches inside; equality is by value
@@ -652,6 +827,12 @@ class Tree:
         state["_device_cache"] = {}
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        # Trees pickled before names existed have none.
+        state.setdefault("_node_names", None)
+        state.setdefault("_path_labels", False)
+        self.__dict__.update(state)
+
     def save(self, path: str | os.PathLike) -> None:
         """Save to one ``.npz`` file (no pickle) that :meth:`load` round-trips exactly.
 
@@ -664,7 +845,8 @@ class Tree:
         ...     Tree.load(os.path.join(d, "tree.npz")) == tree
         True
         """
-        write_tree(path, self._parents, self.labels, default_labels=self._labels is None)
+        write_tree(path, self._parents, self.labels, default_labels=self._labels is None, names=self._node_names,
+                   path_labels=self._path_labels)
 
     @classmethod
     def load(cls, path: str | os.PathLike | BinaryIO) -> Tree:
@@ -683,8 +865,8 @@ class Tree:
         -------
         Tree
         """
-        parents, labels = read_tree(path)
-        return cls(parents) if labels is None else cls(parents, labels)
+        parents, labels, names = read_tree(path)
+        return cls(parents, labels, names=names)
 
 
 def _lookup(index: dict, value: Any) -> int:
@@ -698,3 +880,55 @@ def _lookup(index: dict, value: Any) -> int:
 def _hashable(value: Any) -> Hashable:
     """NumPy scalars hash like Python scalars but print badly; unwrap them."""
     return value.item() if isinstance(value, np.generic) else value
+
+
+def _is_missing(value: Any) -> bool:
+    """``None``, NaN, or pandas' ``NA``: a missing level of a path."""
+    if value is None:
+        return True
+    if isinstance(value, float) and value != value:
+        return True
+    return type(value).__name__ == "NAType"
+
+
+def _path_parts(path: Any, row: int, pad: Any, sep: str | None) -> list:
+    """The names of one path given to :meth:`Tree.from_paths`, pads and missing levels dropped."""
+    if isinstance(path, (str, bytes)):
+        if sep is None:
+            raise TreeError(
+                f"path {row} is a string ({path!r}): pass sep= to split path strings (e.g. sep='/'), "
+                "or give each path as a list of names"
+            )
+        parts = path.split(sep) if isinstance(path, str) else [path]
+        if any(part == "" for part in parts):
+            raise TreeError(f"path {row} ({path!r}) has an empty name: a separator {sep!r} at an end, or two in a row")
+        return parts
+    parts = [_hashable(v) for v in path if not (_is_missing(v) or (pad is not None and v == pad))]
+    if sep is not None:
+        for name in parts:
+            if not isinstance(name, str) or sep in name:
+                raise TreeError(
+                    f"path {row} ({list(parts)!r}) has the name {name!r}, which "
+                    + ("is not a string: sep joins names into path strings" if not isinstance(name, str)
+                       else f"holds the separator {sep!r}: its path string would read as another path")
+                )
+    return parts
+
+
+def _as_path_label_array(labels: Any) -> np.ndarray:
+    """Labels to look up in a tree whose labels are paths (tuples): one element per path.
+
+    NumPy would read a list of equal-length tuples as a 2-D array of names; each list or
+    tuple is one label here (made a tuple, so it hashes like the tree's labels).
+    """
+    if isinstance(labels, np.ndarray) and labels.dtype == object:
+        items = labels.reshape(-1).tolist()
+        shape = labels.shape
+    elif isinstance(labels, (list, tuple)):
+        items, shape = list(labels), (len(labels),)
+    else:
+        return np.asarray(labels, dtype=object)
+    out = np.empty(len(items), dtype=object)
+    for i, v in enumerate(items):
+        out[i] = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v
+    return out.reshape(shape)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._labels import LabelIndex, host_labels_or_paths, id_pad_mask, metric_pad_mask
+from .._labels import LabelIndex, host_labels_or_paths, id_pad_mask, metric_pad_mask, name_paths_to_last
 from ..exceptions import describe_some
 from ._weights import check_sample_weight
 
@@ -37,7 +37,8 @@ def _use_ids(arr: np.ndarray, tree: Any, input_type: str) -> bool:
         return True
     if input_type == "labels":
         return False
-    tree_labels_are_ints = tree.labels.dtype.kind in "iu"
+    # The names: what label paths hold (the labels, unless names repeat under two parents).
+    tree_labels_are_ints = getattr(tree, "names", tree.labels).dtype.kind in "iu"
     return arr.dtype.kind in "iu" and not tree_labels_are_ints
 
 
@@ -81,7 +82,7 @@ def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_typ
     n_levels = tree.n_levels
     # The pad row makes id -1 (an empty prediction: the root) gather an all-pad path.
     table = np.vstack([tree.paths, np.full((1, n_levels), -1, dtype=tree.paths.dtype)])
-    if arr.ndim == 2 and arr.shape[1] == 1:
+    if arr.ndim == 2 and arr.shape[1] == 1 and not getattr(tree, "has_names", False):
         # A column of labels: as a path it could only hold top-level classes, which read the
         # same as labels, so reading it as labels is never wrong and accepts (n, 1) targets.
         arr = arr[:, 0]
@@ -95,7 +96,11 @@ def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_typ
         has = depth > 0
         last = arr[np.arange(arr.shape[0]), np.maximum(depth - 1, 0)]
     deepest = np.full(arr.shape[0], -1, dtype=np.int64)
-    if has.all():
+    names = getattr(tree, "names", tree.labels)  # the labels, unless names repeat under two parents
+    if depth is not None and not use_ids and getattr(tree, "has_names", False):
+        # Names repeat under different parents: a path is found by walking it down the tree.
+        deepest = name_paths_to_last(arr, pad, tree, name)
+    elif has.all():
         deepest = _check_ids(last, tree, name) if use_ids else labels.ids(last, name)
     elif has.any():
         deepest[has] = _check_ids(last[has], tree, name) if use_ids else labels.ids(last[has], name)
@@ -109,13 +114,13 @@ def _tree_paths(arr: np.ndarray, tree: Any, name: str, pad_label: Any, input_typ
     if use_ids:
         expected = paths[:, :width]
     else:
-        expected = tree.labels[np.maximum(paths[:, :width], 0)]
+        expected = names[np.maximum(paths[:, :width], 0)]
     bad |= (~pad[:, :width] & np.asarray(arr[:, :width] != expected, dtype=bool)).any(axis=1)
     bad_rows = np.flatnonzero(bad)
     if bad_rows.size:
         row = int(bad_rows[0])
         node = int(deepest[row])
-        true_path = tree.labels[paths[row][paths[row] >= 0]].tolist()
+        true_path = names[paths[row][paths[row] >= 0]].tolist()
         raise ValueError(
             f"{name} has {bad_rows.size} row(s) that are not ancestral paths of the tree, e.g. row {row}: "
             f"{arr[row].tolist()}; the path of {tree.labels[node]!r} (id {node}) is {true_path}"

@@ -91,7 +91,12 @@ def test_from_paths_with_pad():
         (lambda: Tree.from_parents([-1, 0], labels=["a"]), "got 1 labels for 2 parents"),
         (lambda: Tree.from_edges([("dog", "animal"), ("dog", "pet")]), "'dog' has two parents: 'animal' and 'pet'"),
         (lambda: Tree.from_edges([]), "empty"),
-        (lambda: Tree.from_paths([["a", "b"], ["c", "b"]]), "'b' has two parents"),
+        # a name under two parents is two classes in paths (test_labels_as_users_have_them.py)
+        (lambda: Tree.from_edges([("b", "a"), ("b", "c")]), r"'b' has two parents.*Tree\.from_paths"),
+        (lambda: Tree.from_paths(["a/b"]), r"path 0 is a string \('a/b'\): pass sep="),
+        (lambda: Tree.from_paths(["a//b"], sep="/"), r"path 0 \('a//b'\) has an empty name"),
+        (lambda: Tree.from_paths([["a/b", "c"]], sep="/"), r"the name 'a/b', which holds the separator '/'"),
+        (lambda: Tree.from_parents([-1, 0, 0], names=["a", "b", "b"]), "nodes 1 and 2 are both named 'b' under 'a'"),
         (lambda: Tree.from_dict({"a": 3}), "children of 'a'"),
         (lambda: Tree.from_parents([[-1]]), "1-D"),
         (lambda: Tree.from_parents([-1.0, 0.0]), "integer"),
