@@ -63,6 +63,7 @@ __all__ = [
     "HierarchicalCrossEntropy",
     "PathEncoder",
     "HierarchicalClassifier",
+    "ConformalHierarchicalClassifier",
     "metrics",
     "hierarchical_precision_score",
     "hierarchical_recall_score",
@@ -78,6 +79,10 @@ def __getattr__(name: str):
         from .estimators.classifier import HierarchicalClassifier
 
         return HierarchicalClassifier
+    if name == "ConformalHierarchicalClassifier":
+        from .estimators.conformal import ConformalHierarchicalClassifier
+
+        return ConformalHierarchicalClassifier
     if name == "HierarchicalCrossEntropy":
         from .losses import HierarchicalCrossEntropy
 

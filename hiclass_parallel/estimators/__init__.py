@@ -12,7 +12,9 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "save_classifier", "load_classifier", "ModelFileError",
            "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
-           "DivergedError", "DivergenceWarning", "ClassTextClassifier", "BetaCalibrator"]
+           "DivergedError", "DivergenceWarning", "ClassTextClassifier", "BetaCalibrator",
+           "ConformalHierarchicalClassifier", "save_conformal", "load_conformal", "UnsupportedEstimatorError",
+           "NonMonotoneLossError"]
 
 
 def __getattr__(name: str) -> Any:
@@ -68,6 +70,14 @@ def __getattr__(name: str) -> Any:
         from ._distributed import DataParallel
 
         return DataParallel
+    if name in ("ConformalHierarchicalClassifier", "UnsupportedEstimatorError", "NonMonotoneLossError"):
+        from . import conformal
+
+        return getattr(conformal, name)
+    if name in ("save_conformal", "load_conformal"):
+        from . import _conformal_persistence
+
+        return getattr(_conformal_persistence, name)
     if name == "ClassTextClassifier":
         from .class_text import ClassTextClassifier
 

@@ -15,6 +15,10 @@ arrays (moved to the host once). Node identity is the node, never its name. See
 - :func:`tree_distance`, :func:`mean_tree_distance`, :func:`mistake_severity`
   (Bertinetto et al., 2020);
 - :func:`hierarchical_classification_report`;
+- answers at any depth with a guarantee (``docs/conformal.md``): :func:`coverage_score`,
+  :func:`mean_answer_depth`, :func:`leaf_answer_rate`, :func:`label_depth_answer_rate`,
+  :func:`conformal_risk` of :func:`miss_loss`, :func:`tree_distance_loss` or a
+  :class:`ConformalLoss`, and :func:`conformal_scorers`;
 - :func:`expected_calibration_error` of the answers' confidence (``predict_confidence``);
 - scorer objects for ``scoring=``: :func:`get_scorer` (the package's scorer names, else
   scikit-learn's), :func:`get_scorers` (a dict of several), :func:`get_scorer_names`,
@@ -23,6 +27,17 @@ arrays (moved to the host once). Node identity is the node, never its name. See
 """
 
 from ._calibration import expected_calibration_error
+from ._conformal import (
+    ConformalLoss,
+    conformal_risk,
+    conformal_scorers,
+    coverage_score,
+    label_depth_answer_rate,
+    leaf_answer_rate,
+    mean_answer_depth,
+    miss_loss,
+    tree_distance_loss,
+)
 from ._dag import (
     dag_node_set_counts,
     hierarchical_f1_score_dag,
@@ -54,9 +69,13 @@ from ._scorers import (
 )
 
 __all__ = [
+    "ConformalLoss",
     "HierarchicalScorer",
     "LevelAccuracy",
     "check_paths",
+    "conformal_risk",
+    "conformal_scorers",
+    "coverage_score",
     "dag_node_set_counts",
     "exact_path_accuracy_score",
     "expected_calibration_error",
@@ -72,10 +91,15 @@ __all__ = [
     "hierarchical_precision_score_dag",
     "hierarchical_recall_score",
     "hierarchical_recall_score_dag",
+    "label_depth_answer_rate",
+    "leaf_answer_rate",
     "level_accuracy_score",
     "make_hierarchical_scorer",
+    "mean_answer_depth",
     "mean_tree_distance",
+    "miss_loss",
     "mistake_severity",
     "register_scorers",
     "tree_distance",
+    "tree_distance_loss",
 ]

@@ -1,0 +1,409 @@
+"""ConformalHierarchicalClassifier: the guarantee measured over many random calibration/test
+splits, the arrays against brute force, the calibration rows kept out of training, the
+scikit-learn plumbing (Pipeline, GridSearchCV, cross_validate), persistence, refusals.
+
+The coverage tests fit one small classifier per semantics once (module fixtures) and then
+split its predicted probabilities at random many times: conformalizing is cheap, refitting is
+not, and the guarantee is about the split, conditional on the model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zlib
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV, KFold, cross_validate
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils import estimator_checks as sk_checks
+
+from hiclass_parallel import Tree
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import (
+    ConformalHierarchicalClassifier,
+    HierarchicalClassifier,
+    ModelFileError,
+    MultiLabelHierarchicalClassifier,
+    NonMonotoneLossError,
+    UnsupportedEstimatorError,
+    load_conformal,
+    save_classifier,
+    save_conformal,
+)
+from hiclass_parallel.estimators.conformal import (
+    _answer_chains,
+    _answers_at,
+    _chain_losses,
+    conformal_cutoff,
+    subtree_proba,
+)
+from hiclass_parallel.metrics import conformal_scorers, coverage_score, miss_loss, tree_distance_loss
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ALPHAS = (0.05, 0.1, 0.2)
+N_SPLITS = 200
+N_CAL = 500
+#: Monte Carlo slack of a mean over N_SPLITS splits (its standard error is a few times smaller).
+TOL = 0.006
+
+
+# ---------------------------------------------------------------------------- the arrays
+def test_subtree_proba_against_loops(random_tree):
+    tree = random_tree(11, 30)
+    proba = np.random.default_rng(0).dirichlet(np.ones(30), size=4).astype(np.float32)
+    expected = np.zeros_like(proba)
+    for c in range(30):
+        node = c
+        while node >= 0:
+            expected[:, node] += proba[:, c]
+            node = int(tree.parents[node])
+    np.testing.assert_allclose(subtree_proba(proba, tree), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"shape \(n_samples, 30\)"):
+        subtree_proba(proba[:, :5], tree)
+
+
+def brute_cutoff(mass, losses, alpha, bound=1.0, corrected=True):
+    """Scan every candidate cut-off, ascending; the first that meets the corrected bound (or,
+    with ``corrected=False``, the plug-in rule ``risk <= alpha``)."""
+    n = mass.shape[0]
+    for cut in [-np.inf, *np.unique(mass[np.isfinite(mass)])]:
+        count = (mass > cut).sum(axis=1)
+        risk = losses[np.arange(n), count].mean()
+        if (n / (n + 1) * risk + bound / (n + 1) if corrected else risk) <= alpha + 1e-12:
+            return cut, risk
+    return np.inf, losses[:, 0].mean()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cutoff_against_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n, depth = 40, 4
+    mass = -np.sort(-rng.choice(np.linspace(0, 1, 21), size=(n, depth)), axis=1)  # ties on purpose
+    stop = rng.integers(1, depth + 1, size=n)
+    mass[np.arange(depth)[None, :] >= stop[:, None]] = -np.inf
+    losses = np.sort(rng.random((n, depth + 1)), axis=1)
+    losses[:, 0] = 0
+    for row in range(n):
+        losses[row, stop[row] + 1:] = losses[row, stop[row]]
+    for alpha in (0.05, 0.2, 0.5, 0.9):
+        got = conformal_cutoff(mass, losses, alpha)
+        want = brute_cutoff(mass, losses, alpha)
+        assert got[0] == want[0] and got[1] == pytest.approx(want[1])
+
+
+def test_answers_walk_up_until_the_subtree_holds_more_than_the_cutoff():
+    tree = Tree.from_dict({"dog": {"small dog": None, "big dog": None}, "cat": None})
+    proba = np.zeros((1, 4), dtype=np.float32)
+    proba[0, tree.to_ids(["small dog", "big dog", "cat"])] = [0.5, 0.25, 0.25]
+    nodes, mass = _answer_chains(proba, tree)
+    for cut, label in ((-np.inf, "small dog"), (0.49, "small dog"), (0.5, "dog"), (0.74, "dog")):
+        assert tree.labels[_answers_at(nodes, mass, cut)[0]] == label
+    assert _answers_at(nodes, mass, 0.75)[0] == -1  # the root: "anything"
+
+
+# ---------------------------------------------------------------------------- the guarantee
+def _pool(semantics: str):
+    """A small fitted classifier and, for rows it never saw, its chains and the true nodes."""
+    X, y, tree = make_hierarchical_classification(
+        n_samples=3500, n_features=6, branching=3, depth=3, noise=1.2,
+        terminal_fraction=0.3 if semantics == "terminal" else 0.0, random_state=1)
+    clf = HierarchicalClassifier(tree, semantics=semantics, max_epochs=4, calibration=None, prototypes=None,
+                                 random_state=0).fit(X[:1000], y[:1000])
+    nodes, mass = _answer_chains(clf.predict_answer_proba(X[1000:]), tree)
+    return tree, nodes, mass, tree.to_ids(y[1000:])
+
+
+@pytest.fixture(scope="module", params=["partial", "terminal"])
+def pool(request):
+    return _pool(request.param)
+
+
+def _split_risks(tree, nodes, mass, truth, loss, alpha, seed=0):
+    losses = _chain_losses(nodes, truth, tree, loss, 1.0)
+    rng = np.random.default_rng(seed)
+    risks = np.empty(N_SPLITS)
+    for s in range(N_SPLITS):
+        order = rng.permutation(len(truth))
+        cal, test = order[:N_CAL], order[N_CAL:]
+        cutoff, _ = conformal_cutoff(mass[cal], losses[cal], alpha)
+        risks[s] = loss(_answers_at(nodes[test], mass[test], cutoff), truth[test], tree).mean()
+    return risks
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_coverage_over_random_splits(pool, alpha):
+    tree, nodes, mass, truth = pool
+    # The walk is not trivial: the most probable answer alone misses more than alpha.
+    start = nodes[np.arange(len(nodes)), (nodes >= 0).sum(axis=1) - 1]
+    assert miss_loss(start, truth, tree).mean() > max(ALPHAS) + 0.1
+    coverage = 1 - _split_risks(tree, nodes, mass, truth, miss_loss, alpha).mean()
+    assert 1 - alpha - TOL <= coverage <= 1 - alpha + 1 / (N_CAL + 1) + TOL
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_tree_distance_risk_over_random_splits(pool, alpha):
+    tree, nodes, mass, truth = pool
+    risk = _split_risks(tree, nodes, mass, truth, tree_distance_loss, alpha).mean()
+    # Conformal risk control's two-sided bound: alpha - 2B/(n+1) <= E[loss] <= alpha.
+    assert alpha - 2 / (N_CAL + 1) - TOL <= risk <= alpha + TOL
+
+
+def test_without_the_correction_small_calibration_sets_undercover(pool):
+    # The B/(n+1) term matters: dropping it (the plug-in quantile) on 20 rows misses alpha.
+    tree, nodes, mass, truth = pool
+    losses = _chain_losses(nodes, truth, tree, miss_loss, 1.0)
+    rng = np.random.default_rng(3)
+    corrected, plug_in = [], []
+    for _ in range(N_SPLITS):
+        order = rng.permutation(len(truth))
+        cal, test = order[:20], order[20:]
+        for out, cutoff in ((corrected, conformal_cutoff(mass[cal], losses[cal], 0.2)[0]),
+                            (plug_in, brute_cutoff(mass[cal], losses[cal], 0.2, corrected=False)[0])):
+            out.append(miss_loss(_answers_at(nodes[test], mass[test], cutoff), truth[test], tree).mean())
+    assert np.mean(corrected) <= 0.2 + TOL
+    assert np.mean(plug_in) > 0.2 + 0.01
+
+
+# ---------------------------------------------------------------------------- no leak
+class Memorizer(ClassifierMixin, BaseEstimator):
+    """A classifier that is certain of every row it was fitted on, and guesses on the others.
+
+    Rows it saw get all their mass on their true node; unseen rows get a random leaf
+    (seeded by the row), mass 0.6, the rest spread uniformly. Calibrated on rows it saw, a
+    conformal cut-off would trust its answers, and miss on new rows far more than alpha.
+    """
+
+    def __init__(self, tree=None, semantics="partial"):
+        self.tree = tree
+        self.semantics = semantics
+
+    def fit(self, X, y):
+        self.tree_, self.pad_label_, self.classes_ = self.tree, "", np.asarray(self.tree.labels)
+        self.seen_ = {row.tobytes(): node for row, node in zip(np.asarray(X), self.tree.to_ids(y))}
+        self.n_features_in_ = np.asarray(X).shape[1]
+        return self
+
+    def predict_answer_proba(self, X):
+        leaves = self.tree_.leaves
+        out = np.zeros((len(X), self.tree_.n_classes), dtype=np.float32)
+        for i, row in enumerate(np.asarray(X)):
+            node = self.seen_.get(row.tobytes())
+            if node is None:
+                out[i, leaves] = 0.4 / len(leaves)
+                out[i, leaves[zlib.crc32(row.tobytes()) % len(leaves)]] += 0.6
+            else:
+                out[i, node] = 1.0
+        return out
+
+    def predict(self, X):
+        return np.zeros(len(X))
+
+
+def test_calibration_rows_never_reach_the_classifier():
+    X, y, tree = make_hierarchical_classification(n_samples=1200, n_features=4, branching=4, depth=2,
+                                                  random_state=0)
+    model = ConformalHierarchicalClassifier(Memorizer(tree), alpha=0.1, calibration_size=400, random_state=0)
+    model.fit(X[:800], y[:800])
+    cal = model.calibration_indices_
+    seen = set(model.estimator_.seen_)
+    assert len(cal) == 400 and not seen & {X[i].tobytes() for i in cal}
+    assert len(seen) == 400  # every other row trained it
+    # A memorizer calibrated on rows it never saw keeps the promise on new rows...
+    assert coverage_score(tree.to_ids(y[800:]), model.predict_node(X[800:]), tree, input_type="ids") >= 0.9 - 0.05
+    # ... and calibrated on rows it had seen (the leak this design prevents) it breaks it.
+    leaked = ConformalHierarchicalClassifier(Memorizer(tree).fit(X[:800], y[:800]), alpha=0.1, cv="prefit")
+    leaked.fit(X[:800], y[:800])
+    assert leaked.lambda_ == -np.inf
+    assert coverage_score(tree.to_ids(y[800:]), leaked.predict_node(X[800:]), tree, input_type="ids") < 0.5
+
+
+# ---------------------------------------------------------------------------- the estimator
+@pytest.fixture(scope="module")
+def small():
+    X, y, tree = make_hierarchical_classification(n_samples=500, n_features=5, branching=2, depth=2,
+                                                  noise=1.5, random_state=0)
+    return X, y, tree
+
+
+def _clf(tree, **kwargs):
+    params = {"max_epochs": 2, "calibration": None, "prototypes": None, "random_state": 0, **kwargs}
+    return HierarchicalClassifier(tree, **params)
+
+
+def test_fit_predict_and_prefit(small):
+    X, y, tree = small
+    model = ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, calibration_size=0.3, random_state=0)
+    model.fit(X[:400], y[:400])
+    assert model.n_calibration_ == 120 and model.loss_bound_ == 1.0 and model.semantics_ == "partial"
+    paths = model.predict(X[400:])
+    nodes = model.predict_node(X[400:])
+    assert paths.shape == (100, tree.n_levels)
+    assert (model.predict_labels(X[400:]) == np.where(nodes >= 0, tree.labels[np.maximum(nodes, 0)], "")).all()
+    assert coverage_score(y[400:], paths, tree) == coverage_score(tree.to_ids(y[400:]), nodes, tree, input_type="ids")
+    assert model.score(X[400:], y[400:]) == pytest.approx((paths != "").sum(axis=1).mean())
+
+    fitted = _clf(tree).fit(X[:200], y[:200])
+    prefit = ConformalHierarchicalClassifier(fitted, alpha=0.2, cv="prefit").fit(X[200:400], y[200:400])
+    assert prefit.estimator_ is fitted and prefit.n_calibration_ == 200 and prefit.calibration_indices_ is None
+    with pytest.raises(NotFittedError):
+        ConformalHierarchicalClassifier(_clf(tree), cv="prefit").fit(X, y)
+
+
+def test_terminal_semantics_and_a_changed_semantics(small):
+    X, y, tree = small
+    model = ConformalHierarchicalClassifier(_clf(tree, semantics="terminal"), alpha=0.2, random_state=0).fit(X, y)
+    assert model.semantics_ == "terminal"
+    model.classifier_.semantics = "partial"
+    with pytest.raises(ValueError, match="calibrated with 'terminal'"):
+        model.predict(X[:3])
+
+
+def test_pipeline_grid_search_and_cross_validate(small):
+    X, y, tree = small
+    pipe = make_pipeline(StandardScaler(), ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, random_state=0))
+    assert pipe.fit(X, y).predict(X[:4]).shape == (4, tree.n_levels)
+    # the scaler inside the wrapper's estimator sees only the training rows of each fit
+    inner = ConformalHierarchicalClassifier(make_pipeline(StandardScaler(), _clf(tree)), alpha=0.2, random_state=0)
+    inner.fit(X, y)
+    assert inner.estimator_[0].n_samples_seen_ == len(X) - inner.n_calibration_
+    search = GridSearchCV(ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, random_state=0),
+                          {"estimator__max_epochs": [1, 3]}, cv=KFold(2), error_score="raise")
+    search.fit(X, y)
+    assert search.best_estimator_.alpha == 0.2 and len(search.cv_results_["params"]) == 2
+    result = cross_validate(ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, random_state=0), X, y,
+                            cv=KFold(2), scoring=conformal_scorers(), error_score="raise")
+    assert set(result) >= {"test_coverage", "test_mean_answer_depth", "test_neg_risk"}
+    np.testing.assert_allclose(result["test_coverage"], 1 + result["test_neg_risk"])
+
+
+def test_refusals(small):
+    X, y, tree = small
+    multi = MultiLabelHierarchicalClassifier(tree)
+    with pytest.raises(UnsupportedEstimatorError, match="label sets"):
+        ConformalHierarchicalClassifier(multi).fit(X, y)
+    with pytest.raises(UnsupportedEstimatorError, match="StandardScaler"):
+        ConformalHierarchicalClassifier(StandardScaler()).fit(X, y)
+    with pytest.raises(ValueError, match="alpha"):
+        ConformalHierarchicalClassifier(_clf(tree), alpha=1.5).fit(X, y)
+    with pytest.raises(ValueError, match="calibration_size=499"):
+        ConformalHierarchicalClassifier(_clf(tree), calibration_size=499).fit(X[:100], y[:100])
+
+
+def test_user_losses_are_checked(small):
+    X, y, tree = small
+
+    def rising(answer, truth, t):  # the root costs most: not monotone
+        return (answer < 0).astype(float)
+
+    with pytest.raises(NonMonotoneLossError, match="not monotone"):
+        ConformalHierarchicalClassifier(_clf(tree), loss=rising, random_state=0).fit(X, y)
+
+    def too_big(answer, truth, t):
+        return 2 * miss_loss(answer, truth, t)
+
+    with pytest.raises(NonMonotoneLossError, match="outside"):
+        ConformalHierarchicalClassifier(_clf(tree), loss=too_big, random_state=0).fit(X, y)
+    too_big.bound = 2.0
+    model = ConformalHierarchicalClassifier(_clf(tree), loss=too_big, alpha=0.4, random_state=0).fit(X, y)
+    assert model.loss_bound_ == 2.0
+
+
+def test_too_few_calibration_rows_answer_the_root(small):
+    X, y, tree = small
+    with pytest.warns(UserWarning, match="at least 19 rows"):
+        model = ConformalHierarchicalClassifier(_clf(tree), alpha=0.05, calibration_size=10, random_state=0).fit(X, y)
+    assert model.lambda_ == np.inf and (model.predict_node(X[:5]) == -1).all()
+
+
+def test_save_and_load_without_pickle(small, tmp_path):
+    X, y, tree = small
+    model = ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, loss="tree_distance", random_state=0).fit(X, y)
+    save_conformal(model, tmp_path / "a")
+    loaded = load_conformal(tmp_path / "a")
+    assert loaded.lambda_ == model.lambda_ and loaded.get_params()["loss"] == "tree_distance"
+    np.testing.assert_array_equal(loaded.calibration_indices_, model.calibration_indices_)
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    # a classifier alone cannot be saved over it (it would drop the cut-off)...
+    with pytest.raises(FileExistsError, match="conformal.json"):
+        save_classifier(model.estimator_, tmp_path / "a")
+    # ... and a cut-off beside another classifier is a named error
+    other = ConformalHierarchicalClassifier(_clf(tree, max_epochs=1), alpha=0.2, random_state=1).fit(X, y)
+    save_conformal(other, tmp_path / "b")
+    shutil.copy(tmp_path / "b" / "conformal.json", tmp_path / "a" / "conformal.json")
+    with pytest.raises(ModelFileError, match="calibrated for another classifier"):
+        load_conformal(tmp_path / "a")
+    record = json.loads((tmp_path / "b" / "conformal.json").read_text())
+    record["fitted"]["lambda_"] = 0.0
+    (tmp_path / "b" / "conformal.json").write_text(json.dumps(record))
+    with pytest.raises(ModelFileError, match="modified after it was saved"):
+        load_conformal(tmp_path / "b")
+
+
+def test_save_refuses_what_json_cannot_hold(small, tmp_path):
+    X, y, tree = small
+    model = ConformalHierarchicalClassifier(_clf(tree), loss=tree_distance_loss, alpha=0.2, random_state=0).fit(X, y)
+    with pytest.raises(TypeError, match="'loss'"):
+        save_conformal(model, tmp_path / "m")
+    piped = ConformalHierarchicalClassifier(make_pipeline(StandardScaler(), _clf(tree)), alpha=0.2,
+                                            random_state=0).fit(X, y)
+    with pytest.raises(TypeError, match="Pipeline"):
+        save_conformal(piped, tmp_path / "m")
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        sk_checks.check_no_attributes_set_in_init,
+        sk_checks.check_parameters_default_constructible,
+        sk_checks.check_get_params_invariance,
+        sk_checks.check_set_params,
+        sk_checks.check_estimator_cloneable,
+        sk_checks.check_estimator_repr,
+        sk_checks.check_do_not_raise_errors_in_init_or_set_params,
+    ],
+    ids=lambda check: check.__name__,
+)
+def test_scikit_learn_api_checks(check):
+    # The fitting checks feed flat data to a wrapper whose answers are paths: the API checks
+    # that need no fit are the ones that apply.
+    check("ConformalHierarchicalClassifier", ConformalHierarchicalClassifier(HierarchicalClassifier(max_epochs=1)))
+
+
+def test_clone_keeps_the_parameters():
+    model = ConformalHierarchicalClassifier(HierarchicalClassifier(max_epochs=1), alpha=0.05, loss="tree_distance")
+    assert clone(model).get_params()["alpha"] == 0.05
+
+
+def test_wordnet_subset_coverage():
+    # Real text: mammal glosses placed under their hypernyms (terminal labels), TF-IDF features.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from hiclass_parallel.datasets import load_wordnet_glosses
+
+    data = load_wordnet_glosses("mammal.n.01", include_lemmas=True)
+    order = np.random.default_rng(0).permutation(len(data.data))
+    texts = np.asarray(data.data, dtype=object)[order]
+    truth = data.tree.to_ids(np.asarray(data.target, dtype=object)[order])
+    vec = TfidfVectorizer(sublinear_tf=True, dtype=np.float32)
+    X_train = vec.fit_transform(texts[:500])
+    clf = HierarchicalClassifier(data.tree, semantics="terminal", calibration=None, prototypes=None,
+                                 random_state=0).fit(X_train, data.tree.labels[truth[:500]])
+    nodes, mass = _answer_chains(clf.predict_answer_proba(vec.transform(texts[500:])), data.tree)
+    truth = truth[500:]
+    losses = _chain_losses(nodes, truth, data.tree, miss_loss, 1.0)
+    rng = np.random.default_rng(0)
+    n_cal = 250
+    for alpha in ALPHAS:
+        covered = []
+        for _ in range(N_SPLITS):
+            split = rng.permutation(len(truth))
+            cal, test = split[:n_cal], split[n_cal:]
+            cutoff, _ = conformal_cutoff(mass[cal], losses[cal], alpha)
+            covered.append(1 - miss_loss(_answers_at(nodes[test], mass[test], cutoff), truth[test], data.tree).mean())
+        assert 1 - alpha - 0.01 <= np.mean(covered) <= 1 - alpha + 1 / (n_cal + 1) + 0.01, alpha
