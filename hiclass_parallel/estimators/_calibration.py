@@ -106,22 +106,28 @@ class BetaCalibrator:
         return np.log(p), -np.log1p(-p)  # z = a u + b v + c: increasing in p for a, b >= 0
 
     @classmethod
-    def fit(cls, probability: np.ndarray, correct: np.ndarray) -> BetaCalibrator:
-        """The map of least log-loss from ``probability`` to ``correct`` (bools), by L-BFGS-B."""
+    def fit(cls, probability: np.ndarray, correct: np.ndarray, sample_weight: np.ndarray | None = None) -> BetaCalibrator:
+        """The map of least log-loss from ``probability`` to ``correct`` (bools), by L-BFGS-B;
+        each row's log-loss times its ``sample_weight`` (``None``: 1; a zero-weight row is left out)."""
         from scipy.optimize import minimize
 
         probability = np.asarray(probability, dtype=np.float64)
         correct = np.asarray(correct, dtype=np.float64)
         keep = np.isfinite(probability)
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, dtype=np.float64)
+            keep &= sample_weight > 0
+        w = None if sample_weight is None else sample_weight[keep]
         u, v = cls._features(probability[keep])
         t = correct[keep]
 
         def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
             z = theta[0] * u + theta[1] * v + theta[2]
             # log(1 + e^z) - t z, and its gradient (sigmoid(z) - t) times the features.
-            value = float(np.sum(np.logaddexp(0.0, z) - t * z))
-            r = expit(z) - t
-            return value, np.array([np.dot(r, u), np.dot(r, v), r.sum()])
+            each, r = np.logaddexp(0.0, z) - t * z, expit(z) - t
+            if w is not None:
+                each, r = w * each, w * r
+            return float(np.sum(each)), np.array([np.dot(r, u), np.dot(r, v), r.sum()])
 
         result = minimize(loss, np.array([1.0, 1.0, 0.0]), jac=True, method="L-BFGS-B",
                           bounds=[(0.0, 100.0), (0.0, 100.0), (-30.0, 30.0)])

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 from torch.utils.data import default_collate
 
-__all__ = ["TreeDataset", "check_tensor", "collate_batch", "csr_tensor", "sparse_tensor_to_csr"]
+__all__ = ["TreeDataset", "check_tensor", "collate_batch", "csr_tensor", "sparse_tensor_to_csr", "split_target"]
 
 
 def check_tensor(X: torch.Tensor) -> torch.Tensor | sp.csr_matrix:
@@ -73,6 +73,15 @@ class _Batch(tuple):
     """A whole mini-batch built by :meth:`TreeDataset.__getitems__` (X, y)."""
 
 
+def split_target(y: Any) -> tuple[Any, Any]:
+    """A batch's target as ``(ids, weights)``: a weighted batch carries the pair ``(node ids,
+    sample weights)`` (a tuple, or the list skorch's ``to_tensor`` makes of it), a plain batch
+    the ids alone (weights ``None``)."""
+    if isinstance(y, (tuple, list)) and len(y) == 2:
+        return y[0], y[1]
+    return y, None
+
+
 def collate_batch(batch: Any) -> Any:
     """DataLoader ``collate_fn``: pass a ready :class:`_Batch` through, else the default."""
     if isinstance(batch, _Batch):
@@ -114,23 +123,28 @@ class TreeDataset(Dataset):
 
     Rows become float32 tensors (the module's dtype); with ``sparse_batches`` a scipy sparse
     X gives torch sparse CSR batches instead of dense ones. With ``rows``, item ``i`` is row
-    ``rows[i]`` of X with target ``y[i]``.
+    ``rows[i]`` of X with target ``y[i]``. With ``weight`` (one per item, float64), a batch's
+    target is the pair ``(node ids, weights)`` (:func:`split_target`), so that a batch keeps
+    each target with its weight wherever the loader takes its items from.
     """
 
     def __init__(self, X: Any, y: np.ndarray | None = None, sparse_batches: bool = False,
-                 rows: np.ndarray | None = None):
+                 rows: np.ndarray | None = None, weight: np.ndarray | None = None):
         self.X = X
         self.y = y
         self.sparse_batches = bool(sparse_batches) and sp.issparse(X)
         # Item i is row rows[i] of X (a multi-label sample once per label), without copying X.
         self.rows = rows
+        self.weight = weight
 
     def __len__(self) -> int:
         return int(self.X.shape[0] if self.rows is None else self.rows.shape[0])
 
-    def _rows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _rows(self, idx: np.ndarray) -> tuple[torch.Tensor, Any]:
         X = self.X
         yb = None if self.y is None else torch.from_numpy(self.y[idx])
+        if yb is not None and self.weight is not None:
+            yb = (yb, torch.from_numpy(self.weight[idx]))
         if self.rows is not None:
             idx = self.rows[idx]
         if self.sparse_batches:
@@ -145,6 +159,8 @@ class TreeDataset(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, Any]:
         Xb, yb = self._rows(np.asarray([i]))
+        if isinstance(yb, tuple):
+            return Xb[0], (yb[0][0], yb[1][0])
         return Xb[0], (torch.zeros((), dtype=torch.int64) if yb is None else yb[0])
 
     def __getitems__(self, indices: list[int]) -> _Batch:

@@ -72,9 +72,11 @@ class GaussianPrototypes:
     DEFAULT_WEIGHT: ClassVar[float] = 1.0
 
     @classmethod
-    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0) -> GaussianPrototypes:
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0,
+                  sample_weight: np.ndarray | None = None) -> GaussianPrototypes:
         """The statistics of the rows of dense ``X`` per node id in ``ids`` (``-1``:
-        unlabelled, skipped) of ``tree``'s classes."""
+        unlabelled, skipped) of ``tree``'s classes, each row counted ``sample_weight`` times
+        (``None``: once; the counts, sums and squares are then weighted ones)."""
         import scipy.sparse as sp
 
         ids = np.asarray(ids)
@@ -82,11 +84,13 @@ class GaussianPrototypes:
         X = _host_dense(X)
         X = (X if rows.size == X.shape[0] else X[rows]).astype(np.float64, copy=False)
         n_classes = tree.n_classes
+        times = np.ones(rows.size) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[rows]
         # One sparse (class x row) membership product: np.add.at is unbuffered and much slower.
-        member = sp.csr_matrix((np.ones(rows.size), (ids[rows], np.arange(rows.size))), shape=(n_classes, rows.size))
+        member = sp.csr_matrix((times, (ids[rows], np.arange(rows.size))), shape=(n_classes, rows.size))
         sums = np.asarray(member @ X)
-        counts = np.bincount(ids[rows], minlength=n_classes).astype(np.float64)
-        return cls(sums=sums, counts=counts, squares=np.einsum("ij,ij->j", X, X),
+        counts = np.bincount(ids[rows], weights=times, minlength=n_classes).astype(np.float64)
+        squares = np.einsum("ij,ij->j", X, X) if sample_weight is None else np.einsum("i,ij,ij->j", times, X, X)
+        return cls(sums=sums, counts=counts, squares=squares,
                    parents=np.asarray(tree.parents, dtype=np.int64), depth=np.asarray(tree.depth),
                    weight=float(weight))
 

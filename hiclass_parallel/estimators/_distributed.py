@@ -35,8 +35,33 @@ from ..ops.engine._native_path_step import rows_merge
 __all__ = ["DataParallel"]
 
 #: A gradient's kind in the header the ranks exchange: none, dense, or sparse over ``k`` index
-#: dimensions (``_DENSE + k``).
-_NONE, _DENSE = 0, 1
+#: dimensions (``_DENSE + k``). The header's last entry is the batch's: ``_WEIGHTED`` with the
+#: bits of its total sample weight (float64), or ``_NONE``.
+_NONE, _DENSE, _WEIGHTED = 0, 1, -1
+
+
+def _batch_weight(batch: Any) -> float | None:
+    """The total weight of a weighted batch's labelled items (its target is the pair ``(node
+    ids, weights)``); ``None`` for an unweighted batch."""
+    from skorch.dataset import unpack_data
+
+    from ._data import split_target
+
+    if batch is None:
+        return None
+    ids, weight = split_target(unpack_data(batch)[1])
+    if weight is None:
+        return None
+    ids, weight = torch.as_tensor(ids), torch.as_tensor(weight)
+    return float((weight.double() * (ids.to(weight.device) >= 0)).sum())
+
+
+def _float_bits(value: float) -> int:
+    return int(torch.tensor([value], dtype=torch.float64).view(torch.int64)[0])
+
+
+def _bits_float(bits: int) -> float:
+    return float(torch.tensor([bits], dtype=torch.int64).view(torch.float64)[0])
 
 
 def _active(group: Any) -> bool:
@@ -111,6 +136,12 @@ class DataParallel(Callback):
     not (autograd's, or one a fused step set). Dropout masks and shuffling differ between
     ranks only through the data.
 
+    With sample weights (``fit``'s ``sample_weight`` or ``class_weight``), each rank's loss is
+    the weighted mean over its own batch, and the ranks' gradients are averaged with their
+    batches' total weights (the weight of their labelled items), not equally: the step is
+    that of the weighted mean over the combined batch (exactly so when every labelled item
+    has as many loss rows, e.g. labels all at one depth). Every rank must then be weighted.
+
     Examples
     --------
     Without a process group (one process) it changes nothing:
@@ -176,8 +207,12 @@ class DataParallel(Callback):
                 local.append((_DENSE + param.grad.sparse_dim(), param.grad._nnz()))
             else:
                 local.append((_NONE if param.grad is None else _DENSE, 0))
+        weight = _batch_weight(batch)
+        local.append((_NONE, 0) if weight is None else (_WEIGHTED, _float_bits(weight)))
         header = torch.tensor(local, dtype=torch.int64, device=named[0][1].device).t().contiguous()
-        kinds, counts = self._all_gather(header).unbind(1)  # (world, n_params) each
+        kinds, counts = self._all_gather(header).unbind(1)  # (world, n_params + 1) each
+        self._weigh(named, kinds[:, -1].tolist(), counts[:, -1].tolist(), weight)
+        kinds, counts = kinds[:, :-1], counts[:, :-1]
         dense, sparse = [], []
         for i, (name, param) in enumerate(named):
             seen = set(kinds[:, i].tolist()) - {_NONE}
@@ -198,6 +233,24 @@ class DataParallel(Callback):
             self._reduce_rows(sparse, dense if ride else [])
         self.traffic_["steps"] += 1
         self.traffic_["seconds"] += time.perf_counter() - start
+
+    def _weigh(self, named: list, kinds: list[int], bits: list[int], weight: float | None) -> None:
+        """Scale this rank's gradients by ``world * W_r / sum(W)`` (``W`` the ranks' batch
+        weights) so that the mean the exchange takes is weighted by the batches' weights."""
+        if set(kinds) == {_NONE}:
+            return
+        if _NONE in kinds:
+            raise ValueError("some ranks train with sample weights and others without: give every rank weights "
+                             "(sample_weight or class_weight) or none")
+        total = sum(_bits_float(b) for b in bits)
+        if not total > 0:
+            return  # no rank has a labelled item of positive weight: every gradient is zero
+        scale = len(kinds) * weight / total
+        if scale == 1.0:
+            return
+        for _, param in named:
+            if param.grad is not None:
+                param.grad = param.grad * scale
 
     def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """``(world, *tensor.shape)``: every rank's ``tensor`` (the same shape on every rank)."""

@@ -46,20 +46,25 @@ from ._guards import (check_trained_scores, fitted_attributes, keep_net_on_error
 from ._input import validate_X
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._prototypes import prototypes_kind
+from ._weights import check_fit_sample_weight, item_weights
 
 __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]
 
 
 class ArrayInput:
-    """Arrays, sparse matrices and tensors: ``X`` validated, ``y`` encoded up front."""
+    """Arrays, sparse matrices and tensors: ``X`` validated, ``y`` encoded up front, the rows'
+    ``sample_weight`` checked and, with ``class_weight``, turned into one weight per training
+    item (:mod:`._weights`)."""
 
-    def __init__(self, X: Any, y: Any):
+    def __init__(self, X: Any, y: Any, sample_weight: Any = None, class_weight: Any = None):
         self.X, self.y = X, y
+        self.sample_weight, self.class_weight = sample_weight, class_weight
         self.n_rows: int | None = None
 
     def validate(self, estimator: Any, reset: bool) -> None:
         self.X = validate_X(estimator, self.X, reset=reset)
         self.n_rows = int(self.X.shape[0])
+        self.sample_weight = check_fit_sample_weight(self.sample_weight, self.n_rows)
 
     def fit_targets(self, targets: Any, classes: Any) -> None:
         targets.fit(self.y, classes)
@@ -68,7 +73,9 @@ class ArrayInput:
         ids = targets.encode(self.X, self.y)
         if advise_semantics is not None:
             targets.advise(ids, advise_semantics)
-        return targets.dataset(self.X, ids, sparse)
+        dataset = targets.dataset(self.X, ids, sparse)
+        dataset.weight = item_weights(self.sample_weight, self.class_weight, np.asarray(targets.classes), ids)
+        return dataset
 
     def loading(self, net: Any, targets: Any) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -166,19 +173,28 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                 # map is fitted (_calibration's docstring says when and why).
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
-                calibrator, held_out = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan)
+                calibrator, held_out = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan,
+                                                       _row_weights(data))
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     prototypes = None
     if _wants_prototypes(estimator, _rows_of(data)):
-        prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y), _fixed_weight(estimator, data.X))
+        prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y), _fixed_weight(estimator, data.X),
+                                    sample_weight=_row_weights(data))
         if held_out is not None:  # the weight and scale chosen on the held-out rows
             prototypes.weight, prototypes.scale = held_out
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes)
     attach_net(estimator, net)
     return estimator
+
+
+def _row_weights(data: Any) -> np.ndarray | None:
+    """The rows' ``sample_weight`` of in-memory input (``None``: unweighted, or a stream). The
+    class prototypes and the answer calibrator weigh rows by it; ``class_weight`` is the loss's
+    (it re-balances training, not the estimate of how often an answer is right)."""
+    return getattr(data, "sample_weight", None) if isinstance(data, ArrayInput) else None
 
 
 def _rows_of(data: Any) -> Any:
@@ -197,14 +213,14 @@ def _wants_prototypes(estimator: Any, X: Any) -> bool:
 
 
 def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float,
-                   class_text: bool = True) -> Any:
-    """The class prototypes of the rows ``X`` (node ids ``ids``), with each class's text
-    (``module__class_features``, in the space of ``X``; unless ``class_text=False``, for rows
-    added to prototypes that have it) as one more row of its class, summed over the ranks of a
-    data-parallel fit."""
+                   class_text: bool = True, sample_weight: np.ndarray | None = None) -> Any:
+    """The class prototypes of the rows ``X`` (node ids ``ids``; each row counted with its
+    ``sample_weight``), with each class's text (``module__class_features``, in the space of
+    ``X``; unless ``class_text=False``, for rows added to prototypes that have it) as one more
+    row of its class, summed over the ranks of a data-parallel fit."""
     import scipy.sparse as sp
 
-    prototypes = prototypes_kind(X).from_rows(X, ids, targets.tree, weight)
+    prototypes = prototypes_kind(X).from_rows(X, ids, targets.tree, weight, sample_weight=sample_weight)
     text = estimator._skorch_kwargs("module__").get("class_features") if class_text else None
     if sp.issparse(X) and sp.issparse(text) and text.shape == (len(targets.classes), X.shape[1]):
         # A class no training row has gets its name as its prototype (a class seen in training
@@ -248,10 +264,10 @@ def _agreed(estimator: Any, values: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...], true: np.ndarray,
-                             kind: type) -> tuple[float, float]:
+                             kind: type, sample_weight: np.ndarray | None = None) -> tuple[float, float]:
     """``prototypes="auto"``: the weight and scale fitted on the held-out rows' ``candidates``
     (the model's paths as trained so far, their log-probabilities and similarities) and node
-    ids ``true``, within the bounds of the prototypes' ``kind``."""
+    ids ``true`` (weighted by ``sample_weight``), within the bounds of the prototypes' ``kind``."""
     from ._calibration import answer_correct
     from ._prototypes import choose_weight_and_scale
 
@@ -260,20 +276,24 @@ def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...],
     correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)
     labelled = true >= 0
     return choose_weight_and_scale(log_prob[labelled], similarity[labelled], correct[labelled], kind.MAX_WEIGHT,
-                                   kind.DEFAULT_WEIGHT)
+                                   kind.DEFAULT_WEIGHT,
+                                   sample_weight=None if sample_weight is None else sample_weight[labelled])
 
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
-                    plan: Any) -> tuple[Any, tuple[float, float] | None]:
-    """The answer calibrator of the held-out rows (``ids``: every row's node id), decoded by the
-    net as trained so far, and the class prototypes' weight and scale (chosen on the same rows
-    first for ``prototypes="auto"``; ``None`` without prototypes)."""
+                    plan: Any, sample_weight: np.ndarray | None = None) -> tuple[Any, tuple[float, float] | None]:
+    """The answer calibrator of the held-out rows (``ids``: every row's node id; each row
+    counted with its ``sample_weight``), decoded by the net as trained so far, and the class
+    prototypes' weight and scale (chosen on the same rows first for ``prototypes="auto"``;
+    ``None`` without prototypes)."""
     from ._calibration import BetaCalibrator, answer_correct, held_out_view
 
     ids = np.asarray(ids)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, prototypes_=None)
     attach_net(estimator, net)  # the prediction side reads the fitted state; fit sets it again after
     true = ids[plan.held_rows]
+    held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
+    fit_weight = None if sample_weight is None else sample_weight[plan.fit_rows]
     view = held_out_view(X, plan.fit_rows, plan.held_rows)
     weight = None
     with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
@@ -281,12 +301,12 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
             # The prototypes of the rows the model trained on so far, so that a held-out row
             # never meets its own contribution.
             estimator.prototypes_ = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows],
-                                                   _fixed_weight(estimator, X))
+                                                   _fixed_weight(estimator, X), sample_weight=fit_weight)
             fitting, reranking = isinstance(estimator.prototypes, str), estimator.decoding == "best"
             if fitting or reranking:  # decoded once: for the weight and for the answers
                 candidates = estimator._reranking_candidates(view)
             if fitting:
-                fitted = _choose_prototype_weight(estimator, candidates, true, type(estimator.prototypes_))
+                fitted = _choose_prototype_weight(estimator, candidates, true, type(estimator.prototypes_), held_weight)
                 estimator.prototypes_.weight, estimator.prototypes_.scale = _agreed(estimator, fitted)
             weight = estimator.prototypes_.weight
             if reranking:
@@ -296,7 +316,8 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     labelled = true >= 0
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
     held_out = None if weight is None else (estimator.prototypes_.weight, estimator.prototypes_.scale)
-    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct), held_out
+    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct,
+                              sample_weight=None if held_weight is None else held_weight[labelled]), held_out
 
 
 def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
@@ -320,7 +341,8 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
         # Into a new object (add builds new arrays), which replaces the old one only once training
         # succeeded: a failed call leaves the fitted prototypes as they were.
         prototypes = copy.copy(prototypes)
-        prototypes.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False))
+        prototypes.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False,
+                                      sample_weight=_row_weights(data)))
     # The net trains in place: a failed call (an error, a callback's, Ctrl-C) puts it back as it
     # was, up to the last line (keep_fitted_state_on_error puts back the attributes set here).
     with keep_net_on_error(net):
@@ -372,7 +394,8 @@ def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names:
     mark_applied(estimator, names)
 
 
-def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool, classes: Any = None) -> Any:
+def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool, classes: Any = None,
+            sample_weight: Any = None) -> Any:
     """``fit`` (``partial=False``) or ``partial_fit`` (``partial=True``: one epoch, continuing).
 
     Parameters
@@ -387,12 +410,24 @@ def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool
         continues only with ``warm_start``.
     classes : array-like, default=None
         ``partial_fit``'s ``classes`` at the first call.
+    sample_weight : array-like of shape (n_samples,), default=None
+        The rows' weights (:mod:`._weights`); a streamed data set yields its own.
     """
     from ._streaming import StreamInput, is_dataset
 
     check_params(estimator)
+    class_weight = getattr(estimator, "class_weight", None)
+    if partial and isinstance(class_weight, str):
+        raise ValueError(
+            "class_weight='balanced' is not available in partial_fit: one call's rows do not tell the classes' "
+            "frequencies. Pass the weights as a mapping label -> weight (counted on a large enough sample of the "
+            "training labels), or use fit"
+        )
     targets_class = type(estimator)._targets
-    data = StreamInput(X, y, estimator, targets_class) if is_dataset(X) else ArrayInput(X, y)
+    if is_dataset(X):
+        data = StreamInput(X, y, estimator, targets_class, sample_weight=sample_weight)
+    else:
+        data = ArrayInput(X, y, sample_weight, class_weight)
     if hasattr(estimator, "net_") and (partial or estimator.warm_start):
         return _continue(estimator, data, epochs)
     return _fit_new(estimator, data, epochs, classes)

@@ -277,13 +277,15 @@ def mean_loss(net: Any, dataset: Any, n_rows: int = LOSS_ROWS) -> float | None:
     from skorch.dataset import unpack_data
     from torch.utils.data import IterableDataset, Subset
 
+    from ._data import split_target
+
     if isinstance(dataset, IterableDataset) or len(dataset) == 0:
         return None
     sample = Subset(dataset, range(min(n_rows, len(dataset))))
     total, count = 0.0, 0
     with torch.random.fork_rng(devices=[]), torch.no_grad():  # a loader draws a seed: leave the streams alone
         for batch in net.get_iterator(sample, training=False):
-            rows = len(unpack_data(batch)[1])
+            rows = len(split_target(unpack_data(batch)[1])[0])
             total += float(net.validation_step(batch)["loss"]) * rows
             count += rows
     return total / count if count else None

@@ -22,6 +22,7 @@ from skorch import NeuralNet
 from skorch.dataset import unpack_data
 from skorch.utils import to_tensor
 
+from ._data import split_target
 from ._fused_step import fused_step, fused_step_refusal, fused_update_refusal
 
 __all__ = ["TreeNet", "module_kwargs"]
@@ -100,6 +101,8 @@ class TreeNet(NeuralNet):
         self._set_training(training)
         Xi, yi = unpack_data(batch)
         X, y = to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device)
+        y, weight = split_target(y)
+        weighted = {} if weight is None else {"sample_weight": weight}
         if training:
             refusal = fused_step_refusal(self.module_, self.criterion_, X)
             self.step_engine_ = "torch" if refusal else "fused"
@@ -107,13 +110,14 @@ class TreeNet(NeuralNet):
                 # the update of the big layers inside the step too, unless something reads the
                 # gradients first (it then runs in the optimizer's step, as on the torch route)
                 fuse_update = fused_update_refusal(self) is None
-                step = fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None)
+                step = fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None,
+                                  **weighted)
                 self.update_engine_ = "fused" if step["fused_update"] else "optimizer"
                 return step
             self.update_engine_ = "optimizer"
         with torch.set_grad_enabled(training):
             hidden = self.module_.encode(X)
-            loss = self.criterion_(self.module_.scorer(hidden), y)
+            loss = self.criterion_(self.module_.scorer(hidden), y, **weighted)
         if training:
             loss.backward()
         return {"loss": loss, "y_pred": hidden}
@@ -143,6 +147,15 @@ class TreeNet(NeuralNet):
         if interrupt is not None and pressed:
             raise interrupt
         return self
+
+    def get_loss(self, y_pred: Any, y_true: Any, X: Any = None, training: bool = False) -> torch.Tensor:
+        """skorch's loss, with the batch's sample weights (a weighted batch's target is the
+        pair ``(node ids, weights)``) handed to the criterion as ``sample_weight``."""
+        ids, weight = split_target(y_true)
+        if weight is None:
+            return super().get_loss(y_pred, y_true, X=X, training=training)
+        return self.criterion_(y_pred, to_tensor(ids, device=self.device),
+                               sample_weight=to_tensor(weight, device=self.device))
 
     def train_step_single(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
         if not self.path_local:

@@ -71,14 +71,16 @@ class ClassPrototypes:
     DEFAULT_WEIGHT: ClassVar[float] = DEFAULT_WEIGHT
 
     @classmethod
-    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0) -> ClassPrototypes:
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0,
+                  sample_weight: np.ndarray | None = None) -> ClassPrototypes:
         """The sums of the rows of sparse ``X`` per node id in ``ids`` (``-1``: unlabelled,
-        skipped) of ``tree``'s classes."""
+        skipped) of ``tree``'s classes, each row times its ``sample_weight`` (``None``: 1)."""
         ids = np.asarray(ids)
         n_classes = tree.n_classes
         rows = np.flatnonzero(ids >= 0)
-        member = sp.csr_matrix((np.ones(rows.size, dtype=np.float32), (ids[rows], rows)),
-                               shape=(n_classes, X.shape[0]))
+        times = np.ones(rows.size, dtype=np.float32) if sample_weight is None else \
+            np.asarray(sample_weight, dtype=np.float32)[rows]
+        member = sp.csr_matrix((times, (ids[rows], rows)), shape=(n_classes, X.shape[0]))
         return cls(sums=sp.csr_matrix(member @ sp.csr_matrix(X, dtype=np.float32), dtype=np.float32), weight=weight)
 
     def add(self, other: ClassPrototypes) -> None:
@@ -295,18 +297,21 @@ def choose_weight(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndar
 
 
 def choose_weight_and_scale(log_prob: np.ndarray, similarity: np.ndarray, correct: np.ndarray,
-                            max_weight: float = MAX_WEIGHT,
-                            default_weight: float = DEFAULT_WEIGHT) -> tuple[float, float]:
+                            max_weight: float = MAX_WEIGHT, default_weight: float = DEFAULT_WEIGHT,
+                            sample_weight: np.ndarray | None = None) -> tuple[float, float]:
     """:func:`choose_weight`'s weight ``b / a`` and the scale ``a`` of the same fit: the
     conditional logit's distribution over the candidates is ``softmax(a * (log_prob + weight *
     similarity))``, which ``decoding="hf1"`` weighs the candidates by. ``(default_weight, 1)``
     with fewer than :data:`MIN_ROWS` usable rows. Where the weight is clipped to
-    ``max_weight``, ``a`` is still the fit's."""
+    ``max_weight``, ``a`` is still the fit's. ``sample_weight`` (one per row; ``None``: 1)
+    weighs each row's likelihood; a zero-weight row is not a usable one."""
     from scipy.optimize import minimize
     from scipy.special import logsumexp, softmax
 
     valid = np.isfinite(log_prob)
     rows = (correct & valid).any(axis=1)
+    if sample_weight is not None:
+        rows &= np.asarray(sample_weight) > 0
     if rows.sum() < MIN_ROWS:
         return float(default_weight), 1.0
     lp = np.where(valid, log_prob, 0.0)[rows].astype(np.float64)
@@ -314,13 +319,15 @@ def choose_weight_and_scale(log_prob: np.ndarray, similarity: np.ndarray, correc
     right = (correct & valid)[rows]
     right = right & (np.cumsum(right, axis=1) == 1)  # one right candidate per row
     invalid = ~valid[rows]
+    w = np.ones(lp.shape[0]) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[rows]
 
     def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
         z = theta[0] * lp + theta[1] * sim
         z[invalid] = -np.inf
         p = softmax(z, axis=1)
-        value = -(z[right] - logsumexp(z, axis=1)).sum()
-        grad = -np.array([(lp[right] - (p * lp).sum(axis=1)).sum(), (sim[right] - (p * sim).sum(axis=1)).sum()])
+        value = -(w * (z[right] - logsumexp(z, axis=1))).sum()
+        grad = -np.array([(w * (lp[right] - (p * lp).sum(axis=1))).sum(),
+                          (w * (sim[right] - (p * sim).sum(axis=1))).sum()])
         return float(value), grad
 
     fit = minimize(nll, np.array([1.0, 1.0]), jac=True, method="L-BFGS-B", bounds=[(1e-3, None), (0.0, None)])

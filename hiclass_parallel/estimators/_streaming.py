@@ -4,6 +4,9 @@
 (a 1-D torch tensor or NumPy array of ``n_features`` values), ``label`` a label at any depth of
 the tree (or a label path, a list from the top level down). Batches are collated as they
 come; labels become node ids one batch at a time, so nothing is materialised beyond a batch.
+A weighted stream yields ``(x, label, weight)`` triples instead (``fit``'s ``sample_weight``
+cannot follow a stream's order); a ``class_weight`` mapping multiplies each item's weight by
+its class's.
 
 What streaming needs that arrays do not:
 
@@ -48,17 +51,23 @@ def is_dataset(X: Any) -> bool:
 
 
 class _LabelCollate:
-    """``collate_fn``: stack a list of ``(x, label)`` into ``(X float32, node ids)`` (picklable)."""
+    """``collate_fn``: stack a list of ``(x, label)`` into ``(X float32, node ids)``, or of
+    ``(x, label, weight)`` (or with ``node_weight``, each class's weight) into ``(X, (node ids,
+    weights))`` (picklable)."""
 
-    def __init__(self, tree: Any, pad_label: Any):
-        self.tree, self.pad_label = tree, pad_label
+    def __init__(self, tree: Any, pad_label: Any, node_weight: np.ndarray | None = None):
+        self.tree, self.pad_label, self.node_weight = tree, pad_label, node_weight
 
-    def __call__(self, batch: list) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, batch: list) -> tuple[torch.Tensor, Any]:
+        weights = None
         try:
-            xs, labels = zip(*batch)
+            if batch and isinstance(batch[0], (tuple, list)) and len(batch[0]) == 3:
+                xs, labels, weights = zip(*batch)
+            else:
+                xs, labels = zip(*batch)
         except (TypeError, ValueError) as exc:
             raise TypeError(
-                "a data set given to fit must yield (x, label) pairs; got items of type "
+                "a data set given to fit must yield (x, label) pairs or (x, label, weight) triples; got items of type "
                 f"{type(batch[0]).__name__}"
             ) from exc
         X = torch.stack([torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x) for x in xs])
@@ -70,8 +79,22 @@ class _LabelCollate:
                 values[i, : len(p)] = list(p)
         else:
             values = np.asarray([v.item() if isinstance(v, (np.generic, torch.Tensor)) else v for v in labels])
-        ids = labels_to_ids(as_host_labels(values, self.pad_label), self.tree, self.pad_label)
-        return X.to(torch.float32), torch.from_numpy(np.asarray(ids))
+        ids = np.asarray(labels_to_ids(as_host_labels(values, self.pad_label), self.tree, self.pad_label))
+        if weights is None and self.node_weight is None:
+            return X.to(torch.float32), torch.from_numpy(ids)
+        w = np.ones(len(ids)) if weights is None else _item_weights(weights)
+        if self.node_weight is not None:
+            w = w * self.node_weight[np.maximum(ids, 0)]
+        return X.to(torch.float32), (torch.from_numpy(ids), torch.from_numpy(w))
+
+
+def _item_weights(weights: tuple) -> np.ndarray:
+    """The weights a stream's items carry, checked as ``fit``'s ``sample_weight`` is (finite,
+    non-negative numbers; the message names the batch position of a bad one)."""
+    from ..metrics._weights import check_sample_weight
+
+    values = [float(w.item()) if isinstance(w, (np.generic, torch.Tensor)) else w for w in weights]
+    return check_sample_weight(np.asarray(values, dtype=object), len(values))
 
 
 def _first_x(dataset: Any) -> Any:
@@ -79,8 +102,9 @@ def _first_x(dataset: Any) -> Any:
         item = dataset[0] if not isinstance(dataset, IterableDataset) else next(iter(dataset))
     except (StopIteration, IndexError) as exc:
         raise ValueError("the data set given to fit is empty") from exc
-    if not isinstance(item, (tuple, list)) or len(item) != 2:
-        raise TypeError(f"a data set given to fit must yield (x, label) pairs; got {type(item).__name__}")
+    if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+        raise TypeError(f"a data set given to fit must yield (x, label) pairs or (x, label, weight) triples; "
+                        f"got {type(item).__name__}")
     x = item[0]
     shape = tuple(x.shape) if hasattr(x, "shape") else (len(x),)
     if len(shape) != 1:
@@ -99,9 +123,12 @@ def _check_split(clf: Any, dataset: Any) -> None:
 
 
 @contextlib.contextmanager
-def _streaming(targets: Any, net: Any, dataset: Any) -> Iterator[None]:
+def _streaming(targets: Any, net: Any, dataset: Any, class_weight: Any = None) -> Iterator[None]:
     """The net's loaders set for ``(x, label)`` items while inside; as they were (arrays) after."""
-    collate = _LabelCollate(targets.tree, targets.pad)
+    from ._weights import class_weights
+
+    node_weight = class_weights(class_weight, np.asarray(targets.classes), np.empty(0, dtype=np.int64))
+    collate = _LabelCollate(targets.tree, targets.pad, node_weight)
     params = {"iterator_train__collate_fn": collate, "iterator_valid__collate_fn": collate}
     if isinstance(dataset, IterableDataset):
         params["iterator_train__shuffle"] = False  # DataLoader refuses to shuffle a stream
@@ -127,13 +154,21 @@ class StreamInput:
     only while it trains, by :meth:`loading`), so nothing is materialised beyond a batch.
     """
 
-    def __init__(self, dataset: Any, y: Any, estimator: Any, targets_class: type):
+    def __init__(self, dataset: Any, y: Any, estimator: Any, targets_class: type, sample_weight: Any = None):
         if not targets_class.streams:  # the multi-label classifier reads label sets
             raise TypeError(
                 f"{type(estimator).__name__} does not train from a torch Dataset: pass X and y (label sets) as arrays"
             )
         if y is not None:
             raise ValueError("fit got a torch data set and y: the data set yields (x, label) pairs, so y must be None")
+        if sample_weight is not None:
+            raise ValueError("fit got a torch data set and sample_weight: a weighted data set yields (x, label, weight) "
+                             "triples (a loader may shuffle or split the stream, and the weights must travel with "
+                             "their items), so sample_weight must be None")
+        self.class_weight = getattr(estimator, "class_weight", None)
+        if isinstance(self.class_weight, str):
+            raise ValueError("class_weight='balanced' needs every label before training, which a streamed data set "
+                             "does not give: pass class_weight as a mapping label -> weight")
         if estimator.tree is None and not hasattr(estimator, "tree_"):
             raise ValueError(
                 "fitting on a torch data set needs the tree (tree=...): it cannot be learned from a stream "
@@ -159,4 +194,4 @@ class StreamInput:
         return self.dataset_
 
     def loading(self, net: Any, targets: Any) -> contextlib.AbstractContextManager:
-        return _streaming(targets, net, self.dataset_)
+        return _streaming(targets, net, self.dataset_, self.class_weight)

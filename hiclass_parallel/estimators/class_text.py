@@ -157,7 +157,7 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X: Any, y: Any = None) -> ClassTextClassifier:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> ClassTextClassifier:
         """Fit the vectorizer on ``X``, then the classifier on its features and the class texts.
 
         A fit that fails, or is interrupted (Ctrl-C raises ``KeyboardInterrupt`` out of it),
@@ -169,6 +169,10 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
             Raw documents, as the vectorizer takes them.
         y : array-like of shape (n_samples,) or (n_samples, n_levels)
             Labels as the classifier takes them.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the rows, passed to the classifier's ``fit`` (the vectorizer is fitted
+            unweighted, as in a ``Pipeline``). With metadata routing, request it with
+            ``set_fit_request(sample_weight=True)`` on this estimator.
 
         Returns
         -------
@@ -194,7 +198,7 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
             self._check_module(classifier, features)
             class_features = sp.csr_matrix(vectorizer.transform(texts))
             classifier.set_params(module__class_features=class_features)
-        classifier.fit(features, y)
+        classifier.fit(features, y, **({} if sample_weight is None else {"sample_weight": sample_weight}))
         self.class_texts_, self.class_features_ = texts, class_features
         self.vectorizer_, self.classifier_ = vectorizer, classifier
         return self

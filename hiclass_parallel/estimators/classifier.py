@@ -200,6 +200,16 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     random_state : int, RandomState instance or None, default=None
         Seeds weight initialisation, shuffling, dropout and the validation split. With an
         int, two fits on CPU give identical models. The global torch RNG is left as it was.
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes in the training loss, multiplied with ``sample_weight``: a row
+        labelled with a class counts with that class's weight. A mapping ``label -> weight``
+        (every class of that label; the others weigh 1); ``"balanced"``: ``n / (n_labelled_nodes
+        * count(node))`` over the training rows, where ``count(node)`` is the (sample-weighted)
+        number of rows labelled with the node, ``n`` their total and ``n_labelled_nodes`` the
+        number of classes some row is labelled with (not in ``partial_fit``, whose rows do not
+        tell the classes' frequencies); ``None``: all 1. It re-balances training only: the
+        calibration and the class prototypes weigh rows by ``sample_weight`` alone. See the
+        classifier page of the docs, "Sample and class weights".
     **kwargs
         skorch parameters with a prefix: ``module__*`` (e.g. ``module__hidden_units``,
         ``module__dropout``), ``optimizer__*`` (e.g. ``optimizer__weight_decay``),
@@ -318,6 +328,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "random_state": ["random_state"],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
     }
 
     #: The label encoder class (the multi-label classifier reads label sets instead).
@@ -360,6 +371,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         verbose: int = 0,
         device: str | torch.device = "cpu",
         random_state: Any = None,
+        class_weight: dict | str | None = None,
         **kwargs: Any,
     ):
         self.tree = tree
@@ -390,11 +402,12 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.verbose = verbose
         self.device = device
         self.random_state = random_state
+        self.class_weight = class_weight
         vars(self).update(kwargs)
 
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: Any, y: Any = None) -> HierarchicalClassifier:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> HierarchicalClassifier:
         """Train the network on labels at any depth of the tree.
 
         Parameters
@@ -402,10 +415,20 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         X : {array-like, sparse matrix, torch.Tensor, torch Dataset} of shape (n_samples, n_features)
             Features. Sparse matrices are made dense one mini-batch at a time. A torch
             ``Dataset`` or ``IterableDataset`` yielding ``(x, label)`` pairs is streamed
-            (``y`` must then be None and ``tree`` given; see ``docs/scale-out.md``).
+            (``y`` must then be None and ``tree`` given; see ``docs/scale-out.md``); one
+            yielding ``(x, label, weight)`` triples is streamed with those weights.
         y : array-like of shape (n_samples,) or (n_samples, n_levels)
             Labels (str or int) at any depth of the tree, or label paths from the top
             level down, right-padded with ``pad_label`` (ragged lists of lists work too).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each row (``None``: all 1), times its class's
+            ``class_weight``. Each mini-batch's loss is the weighted mean
+            ``sum(w * loss) / sum(w)`` over its labelled rows: an integer weight counts as that
+            many copies of the row, a zero weight as no row. The calibration and the class
+            prototypes weigh the rows by it too. Negative, NaN or infinite weights, weights
+            of another length, or all zero, are a ``ValueError`` that names them. With
+            metadata routing (``sklearn.set_config(enable_metadata_routing=True)``), request
+            it with ``set_fit_request(sample_weight=True)`` inside a ``Pipeline`` or a search.
 
         Returns
         -------
@@ -427,10 +450,11 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         calibrator (the net is copied at the start of a ``warm_start`` fit and put back).
         """
         with keep_fitted_state_on_error(self):  # a failed refit keeps the fitted model
-            return run_fit(self, X, y, epochs=None, partial=False)
+            return run_fit(self, X, y, epochs=None, partial=False, sample_weight=sample_weight)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> HierarchicalClassifier:
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None,
+                    sample_weight: Any = None) -> HierarchicalClassifier:
         """Train for one epoch, continuing from the current weights (if any).
 
         Parameters
@@ -441,6 +465,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         classes : array-like, default=None
             Used only at the first call and only when ``tree`` is None: the labels (or
             label paths) to learn the tree from, as ``y`` does in :meth:`fit`.
+        sample_weight : array-like of shape (n_samples,), default=None
+            As in :meth:`fit` (``class_weight="balanced"`` is refused here: a mapping works).
 
         Returns
         -------
@@ -463,7 +489,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         state, history and prototypes are put back as they were before it.
         """
         with keep_fitted_state_on_error(self):
-            return run_fit(self, X, y, epochs=1, partial=True, classes=classes)
+            return run_fit(self, X, y, epochs=1, partial=True, classes=classes, sample_weight=sample_weight)
 
     # ------------------------------------------------------------------ fitted state
     # Read from the one resolved configuration (``config_``), never kept twice.

@@ -74,6 +74,10 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     prototypes : "auto", float or None, default="auto"
         Not used here (class prototypes re-rank one answer per sample; a set of labels is
         thresholded instead): ``prototypes_`` is ``None``.
+    class_weight : dict, "balanced" or None, default=None
+        As in :class:`HierarchicalClassifier`, over the (sample, label) training pairs: a
+        pair's weight is its row's ``sample_weight`` times its label's class weight, and
+        ``"balanced"`` counts the pairs of each label.
     **kwargs
         Every other parameter of :class:`HierarchicalClassifier`.
 
