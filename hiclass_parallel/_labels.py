@@ -132,6 +132,52 @@ def as_host_labels(y: Any, pad: Any = None) -> np.ndarray:
     return values
 
 
+def split_path_strings(values: np.ndarray, sep: str, pad: Any) -> np.ndarray:
+    """1-D path strings split on ``sep``: a 2-D object array of names, right-padded with ``pad``."""
+    rows = values.tolist()
+    bad = [i for i, v in enumerate(rows) if not isinstance(v, str)]
+    if bad:
+        raise ValueError(
+            f"path_sep={sep!r} reads each label as a path string, but the labels of rows "
+            f"{describe_some(bad)} are not strings: {describe_some([rows[i] for i in bad[:5]])}"
+        )
+    parts = [v.split(sep) for v in rows]
+    width = max((len(p) for p in parts), default=1)
+    out = np.empty((len(parts), width), dtype=object)
+    out[:] = pad
+    for i, p in enumerate(parts):
+        out[i, : len(p)] = p
+    return out
+
+
+def path_strings(tree: Tree, sep: str) -> np.ndarray:
+    """The path string of every node of ``tree`` (its names joined with ``sep``), an object
+    array made once per tree and separator."""
+    def build() -> np.ndarray:
+        names = tree.names
+        out = np.empty(tree.n_classes, dtype=object)
+        for node, path in enumerate(tree.paths):
+            out[node] = sep.join(names[path[path >= 0]].tolist())
+        return out
+
+    return tree.cached((__name__, "path_strings", sep), build)
+
+
+def read_path_strings(values: np.ndarray, tree: Tree, sep: str | None, pad: Any) -> np.ndarray:
+    """1-D path strings (with ``sep``) as 2-D paths of names; other ``values`` as they are.
+
+    Where the tree's labels are its path strings (learnt with ``sep``, or built by
+    ``Tree.from_paths(..., sep=sep)``), a path string is a label and stays one: one look-up.
+    """
+    if sep is None or values.ndim != 1:
+        return values
+    labels_are_paths = tree.cached(
+        (__name__, "labels_are_path_strings", sep),
+        lambda: tree.labels.dtype == object and tree.labels.tolist() == path_strings(tree, sep).tolist(),
+    )
+    return values if labels_are_paths else split_path_strings(values, sep, pad)
+
+
 def check_pad_not_a_label(tree: Tree, pad: Any) -> None:
     if pad is None:
         return
@@ -297,10 +343,7 @@ def learn_tree(y: Any, pad: Any = None, allow_flat: bool = False, sep: str | Non
         rows = values.tolist()
         bad = [i for i, v in enumerate(rows) if not isinstance(v, str)]
         if bad:
-            raise ValueError(
-                f"path_sep={sep!r} reads each label as a path string, but the labels of rows "
-                f"{describe_some(bad)} are not strings: {describe_some([rows[i] for i in bad[:5]])}"
-            )
+            split_path_strings(values, sep, pad)  # raises, naming the rows
         return _paths_tree(list(dict.fromkeys(rows)), sep), pad
     if values.ndim == 2:
         mask = pad_mask(values, pad)

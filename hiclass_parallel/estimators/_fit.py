@@ -153,7 +153,8 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     for attr in fitted_attributes(estimator):  # what keep_fitted_state_on_error puts back
         delattr(estimator, attr)
     data.validate(estimator, reset=True)
-    targets = type(estimator)._targets(estimator.tree, estimator.pad_label, type(estimator).__name__)
+    targets = type(estimator)._targets(estimator.tree, estimator.pad_label, type(estimator).__name__,
+                                       sep=getattr(estimator, "path_sep", None))
     data.fit_targets(targets, classes)
     config = resolve_config(estimator, _default_module(estimator, data.X), targets.tree, estimator.n_features_in_,
                             data.n_rows, targets.forced_partition)

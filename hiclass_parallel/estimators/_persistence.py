@@ -475,7 +475,8 @@ def load_classifier(
     check_device(device)
     params["device"] = device
     clf = cls(tree=tree if config.get("tree_given") else None, **params)
-    targets = cls._targets(tree if config.get("tree_given") else None, clf.pad_label, cls.__name__)
+    targets = cls._targets(tree if config.get("tree_given") else None, clf.pad_label, cls.__name__,
+                           sep=getattr(clf, "path_sep", None))
     targets._set(tree, fitted["pad_label_"])
     vars(clf).update(targets.fitted_attributes(), targets_=targets, config_=fit_config,
                      n_features_in_=fitted["n_features_in_"])

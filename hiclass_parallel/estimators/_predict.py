@@ -339,9 +339,10 @@ class PredictMixin:
         """The label of every node id of ``tree_`` (``classes_``)."""
         return self.classes_
 
-    def _label_lookup(self) -> np.ndarray:
-        """The nodes' labels with the pad label appended: indexing it with -1 gives the pad."""
-        labels = self._node_labels()
+    def _label_lookup(self, labels: np.ndarray | None = None) -> np.ndarray:
+        """The nodes' labels (or ``labels``) with the pad label appended: indexing it with -1
+        gives the pad."""
+        labels = self._node_labels() if labels is None else labels
         pad = self.pad_label_
         if labels.dtype.kind in "iu" and isinstance(pad, (int, np.integer)) and not isinstance(pad, bool):
             return np.append(labels, np.int64(pad))
@@ -349,6 +350,20 @@ class PredictMixin:
         out[:-1] = labels
         out[-1] = pad
         return out
+
+    def _answers(self) -> np.ndarray | None:
+        """The path string of every node, the pad appended, when answers are path strings
+        (``path_sep``); ``None`` when they are paths of names."""
+        targets = getattr(self, "targets_", None)
+        strings = None if targets is None or not hasattr(targets, "answers") else targets.answers()
+        return None if strings is None else self._label_lookup(strings)
+
+    def _path_lookup(self) -> np.ndarray:
+        """The nodes' names in predicted paths, the pad appended: the labels, unless names
+        repeat under different parents (labels are then paths, and paths hold the names)."""
+        if getattr(self.tree_, "has_names", False):
+            return self._label_lookup(self.tree_.names)
+        return self._label_lookup()
 
     def predict(self, X: Any) -> np.ndarray:
         """Predict ancestral paths of labels, always valid paths of the tree.
@@ -359,13 +374,18 @@ class PredictMixin:
 
         Returns
         -------
-        paths : ndarray of shape (n_samples, n_levels_)
-            Labels from the top level down, right-padded with ``pad_label_`` (``""`` for
-            string labels, ``-1`` for integer labels, unless ``pad_label`` says otherwise).
-            Integer labels give an int64 array; other labels an object array.
+        paths : ndarray of shape (n_samples, n_levels_), or (n_samples,) with ``path_sep``
+            Names from the top level down, as label paths are given in ``y``, right-padded
+            with ``pad_label_`` (``""`` for string labels, ``-1`` for integer labels, unless
+            ``pad_label`` says otherwise). Integer labels give an int64 array; other labels
+            an object array. With ``path_sep``: one path string per sample, the names joined
+            with it (``pad_label_`` for an empty path).
         """
         ids = self._predict_ids(X)
-        return self._label_lookup()[ids]
+        strings = self._answers()
+        if strings is not None:
+            return strings[last_nodes(ids[:, None, :])[:, 0]]
+        return self._path_lookup()[ids]
 
     def predict_node(self, X: Any) -> np.ndarray:
         """Node id of the last node of each predicted path.
@@ -415,8 +435,8 @@ class PredictMixin:
 
         Returns
         -------
-        paths : ndarray of shape (n_samples, k, n_levels_)
-            Label paths, padded as in :meth:`predict`.
+        paths : ndarray of shape (n_samples, k, n_levels_), or (n_samples, k) with ``path_sep``
+            Label paths, padded as in :meth:`predict`; with ``path_sep``, path strings.
         log_prob : ndarray of float32 of shape (n_samples, k)
             Only when ``return_log_prob``.
         """
@@ -429,7 +449,8 @@ class PredictMixin:
             raise ValueError(f"k={k} must be between 1 and the number of candidate paths ({n_candidates})")
         paths, log_prob = self._decode(X, k)
         check_decidable(int(np.isnan(log_prob[:, 0]).sum()), paths.shape[0], self.net_.lr)
-        labels = self._label_lookup()[paths]
+        strings = self._answers()
+        labels = self._path_lookup()[paths] if strings is None else strings[last_nodes(paths)]
         return (labels, log_prob) if return_log_prob else labels
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
@@ -451,7 +472,8 @@ class PredictMixin:
         from ..metrics import hierarchical_f1_score
 
         check_is_fitted(self)
-        values = as_host_labels(y, self.pad_label_)
+        targets = getattr(self, "targets_", None)
+        values = targets.read(y) if hasattr(targets, "read") else as_host_labels(y, self.pad_label_)
         check_consistent_length(X, values)
         true = labels_to_ids(values, self.tree_, self.pad_label_)
         pred = self.predict_node(X)

@@ -19,7 +19,15 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length
 
 from .._label_sets import read_label_sets
-from .._labels import as_host_labels, check_pad_not_a_label, default_pad_label, labels_to_ids, learn_tree
+from .._labels import (
+    as_host_labels,
+    check_pad_not_a_label,
+    default_pad_label,
+    labels_to_ids,
+    learn_tree,
+    path_strings,
+    read_path_strings,
+)
 from ..tree import Tree
 from ._config import FitConfig
 from ._data import TreeDataset
@@ -54,22 +62,37 @@ class PathTargets:
         The ``pad_label`` parameter.
     owner : str
         The estimator's class name, for messages.
+    sep : str or None, default=None
+        The ``path_sep`` parameter: 1-D labels are path strings split on it, and answers
+        (:meth:`answers`) are path strings joined with it.
     """
 
     #: A partition the labels require (``None``: the estimator's choice).
     forced_partition: str | None = None
     #: Whether ``fit`` can stream a torch ``Dataset`` of ``(x, label)`` items.
     streams = True
+    #: The separator of path strings (class attribute: encoders pickled before it had none).
+    sep: str | None = None
 
-    def __init__(self, hierarchy: Tree | None, pad_label: Any, owner: str):
+    def __init__(self, hierarchy: Tree | None, pad_label: Any, owner: str, sep: str | None = None):
         self.source = hierarchy
         self.owner = owner
         self.pad_label = pad_label
+        if sep is not None and (not isinstance(sep, str) or not sep):
+            raise ValueError(f"path_sep must be a non-empty string or None, got {sep!r}")
+        self.sep = sep
         if hierarchy is not None:
-            self._set(hierarchy, default_pad_label(hierarchy.labels) if pad_label is None else pad_label)
+            self._set(hierarchy, default_pad_label(hierarchy.names) if pad_label is None else pad_label)
 
     def _set(self, tree: Tree, pad: Any) -> None:
         check_pad_not_a_label(tree, pad)
+        if self.sep is not None:
+            bad = [v for v in tree.names.tolist() if not isinstance(v, str)]
+            if bad:
+                raise ValueError(
+                    f"path_sep={self.sep!r} joins the names of a path into a string, but the tree's names "
+                    f"{bad[:5]!r} are not strings"
+                )
         self.tree, self.pad = tree, pad
 
     def fit(self, y: Any, classes: Any = None) -> PathTargets:
@@ -77,11 +100,20 @@ class PathTargets:
         _require_y(y, self.owner)
         if self.source is None:
             values = as_host_labels(y if classes is None else classes, self.pad_label)
-            if values.ndim == 1:
+            if values.ndim == 1 and self.sep is None:  # path strings: learn_tree checks them
                 check_classification_targets(values)
-            tree, pad = learn_tree(values, self.pad_label, allow_flat=True)
-            self._set(tree, default_pad_label(tree.labels) if self.pad_label is None else pad)
+            tree, pad = learn_tree(values, self.pad_label, allow_flat=True, sep=self.sep)
+            self._set(tree, default_pad_label(tree.names) if self.pad_label is None else pad)
         return self
+
+    def read(self, y: Any) -> np.ndarray:
+        """``y`` as a host array: 1-D labels or 2-D label paths (path strings split on ``sep``)."""
+        return read_path_strings(as_host_labels(y, self.pad), self.tree, self.sep, self.pad)
+
+    def answers(self) -> np.ndarray | None:
+        """What prediction answers per node with ``sep`` (its path string), else ``None``:
+        answers are then paths of names."""
+        return None if self.sep is None else path_strings(self.tree, self.sep)
 
     @property
     def classes(self) -> np.ndarray:
@@ -95,7 +127,7 @@ class PathTargets:
     def encode(self, X: Any, y: Any) -> np.ndarray:
         """Node id (``-1``: no label) of every sample's label."""
         _require_y(y, self.owner)
-        values = as_host_labels(y, self.pad)
+        values = self.read(y)
         check_consistent_length(X, values)
         return labels_to_ids(values, self.tree, self.pad)
 
@@ -132,9 +164,14 @@ class LabelSetTargets(PathTargets):
     forced_partition = "sibling"
     streams = False  # a torch Dataset yields one label per item, not a label set
 
-    def __init__(self, hierarchy: Any, pad_label: Any, owner: str):
+    def __init__(self, hierarchy: Any, pad_label: Any, owner: str, sep: str | None = None):
         from ..dag import Dag, UnrolledDag
 
+        if sep is not None:
+            raise ValueError(
+                f"{owner} reads label sets of the hierarchy's labels; path_sep is for HierarchicalClassifier "
+                "(leave it None)"
+            )
         self.source, self.owner, self.pad_label = hierarchy, owner, pad_label
         if isinstance(hierarchy, UnrolledDag):
             self.unrolled = hierarchy

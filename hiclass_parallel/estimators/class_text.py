@@ -252,7 +252,8 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         """The classes the classifier will have, in its ``classes_`` order (learnt from ``y``
         when its ``tree`` is None), read by its own label encoder."""
         params = classifier.get_params(deep=False)
-        targets = type(classifier)._targets(params["tree"], params.get("pad_label"), type(classifier).__name__)
+        targets = type(classifier)._targets(params["tree"], params.get("pad_label"), type(classifier).__name__,
+                                            sep=params.get("path_sep"))
         return np.asarray(targets.fit(y).classes)
 
     def _texts(self, given: dict[Any, str], classes: np.ndarray) -> list[str]:

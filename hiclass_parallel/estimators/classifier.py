@@ -59,8 +59,13 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     Parameters
     ----------
     tree : Tree, default=None
-        The class tree. ``None`` learns it in :meth:`fit` from ``y``: label paths (2-D ``y``)
-        give the hierarchy; 1-D labels give a flat tree (every label a top-level class).
+        The class tree. ``None`` learns it in :meth:`fit` from ``y``: label paths (2-D ``y``,
+        ragged lists, a DataFrame of levels) or, with ``path_sep``, path strings give the
+        hierarchy; other 1-D labels give a flat tree (every label a top-level class), with a
+        warning when they look like path strings. A class is its path: a name repeated under
+        different parents ("Accessories" under "Electronics" and under "Clothing") is two
+        classes, whose labels (``classes_``) are then their paths of names
+        (:meth:`Tree.from_paths <hiclass_parallel.Tree.from_paths>`).
     module : type of torch.nn.Module, default=None
         The network class (not an instance); ``None`` means :class:`SparseMLP` for a scipy
         sparse ``X`` (text features: cost per row follows its non-zeros) and :class:`MLP`
@@ -116,6 +121,14 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     pad_label : hashable, default=None
         Pads predicted label paths (and is read as padding in label paths given as ``y``).
         ``None`` means ``""`` for string labels and ``-1`` for integer labels.
+    path_sep : str, default=None
+        The separator of path strings: with it, each 1-D label is a path from the top level
+        down, such as ``"Electronics/Accessories/Cables"`` (split on ``path_sep`` exactly,
+        spaces included: ``" > "`` for ``"Electronics > Cables"``), the tree learnt from
+        ``y`` labels each class by its path string, and the answers come back as path
+        strings: :meth:`predict` gives one per sample (a 1-D array, like ``y``) and
+        :meth:`predict_top_k` ``(n_samples, k)``. ``None``: labels are names, and answers are
+        paths of names (a 2-D array, like label paths given as ``y``).
     optimizer : type of torch.optim.Optimizer, default=None
         Optimizer class; ``optimizer__*`` parameters pass to it. ``None`` means
         :class:`LazyAdam` for modules with sparse gradients (:class:`SparseMLP`: only the
@@ -221,7 +234,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     tree_ : Tree
         The tree in use.
     classes_ : ndarray of shape (n_classes,)
-        The label of every class, in node id order (the column order of :meth:`predict_proba`).
+        The label of every class, in node id order (the column order of :meth:`predict_proba`):
+        the user's labels; for a tree learnt from paths whose names repeat, each class's path
+        (a tuple of names); with ``path_sep``, its path string.
     n_levels_ : int
         Number of levels: the width of predicted paths.
     n_scores_ : int
@@ -296,6 +311,24 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     (2, 6)
     >>> bool(clf.score(X, y) > 0.5)
     True
+
+    Your own label paths, learning the tree from them: a name may repeat under different
+    parents, and answers come back as the paths you gave (path strings with ``path_sep``):
+
+    >>> import numpy as np
+    >>> X = np.eye(4).repeat(10, axis=0)
+    >>> paths = [["Electronics", "Other"], ["Electronics", "Cables"], ["Clothing", "Other"], ["Clothing", "Tops"]]
+    >>> y = [p for p in paths for _ in range(10)]
+    >>> clf = HierarchicalClassifier(max_epochs=30, random_state=0).fit(X, y)
+    >>> clf.predict(np.eye(4)[[2, 0]])
+    array([['Clothing', 'Other'],
+           ['Electronics', 'Other']], dtype=object)
+    >>> clf.predict_labels(np.eye(4)[[2]])  # a label is a class's path when names repeat
+    array([('Clothing', 'Other')], dtype=object)
+    >>> y_strings = ["/".join(p) for p in y]  # "Clothing/Other", ...
+    >>> clf = HierarchicalClassifier(path_sep="/", max_epochs=30, random_state=0).fit(X, y_strings)
+    >>> clf.predict(np.eye(4)[[2, 0]])
+    array(['Clothing/Other', 'Electronics/Other'], dtype=object)
     """
 
     _parameter_constraints: dict = {
@@ -309,6 +342,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "threshold": [Interval(Real, 0, 1, closed="both")],
         "top_k": [Interval(Integral, 1, None, closed="left")],
         "pad_label": "no_validation",
+        "path_sep": [str, None],
         "optimizer": [callable, None],
         "lr": [Interval(Real, 0, None, closed="neither"), None],
         "max_epochs": [Interval(Integral, 0, None, closed="left"), None],
@@ -353,6 +387,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         threshold: float = 0.5,
         top_k: int = 5,
         pad_label: Any = None,
+        path_sep: str | None = None,
         optimizer: Any = None,
         lr: float | None = None,
         max_epochs: int | None = None,
@@ -384,6 +419,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.threshold = threshold
         self.top_k = top_k
         self.pad_label = pad_label
+        self.path_sep = path_sep
         self.optimizer = optimizer
         self.lr = lr
         self.max_epochs = max_epochs

@@ -24,10 +24,12 @@ from .._labels import (
     check_pad_not_a_label,
     default_pad_label,
     device_label_ids,
+    as_host_labels,
     device_paths_to_last,
     is_device_array,
     labels_to_ids,
     learn_tree,
+    read_path_strings,
 )
 from ..ops.dense import labels_to_paths
 from ..tree import PAD, Tree
@@ -49,11 +51,18 @@ class PathEncoder(TransformerMixin, BaseEstimator):
     ----------
     tree : Tree, default=None
         The class tree. ``None`` learns it in :meth:`fit` from path-shaped ``y`` (a 2-D
-        array or a list of lists of labels, one path per row, from the top level down).
+        array, a list of lists of labels or a DataFrame of levels, one path per row, from the
+        top level down) or, with ``path_sep``, from path strings. A name repeated under
+        different parents is two classes, labelled by their paths of names (tuples), as in
+        :meth:`Tree.from_paths <hiclass_parallel.Tree.from_paths>`.
     pad_label : hashable, default=None
         The label that pads label paths given to :meth:`fit` / :meth:`transform`.
         ``None`` means ``-1`` for integer labels and ``""`` for string labels. ``None``
         and NaN entries always count as padding.
+    path_sep : str, default=None
+        The separator of path strings: with it, 1-D ``y`` holds paths such as
+        ``"Electronics/Accessories"`` (split on it exactly), and a tree learnt from them labels
+        each class by its path string, which :meth:`inverse_transform` returns.
 
     Attributes
     ----------
@@ -91,6 +100,14 @@ class PathEncoder(TransformerMixin, BaseEstimator):
     >>> encoder.transform([["animal", "cat"]])
     array([[0, 2]])
 
+    Path strings with ``path_sep``, a name repeated under two parents:
+
+    >>> encoder = PathEncoder(path_sep="/").fit(["Electronics/Other", "Clothing/Other"])
+    >>> encoder.transform(["Clothing/Other"])
+    array([[2, 3]])
+    >>> encoder.inverse_transform([[2, 3]]).tolist()
+    ['Clothing/Other']
+
     Integer labels in a torch tensor are mapped on the tensor's device:
 
     >>> import torch
@@ -99,11 +116,12 @@ class PathEncoder(TransformerMixin, BaseEstimator):
             [ 0, -1, -1]])
     """
 
-    _parameter_constraints: dict = {"tree": [Tree, None], "pad_label": "no_validation"}
+    _parameter_constraints: dict = {"tree": [Tree, None], "pad_label": "no_validation", "path_sep": [str, None]}
 
-    def __init__(self, tree: Tree | None = None, pad_label: Hashable | None = None):
+    def __init__(self, tree: Tree | None = None, pad_label: Hashable | None = None, path_sep: str | None = None):
         self.tree = tree
         self.pad_label = pad_label
+        self.path_sep = path_sep
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, y: Any) -> PathEncoder:
@@ -124,10 +142,12 @@ class PathEncoder(TransformerMixin, BaseEstimator):
         if self.tree is None:
             if is_device_array(y):
                 y = to_numpy(y)
-            self.tree_, self.pad_label_ = learn_tree(y, self.pad_label)
+            self.tree_, self.pad_label_ = learn_tree(y, self.pad_label, sep=self.path_sep)
+            if self.pad_label is None:
+                self.pad_label_ = default_pad_label(self.tree_.names)
         else:
             self.tree_ = self.tree
-            self.pad_label_ = default_pad_label(self.tree.labels) if self.pad_label is None else self.pad_label
+            self.pad_label_ = default_pad_label(self.tree.names) if self.pad_label is None else self.pad_label
         check_pad_not_a_label(self.tree_, self.pad_label_)
         self.classes_ = self.tree_.labels
         self.n_levels_ = self.tree_.n_levels
@@ -147,7 +167,8 @@ class PathEncoder(TransformerMixin, BaseEstimator):
                 ids = xp.where(real, ids, xp.full_like(ids, PAD))
                 return device_paths_to_last(ids, self.tree_, "label paths")
             raise ValueError(f"y must be 1-D (labels) or 2-D (label paths), got shape {tuple(y.shape)}")
-        return labels_to_ids(y, self.tree_, self.pad_label_)
+        values = read_path_strings(as_host_labels(y, self.pad_label_), self.tree_, self.path_sep, self.pad_label_)
+        return labels_to_ids(values, self.tree_, self.pad_label_)
 
     def transform(self, y: Any) -> Any:
         """Ancestral paths of node ids, right-padded with ``-1``.

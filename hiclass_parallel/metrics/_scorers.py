@@ -137,9 +137,11 @@ class HierarchicalScorer(_Base):  # type: ignore[misc, valid-type]
     def _predict(self, method_caller: Callable[..., Any], estimator: Any, X: Any) -> Any:
         try:
             return method_caller(estimator, self._response_method, X)
-        except AttributeError:
+        except (AttributeError, ValueError):
             # scikit-learn's response helper reads ``classes_`` of classifiers; estimators
-            # that predict paths need not have a 1-D ``classes_``. Call predict directly.
+            # that predict paths need not have a 1-D ``classes_`` of scalars (a tree whose
+            # names repeat labels its classes by their paths, tuples that scikit-learn reads
+            # as a multi-label target). Call predict directly.
             return getattr(estimator, self._response_method)(X)
 
     def _score(self, method_caller: Callable[..., Any], estimator: Any, X: Any, y_true: Any, **kwargs: Any) -> float:
