@@ -7,12 +7,13 @@ from typing import Any
 import numpy as np
 
 from .._backend import to_numpy
+from ._weights import check_sample_weight
 
 __all__ = ["expected_calibration_error"]
 
 
-def expected_calibration_error(y_correct: Any, y_confidence: Any, *, n_bins: int = 15,
-                               return_bins: bool = False) -> float | tuple[float, list[dict[str, float]]]:
+def expected_calibration_error(y_correct: Any, y_confidence: Any, *, n_bins: int = 15, return_bins: bool = False,
+                               sample_weight: Any = None) -> float | tuple[float, list[dict[str, float]]]:
     """Expected calibration error: the gap between confidence and accuracy, averaged over bins.
 
     The answers are sorted into ``n_bins`` equal-width bins of their confidence; in each bin
@@ -32,6 +33,9 @@ def expected_calibration_error(y_correct: Any, y_confidence: Any, *, n_bins: int
     return_bins : bool, default=False
         Also return the non-empty bins: ``lo``, ``hi``, mean ``confidence``, ``accuracy`` and
         ``count`` of each (a reliability curve).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the answers: the bins' means, and their share of the error, are weighted
+        (a bin's ``count`` is then its total weight; a bin of zero weight is left out).
 
     Returns
     -------
@@ -43,7 +47,8 @@ def expected_calibration_error(y_correct: Any, y_confidence: Any, *, n_bins: int
     ------
     ValueError
         Lengths that differ, no samples, a confidence outside [0, 1] or NaN (the message gives
-        the first offending position), ``n_bins`` below 1.
+        the first offending position), ``n_bins`` below 1, or weights that are negative, NaN,
+        infinite, of another length or all zero.
 
     Examples
     --------
@@ -63,17 +68,22 @@ def expected_calibration_error(y_correct: Any, y_confidence: Any, *, n_bins: int
         raise ValueError(f"y_confidence must lie in [0, 1]; position {i} holds {float(confidence[i])!r}")
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}")
+    weight = check_sample_weight(sample_weight, confidence.size)
+    if weight is not None and not weight.sum() > 0:
+        raise ValueError("sample_weight is zero for every sample: there is no answer to measure")
     correct = correct.astype(bool)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     which = np.clip(np.digitize(confidence, edges[1:-1]), 0, n_bins - 1)
-    counts = np.bincount(which, minlength=n_bins)
-    conf_sum = np.bincount(which, weights=confidence, minlength=n_bins)
-    right = np.bincount(which, weights=correct.astype(np.float64), minlength=n_bins)
+    counts = np.bincount(which, weights=weight, minlength=n_bins)
+    conf_sum = np.bincount(which, weights=confidence if weight is None else weight * confidence, minlength=n_bins)
+    right = np.bincount(which, weights=correct.astype(np.float64) if weight is None else weight * correct,
+                        minlength=n_bins)
     used = counts > 0
     gaps = np.abs(conf_sum[used] - right[used]) / counts[used]
-    ece = float(np.sum(gaps * counts[used]) / confidence.size)
+    ece = float(np.sum(gaps * counts[used]) / (confidence.size if weight is None else weight.sum()))
     if not return_bins:
         return ece
     bins = [{"lo": float(edges[b]), "hi": float(edges[b + 1]), "confidence": float(conf_sum[b] / counts[b]),
-             "accuracy": float(right[b] / counts[b]), "count": int(counts[b])} for b in np.flatnonzero(used)]
+             "accuracy": float(right[b] / counts[b]),
+             "count": int(counts[b]) if weight is None else float(counts[b])} for b in np.flatnonzero(used)]
     return ece, bins

@@ -64,12 +64,24 @@ def _init(rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 
 
-def _worker(rank: int, world: int, port: int, out: str, model: str) -> None:
+def _weights(n: int) -> np.ndarray:
+    """Row weights 0-3, and the rows of every other batch (rank 1's shard) three times heavier:
+    the ranks' batches weigh very differently."""
+    weight = np.random.default_rng(0).integers(0, 4, n).astype(float)
+    return np.where(np.arange(n) // BATCH % 2 == 1, 3 * weight, weight)
+
+
+def _worker(rank: int, world: int, port: int, out: str, model: str, weighted: bool = False) -> None:
     _init(rank, world, port)
     try:
         X, y, tree = _data(model)
         Xr, yr = shards(X, y, world)[rank]
-        clf = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params(model)).fit(Xr, yr)
+        weight = None
+        if weighted:
+            block = np.arange(X.shape[0]) // BATCH % world
+            weight = _weights(X.shape[0])[block == rank]
+        clf = HierarchicalClassifier(tree, callbacks=[DataParallel()], **_params(model)).fit(Xr, yr,
+                                                                                           sample_weight=weight)
         state = {k: v.detach().clone() for k, v in clf.net_.module_.state_dict().items()}
         torch.save(state, os.path.join(out, f"rank{rank}.pt"))
         if rank == 0:
@@ -105,6 +117,26 @@ def test_two_cpu_processes_train_identical_weights(tmp_path, model, one_torch_th
     np.testing.assert_array_equal(loaded.predict(X), single.predict(X))
     # The class prototypes are summed over the ranks: those of one process on all the rows.
     mine, whole = loaded.prototypes_.sums, single.prototypes_.sums
+    np.testing.assert_allclose(mine.toarray() if hasattr(mine, "toarray") else mine,
+                               whole.toarray() if hasattr(whole, "toarray") else whole, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["SparseMLP-path-local"])  # sparse rows and a dense gradient riding along
+def test_weighted_ranks_train_the_weighted_combined_batch(tmp_path, model, one_torch_thread):
+    """With sample weights, the ranks' gradients are averaged by their batches' weights: two
+    ranks whose batches weigh differently train what one process trains on the combined,
+    weighted batches (every label has as many loss rows here, where that is exact)."""
+    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), model, True), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    X, y, tree = _data(model)
+    single = HierarchicalClassifier(tree, **dict(_params(model), batch_size=2 * BATCH)).fit(
+        X, y, sample_weight=_weights(X.shape[0]))
+    for key, value in single.net_.module_.state_dict().items():
+        torch.testing.assert_close(ranks[0][key], ranks[1][key], rtol=0, atol=0)
+        torch.testing.assert_close(ranks[0][key], value, rtol=1e-4, atol=1e-5)
+    with open(tmp_path / "model.pkl", "rb") as f:
+        loaded = pickle.load(f)
+    mine, whole = loaded.prototypes_.sums, single.prototypes_.sums  # weighted sums, over the ranks
     np.testing.assert_allclose(mine.toarray() if hasattr(mine, "toarray") else mine,
                                whole.toarray() if hasattr(whole, "toarray") else whole, rtol=1e-6, atol=1e-6)
 

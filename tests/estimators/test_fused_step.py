@@ -50,14 +50,16 @@ def _grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).clone() for k, p in module.named_parameters()}
 
 
-def _assert_fused_equals_torch(module, criterion, X, y) -> dict[str, torch.Tensor]:
+def _assert_fused_equals_torch(module, criterion, X, y, weight=None) -> dict[str, torch.Tensor]:
     """The torch route's loss and gradients, then the fused step's: equal within float
-    tolerance. Returns the torch route's gradients (the fused step's stay in ``p.grad``)."""
-    loss = criterion(module.scorer(module.encode(X)), y)
+    tolerance (with ``weight``, both weighted). Returns the torch route's gradients (the fused
+    step's stay in ``p.grad``)."""
+    weighted = {} if weight is None else {"sample_weight": weight}
+    loss = criterion(module.scorer(module.encode(X)), y, **weighted)
     loss.backward()
     reference = _grads(module)
     module.zero_grad(set_to_none=True)
-    out = fused_step(module, criterion, X, y)
+    out = fused_step(module, criterion, X, y, **weighted)
     assert float(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
     for name, grad in _grads(module).items():
         torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
@@ -117,6 +119,35 @@ def test_class_text_on_the_fused_step_equals_the_torch_route(random_tree, seed, 
     assert fused_step_refusal(module, criterion, X) is None
     reference = _assert_fused_equals_torch(module, criterion, X, y)
     assert float(reference["match_weight"].abs().max()) > 0  # the match is trained, not only scored
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("stop", "semantics", "level", "B"),
+                         [(False, "partial", 0.0, 23), (True, "terminal", 0.3, 160), (True, "partial", 0.3, 23),
+                          (False, "partial", 0.3, 160)])
+def test_sample_weights_on_the_fused_step_equal_the_torch_route_and_repeated_rows(random_tree, seed, stop, semantics,
+                                                                                   level, B):
+    """Weighted rows (0 to 3, fractions too): the fused step's loss and gradients equal the
+    torch route's with the same weights (dense rows and listed pairs in the bigger batch), and
+    integer weights equal the unweighted step on every row repeated that many times (a zero
+    weight: the row dropped, also from the in-batch level term's candidates)."""
+    from hiclass_parallel.estimators._data import sparse_tensor_to_csr
+
+    module, criterion, X, y = _case(random_tree, seed, stop, semantics, level, B=B, n=400 if B > 100 else 60, H=16)
+    rng = np.random.default_rng(seed)
+    fractions = torch.as_tensor(rng.uniform(0.0, 2.0, B), dtype=torch.float32)
+    _assert_fused_equals_torch(module, criterion, X, y, fractions)
+    module.zero_grad(set_to_none=True)
+    counts = rng.integers(0, 4, B)
+    _assert_fused_equals_torch(module, criterion, X, y, torch.as_tensor(counts, dtype=torch.float32))
+    weighted = _grads(module)
+    weighted_loss = fused_step(module, criterion, X, y, sample_weight=torch.as_tensor(counts, dtype=torch.float32))
+    module.zero_grad(set_to_none=True)
+    repeat = np.repeat(np.arange(B), counts)
+    repeated = fused_step(module, criterion, csr_tensor(sparse_tensor_to_csr(X)[repeat]), y[torch.as_tensor(repeat)])
+    assert float(repeated["loss"]) == pytest.approx(float(weighted_loss["loss"]), rel=1e-5, abs=1e-6)
+    for name, grad in _grads(module).items():
+        torch.testing.assert_close(grad, weighted[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_a_batch_without_labels_has_zero_loss_and_gradients(random_tree):
