@@ -74,7 +74,8 @@ class ArrayInput:
         if advise_semantics is not None:
             targets.advise(ids, advise_semantics)
         dataset = targets.dataset(self.X, ids, sparse)
-        dataset.weight = item_weights(self.sample_weight, self.class_weight, np.asarray(targets.classes), ids)
+        hierarchy = getattr(targets, "hierarchy", targets.tree)  # the classes' labels are its labels
+        dataset.weight = item_weights(self.sample_weight, self.class_weight, hierarchy, ids)
         return dataset
 
     def loading(self, net: Any, targets: Any) -> contextlib.AbstractContextManager:

@@ -127,7 +127,7 @@ def _streaming(targets: Any, net: Any, dataset: Any, class_weight: Any = None) -
     """The net's loaders set for ``(x, label)`` items while inside; as they were (arrays) after."""
     from ._weights import class_weights
 
-    node_weight = class_weights(class_weight, np.asarray(targets.classes), np.empty(0, dtype=np.int64))
+    node_weight = class_weights(class_weight, targets.tree, np.empty(0, dtype=np.int64))
     collate = _LabelCollate(targets.tree, targets.pad, node_weight)
     params = {"iterator_train__collate_fn": collate, "iterator_valid__collate_fn": collate}
     if isinstance(dataset, IterableDataset):

@@ -13,7 +13,7 @@ out all 1), the fit runs unweighted: the same steps, bit for bit, as without wei
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -47,17 +47,21 @@ def check_fit_sample_weight(sample_weight: Any, n_rows: int) -> np.ndarray | Non
     return weight
 
 
-def _node_positions(classes: np.ndarray) -> dict[Any, list[int]]:
-    """Every class label's positions in ``classes`` (a name may repeat under different parents)."""
-    positions: dict[Any, list[int]] = {}
-    for i, label in enumerate(classes.tolist()):
-        positions.setdefault(label, []).append(i)
-    return positions
+def _label_ids(classes: np.ndarray) -> Callable[[Any], int]:
+    """A look-up of a class's position in ``classes`` (for a plain array of labels)."""
+    position = {label: i for i, label in enumerate(classes.tolist())}
+
+    def to_id(label: Any) -> int:
+        if label not in position:
+            raise KeyError(label)
+        return position[label]
+
+    return to_id
 
 
-def class_weights(class_weight: Any, classes: np.ndarray, nodes: np.ndarray,
+def class_weights(class_weight: Any, classes: Any, nodes: np.ndarray,
                   sample_weight: np.ndarray | None = None) -> np.ndarray | None:
-    """The weight of every class (``(len(classes),)`` float64), or ``None`` for ``class_weight=None``.
+    """The weight of every class (``(n_classes,)`` float64), or ``None`` for ``class_weight=None``.
 
     Parameters
     ----------
@@ -65,10 +69,11 @@ def class_weights(class_weight: Any, classes: np.ndarray, nodes: np.ndarray,
         ``"balanced"``: ``n / (n_labelled_nodes * count(node))`` over the labelled training
         items, where ``count(node)`` is the (sample-weighted) number of items labelled with the
         node, ``n`` their total and ``n_labelled_nodes`` the number of classes that label at
-        least one item; a class no item names keeps 1. A mapping: the weight of each label
-        named (every class of that label), 1 for the others.
-    classes : ndarray of shape (n_classes,)
-        The label of every class, in node id order.
+        least one item; a class no item names keeps 1. A mapping: the weight of each class
+        named (as its label, or anything the hierarchy's ``to_ids`` finds: a path of names, a
+        name only one class has), 1 for the others.
+    classes : ndarray of shape (n_classes,), Tree or Dag
+        The label of every class in node id order, or the hierarchy whose ``to_ids`` finds them.
     nodes : ndarray of int
         The class (node id) of every training item; ``-1`` for an unlabelled one.
     sample_weight : ndarray of shape (len(nodes),), default=None
@@ -84,7 +89,8 @@ def class_weights(class_weight: Any, classes: np.ndarray, nodes: np.ndarray,
     """
     if class_weight is None:
         return None
-    n_classes = len(classes)
+    hierarchy = None if isinstance(classes, np.ndarray) else classes
+    n_classes = len(classes) if hierarchy is None else len(hierarchy.labels)
     weights = np.ones(n_classes, dtype=np.float64)
     if isinstance(class_weight, str):  # "balanced", the one string _parameter_constraints allows
         labelled = nodes >= 0
@@ -97,11 +103,19 @@ def class_weights(class_weight: Any, classes: np.ndarray, nodes: np.ndarray,
     if not isinstance(class_weight, Mapping):
         raise TypeError(f"class_weight must be None, 'balanced' or a mapping label -> weight, "
                         f"got {type(class_weight).__name__}")
-    positions = _node_positions(np.asarray(classes))
-    unknown = [label for label in class_weight if label not in positions]
+    to_id = _label_ids(classes) if hierarchy is None else (lambda label: int(hierarchy.to_ids([label])[0]))
+    ids, unknown, why = {}, [], []
+    for label in class_weight:
+        try:
+            ids[label] = to_id(label)
+        except (KeyError, ValueError) as exc:  # UnknownLabelError is both
+            unknown.append(label)
+            message = str(exc.args[0]) if exc.args else ""
+            if "name of" in message:  # a name several classes have: the tree's message names their paths
+                why.append(message)
     if unknown:
         raise ValueError(f"class_weight names {len(unknown)} label(s) that are not classes of the tree: "
-                         f"{', '.join(repr(label) for label in unknown[:5])}")
+                         f"{', '.join(repr(label) for label in unknown[:5])}" + "".join(f"; {w}" for w in why[:2]))
     for label, value in class_weight.items():
         try:
             number = float(value)
@@ -109,17 +123,18 @@ def class_weights(class_weight: Any, classes: np.ndarray, nodes: np.ndarray,
             raise ValueError(f"class_weight[{label!r}] must be a number, got {value!r}") from None
         if isinstance(value, bool) or not np.isfinite(number) or number < 0:
             raise ValueError(f"class_weight[{label!r}] is {value!r}: weights must be finite and non-negative")
-        weights[positions[label]] = number
+        weights[ids[label]] = number
     return weights
 
 
-def item_weights(sample_weight: np.ndarray | None, class_weight: Any, classes: np.ndarray,
+def item_weights(sample_weight: np.ndarray | None, class_weight: Any, classes: Any,
                  ids: np.ndarray) -> np.ndarray | None:
     """The weight of every training item, ``sample_weight`` of its row times ``class_weight`` of
     its class, float64; ``None`` when every item weighs 1 (the fit then runs unweighted).
 
-    ``ids`` is a label encoder's targets: node ids ``(n_rows,)`` (``-1`` unlabelled), or
-    ``(n_pairs, 2)`` pairs (row, node) of label sets (an item per label of a row).
+    ``classes`` is as :func:`class_weights` takes it; ``ids`` a label encoder's targets: node
+    ids ``(n_rows,)`` (``-1`` unlabelled), or ``(n_pairs, 2)`` pairs (row, node) of label sets
+    (an item per label of a row).
     """
     ids = np.asarray(ids)
     rows, nodes = (ids[:, 0], ids[:, 1]) if ids.ndim == 2 else (None, ids)

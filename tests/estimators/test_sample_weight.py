@@ -227,6 +227,24 @@ def test_class_weight_is_the_sample_weight_of_its_rows(class_weight):
         assert torch.equal(p, q)
 
 
+def test_class_weight_names_classes_as_the_tree_finds_them():
+    """Names that repeat under different parents: a class is named by its path (or a name only
+    it has); a name several classes have is a named error listing their paths."""
+    rng = np.random.default_rng(0)
+    paths = [["Electronics", "Accessories"], ["Clothing", "Accessories"], ["Electronics", "Phones"], ["Clothing", "Tops"]]
+    y = [paths[i] for i in rng.integers(0, 4, 40)]
+    X = rng.standard_normal((40, 5)).astype(np.float32)
+    params = dict(FULL_BATCH, module__dropout=0.0, prototypes=None)
+    given = {("Electronics", "Accessories"): 3.0, "Phones": 2.0}
+    by_class = HierarchicalClassifier(**params, class_weight=given).fit(X, y)
+    rows = np.array([{0: 3.0, 2: 2.0}.get(paths.index(p), 1.0) for p in y])
+    by_row = HierarchicalClassifier(**params).fit(X, y, sample_weight=rows)
+    for p, q in zip(by_class.net_.module_.state_dict().values(), by_row.net_.module_.state_dict().values()):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="'Accessories' is the name of 2 classes"):
+        HierarchicalClassifier(**params, class_weight={"Accessories": 2.0}).fit(X, y)
+
+
 def test_class_weight_errors_name_the_problem():
     tree, X, y = _data(False)
     with pytest.raises(ValueError, match="class_weight names 1 label.*'nope'"):
