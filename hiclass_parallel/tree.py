@@ -799,8 +799,11 @@ class Tree:
         new_id = np.full(self.n_classes + 1, PAD, dtype=np.int64)  # last slot maps parent -1
         new_id[keep] = np.arange(keep.size)
         parents = new_id[self._parents[keep]]
+        names = None if self._node_names is None else self._node_names[keep]
+        if self._path_labels and include_root and self._depth[root] == 0:
+            return Tree(parents, names=names)  # the same paths of names: labels are still paths
         labels = None if self._labels is None else self._labels[keep]
-        return Tree(parents, labels, names=None if self._node_names is None else self._node_names[keep])
+        return Tree(parents, labels, names=names)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Tree):

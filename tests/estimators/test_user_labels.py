@@ -269,6 +269,11 @@ def test_tree_with_names_saves_and_loads(tmp_path):
         assert loaded == tree
         assert loaded.names.tolist() == tree.names.tolist() and loaded.labels.tolist() == tree.labels.tolist()
     assert Tree.from_paths([["a"]]) != Tree.from_parents([-1], labels=["a"], names=["b"])
+    clothing = Tree.from_paths(PATHS).subtree(("Clothing",))  # still labelled by paths of names
+    assert clothing.labels.tolist() == [("Clothing",), ("Clothing", "Accessories"), ("Clothing", "Tops"),
+                                        ("Clothing", "Other")]
+    clothing.save(tmp_path / "clothing.npz")
+    assert Tree.load(tmp_path / "clothing.npz") == clothing
 
 
 def test_from_edges_repeated_name_points_to_from_paths():
