@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from .._labels import as_host_labels, labels_to_ids
+from .._labels import as_host_labels, labels_to_ids, read_path_strings
 
 __all__ = ["is_dataset", "StreamInput"]
 
@@ -55,8 +55,9 @@ class _LabelCollate:
     ``(x, label, weight)`` (or with ``node_weight``, each class's weight) into ``(X, (node ids,
     weights))`` (picklable)."""
 
-    def __init__(self, tree: Any, pad_label: Any, node_weight: np.ndarray | None = None):
+    def __init__(self, tree: Any, pad_label: Any, node_weight: np.ndarray | None = None, sep: str | None = None):
         self.tree, self.pad_label, self.node_weight = tree, pad_label, node_weight
+        self.sep = sep  # path_sep: a label is a path string
 
     def __call__(self, batch: list) -> tuple[torch.Tensor, Any]:
         weights = None
@@ -79,7 +80,8 @@ class _LabelCollate:
                 values[i, : len(p)] = list(p)
         else:
             values = np.asarray([v.item() if isinstance(v, (np.generic, torch.Tensor)) else v for v in labels])
-        ids = np.asarray(labels_to_ids(as_host_labels(values, self.pad_label), self.tree, self.pad_label))
+        values = read_path_strings(as_host_labels(values, self.pad_label), self.tree, self.sep, self.pad_label)
+        ids = np.asarray(labels_to_ids(values, self.tree, self.pad_label))
         if weights is None and self.node_weight is None:
             return X.to(torch.float32), torch.from_numpy(ids)
         w = np.ones(len(ids)) if weights is None else _item_weights(weights)
@@ -128,7 +130,7 @@ def _streaming(targets: Any, net: Any, dataset: Any, class_weight: Any = None) -
     from ._weights import class_weights
 
     node_weight = class_weights(class_weight, targets.tree, np.empty(0, dtype=np.int64))
-    collate = _LabelCollate(targets.tree, targets.pad, node_weight)
+    collate = _LabelCollate(targets.tree, targets.pad, node_weight, sep=targets.sep)
     params = {"iterator_train__collate_fn": collate, "iterator_valid__collate_fn": collate}
     if isinstance(dataset, IterableDataset):
         params["iterator_train__shuffle"] = False  # DataLoader refuses to shuffle a stream

@@ -279,3 +279,25 @@ def test_tree_with_names_saves_and_loads(tmp_path):
 def test_from_edges_repeated_name_points_to_from_paths():
     with pytest.raises(TreeError, match=r"two classes that share the name 'Accessories'.*Tree\.from_paths.*Dag"):
         Tree.from_edges([("Accessories", "Electronics"), ("Accessories", "Clothing")])
+
+
+def test_a_streamed_dataset_of_path_strings(data):
+    from torch.utils.data import Dataset
+
+    class Pairs(Dataset):
+        def __init__(self, X, y):
+            self.X, self.y = X, y
+
+        def __len__(self):
+            return len(self.X)
+
+        def __getitem__(self, i):
+            return self.X[i], self.y[i]
+
+    X, y = data
+    tree = Tree.from_paths(y)  # labelled by paths of names: the path strings are split and walked
+    strings = [" > ".join(p) for p in y]
+    params = dict(tree=tree, path_sep=" > ", max_epochs=3, random_state=0, prototypes=None)
+    streamed = HierarchicalClassifier(**params).fit(Pairs(X, strings))
+    arrays = HierarchicalClassifier(**params).fit(X, strings)
+    assert streamed.predict(X[:3]).tolist() == arrays.predict(X[:3]).tolist()
