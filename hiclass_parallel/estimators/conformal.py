@@ -393,6 +393,12 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
     needed. For the miss loss this is split conformal prediction: the mean coverage lies in
     ``[1 - alpha, 1 - alpha + 1 / (n + 1))`` when the subtree probabilities have no ties.
 
+    The guarantee needs the calibration rows to reach the classifier as new rows do. Put a
+    text vectorizer inside ``estimator`` (a ``Pipeline``), so that it is fitted on the
+    training rows only; sparse features made before the split lose, in the calibration rows,
+    the features no training row has (as the classifier's own ``calibration`` does), which
+    comes close but is not exact.
+
     The answers start from the model's own most probable answer
     (``predict_answer_proba``'s argmax): class prototypes, ``decoding`` and
     ``predict_confidence``'s calibration are not used. Prediction sets with nodes at
@@ -490,7 +496,7 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         else:
             cal_rows, train_rows = self._split(n)
             fitted = clone(estimator).fit(_safe_indexing(X, train_rows), _safe_indexing(y, train_rows))
-            cal_X, cal_y = _safe_indexing(X, cal_rows), _safe_indexing(y, cal_rows)
+            cal_X, cal_y = self._calibration_rows(X, train_rows, cal_rows), _safe_indexing(y, cal_rows)
         _check_supported(fitted)
         classifier = self._classifier(fitted)
         truth = labels_to_ids(as_host_labels(cal_y, classifier.pad_label_), classifier.tree_, classifier.pad_label_)
@@ -528,6 +534,25 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             )
         order = check_random_state(self.random_state).permutation(n)
         return np.sort(order[:n_cal]).astype(np.int64), np.sort(order[n_cal:]).astype(np.int64)
+
+    def _calibration_rows(self, X: Any, train_rows: np.ndarray, cal_rows: np.ndarray) -> Any:
+        """The calibration rows of ``X`` as the classifier will see new rows.
+
+        Sparse features given to the classifier itself (a vectorizer fitted before the split,
+        on the calibration rows too) hold, in the calibration rows, features no training row
+        has: their weights are untrained, and such rows would look nothing like new ones,
+        whose words unknown to the vectorizer are dropped. They are shown as new documents,
+        as the classifier's own calibration shows its held-out rows: without those features,
+        rescaled to the norm every row has. A ``Pipeline`` fits its vectorizer on the training
+        rows only, so its raw rows are new documents already.
+        """
+        from sklearn.pipeline import Pipeline
+
+        from ._calibration import held_out_view
+
+        if sp.issparse(X) and not isinstance(self.estimator, Pipeline):
+            return held_out_view(X, train_rows, cal_rows)
+        return _safe_indexing(X, cal_rows)
 
     @staticmethod
     def _classifier(fitted: Any) -> Any:

@@ -255,6 +255,20 @@ def test_fit_predict_and_prefit(small):
         ConformalHierarchicalClassifier(_clf(tree), cv="prefit").fit(X, y)
 
 
+def test_sparse_calibration_rows_are_shown_as_new_documents():
+    # A vectorizer fitted before the split gave calibration row 2 a feature (column 3) that no
+    # training row has: its weights are untrained, so the row is shown without it, rescaled.
+    import scipy.sparse as sp
+    from sklearn.preprocessing import normalize
+
+    X = sp.csr_matrix(normalize(np.array([[1.0, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 1]], dtype=np.float32)))
+    model = ConformalHierarchicalClassifier(HierarchicalClassifier())
+    view = model._calibration_rows(X, np.array([0, 1]), np.array([2]))
+    np.testing.assert_allclose(view.toarray(), [[2 ** -0.5, 0, 2 ** -0.5, 0]], rtol=1e-6)
+    piped = ConformalHierarchicalClassifier(make_pipeline(StandardScaler(with_mean=False), HierarchicalClassifier()))
+    assert (piped._calibration_rows(X, np.array([0, 1]), np.array([2])) != X[2]).nnz == 0
+
+
 def test_terminal_semantics_and_a_changed_semantics(small):
     X, y, tree = small
     model = ConformalHierarchicalClassifier(_clf(tree, semantics="terminal"), alpha=0.2, random_state=0).fit(X, y)
