@@ -285,6 +285,19 @@ def test_the_calibrator_and_prototype_weight_weigh_held_out_rows():
     assert (a.a, a.b, a.c) == pytest.approx((b.a, b.b, b.c), rel=1e-4, abs=1e-5)
 
 
+def test_a_calibrated_fit_leaves_zero_weight_rows_out_of_the_calibrator():
+    """calibration and prototypes="auto" on weighted rows: the held-out rows of weight zero
+    count neither in the calibrator nor in the prototypes' weight; the others do."""
+    tree, X, y = _data(True, n=240)
+    weight = np.where(np.arange(240) % 3 == 0, 0.0, np.random.default_rng(11).uniform(0.5, 2.0, 240))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0, calibration="beta", calibration_size=90,
+                                     module__dropout=0.0).fit(X, y, sample_weight=weight)
+    assert 0 < clf.calibrator_.n_rows < 90  # about two thirds of the held-out rows weigh more than zero
+    assert np.isfinite(clf.predict_confidence(X)).all()
+
+
 # ---------------------------------------------------------------------------- routing and scoring
 def _small():
     tree, X, y = _data(True, n=60)
