@@ -452,7 +452,7 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
 
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X: Any, y: Any) -> ConformalHierarchicalClassifier:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> ConformalHierarchicalClassifier:
         """Fit the classifier (``cv="split"``) and calibrate the cut-off on rows it never saw.
 
         Parameters
@@ -461,6 +461,11 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             Features, as the classifier (or the pipeline) takes them.
         y : array-like of shape (n_samples,) or (n_samples, n_levels)
             Labels at any depth of the tree, or label paths.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the rows in training the classifier (``cv="split"``: the training
+            rows' weights are passed to its ``fit``; to a ``Pipeline``'s last step). The
+            calibration counts every row once: the guarantee is about new rows as they come,
+            not weighted.
 
         Returns
         -------
@@ -491,11 +496,15 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             if len(y) != n:
                 raise ValueError(f"X has {n} rows but y has {len(y)}")
         if self.cv == "prefit":
+            if sample_weight is not None:
+                raise ValueError("sample_weight weighs the rows that train the classifier; with cv='prefit' no row "
+                                 "trains it (the calibration counts every row once): fit the classifier with them")
             check_is_fitted(_last_step(estimator))
             fitted, cal_X, cal_y, cal_rows = estimator, X, y, None
         else:
             cal_rows, train_rows = self._split(n)
-            fitted = clone(estimator).fit(_safe_indexing(X, train_rows), _safe_indexing(y, train_rows))
+            fitted = clone(estimator).fit(_safe_indexing(X, train_rows), _safe_indexing(y, train_rows),
+                                          **self._weights(estimator, sample_weight, n, train_rows))
             cal_X, cal_y = self._calibration_rows(X, train_rows, cal_rows), _safe_indexing(y, cal_rows)
         _check_supported(fitted)
         classifier = self._classifier(fitted)
@@ -534,6 +543,22 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             )
         order = check_random_state(self.random_state).permutation(n)
         return np.sort(order[:n_cal]).astype(np.int64), np.sort(order[n_cal:]).astype(np.int64)
+
+    @staticmethod
+    def _weights(estimator: Any, sample_weight: Any, n: int, train_rows: np.ndarray) -> dict[str, Any]:
+        """The ``fit`` keyword carrying the training rows' weights (none without weights)."""
+        from sklearn.pipeline import Pipeline
+
+        if sample_weight is None:
+            return {}
+        weight = np.asarray(sample_weight)
+        if weight.shape != (n,):
+            raise ValueError(f"sample_weight must have shape ({n},), one weight per row of X, got {weight.shape}")
+        name = "sample_weight"
+        while isinstance(estimator, Pipeline):  # a Pipeline takes its last step's weights by name
+            name = f"{estimator.steps[-1][0]}__{name}"
+            estimator = estimator.steps[-1][1]
+        return {name: weight[train_rows]}
 
     def _calibration_rows(self, X: Any, train_rows: np.ndarray, cal_rows: np.ndarray) -> Any:
         """The calibration rows of ``X`` as the classifier will see new rows.

@@ -269,6 +269,29 @@ def test_sparse_calibration_rows_are_shown_as_new_documents():
     assert (piped._calibration_rows(X, np.array([0, 1]), np.array([2])) != X[2]).nnz == 0
 
 
+def test_sample_weight_reaches_the_training_rows_only(small, monkeypatch):
+    X, y, tree = small
+    seen = []
+    real_fit = HierarchicalClassifier.fit
+
+    def spy(self, X, y=None, sample_weight=None):
+        seen.append(None if sample_weight is None else np.asarray(sample_weight))
+        return real_fit(self, X, y, sample_weight=sample_weight)
+
+    monkeypatch.setattr(HierarchicalClassifier, "fit", spy)
+    weight = np.arange(len(X), dtype=float) + 1
+    model = ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, random_state=0).fit(X, y, sample_weight=weight)
+    train = np.setdiff1d(np.arange(len(X)), model.calibration_indices_)
+    np.testing.assert_array_equal(seen[-1], weight[train])
+    piped = ConformalHierarchicalClassifier(make_pipeline(StandardScaler(), _clf(tree)), alpha=0.2, random_state=0)
+    piped.fit(X, y, sample_weight=weight)
+    np.testing.assert_array_equal(seen[-1], weight[train])
+    with pytest.raises(ValueError, match="cv='prefit'"):
+        ConformalHierarchicalClassifier(model.estimator_, cv="prefit").fit(X, y, sample_weight=weight)
+    with pytest.raises(ValueError, match=r"shape \(500,\)"):
+        ConformalHierarchicalClassifier(_clf(tree)).fit(X, y, sample_weight=weight[:3])
+
+
 def test_terminal_semantics_and_a_changed_semantics(small):
     X, y, tree = small
     model = ConformalHierarchicalClassifier(_clf(tree, semantics="terminal"), alpha=0.2, random_state=0).fit(X, y)
