@@ -217,8 +217,8 @@ class LazyAdam(torch.optim.Optimizer):
         return [self._row_update(p, group) for p, group in found]
 
     def _row_update(self, p: torch.Tensor, group: dict[str, Any]) -> RowUpdate:
-        """Advance ``p``'s step; the numbers of its sparse update (groups saved before the
-        options: ``lr_scale`` 1, per-entry second moment)."""
+        """Advance ``p``'s step; the numbers of its sparse update (a group without the options,
+        as one loaded from another optimizer's state: ``lr_scale`` 1, per-entry second moment)."""
         state = self._state(p, group)
         state["step"] += 1
         step = float(state["step"])

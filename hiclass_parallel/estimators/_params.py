@@ -147,9 +147,7 @@ def changed_since_built(estimator: Any) -> tuple[list[str], list[str]]:
     partition, stops, training route and tree by :func:`~._config.config_changes` (a changed
     one is an error), the prediction settings where they are used.
     """
-    then = getattr(estimator, "_net_params_", None)
-    if then is None:  # a model pickled before the parameters were kept: assume none changed
-        return [], []
+    then = estimator._net_params_
     now = estimator.get_params(deep=False)
     shared = set(net_param_names(type(estimator))) - BUILT
     live, ignored = [], []
@@ -167,5 +165,4 @@ def mark_applied(estimator: Any, names: list[str]) -> None:
     """Record that ``net_`` now has the current values of ``names`` (a new dict: a failed
     continuation puts the previous one back, :func:`~._guards.keep_fitted_state_on_error`)."""
     now = estimator.get_params(deep=False)
-    then = getattr(estimator, "_net_params_", None)
-    estimator._net_params_ = now if then is None else {**then, **{k: now[k] for k in names}}
+    estimator._net_params_ = {**estimator._net_params_, **{k: now[k] for k in names}}

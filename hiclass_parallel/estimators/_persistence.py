@@ -77,9 +77,9 @@ from ._params import attach_net
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 
-#: Version of the on-disk layout; :func:`load_classifier` refuses files from a newer one.
-#: 2: classes saved as ``"module:Name"``, digests tying the three files together.
-FORMAT_VERSION = 2
+#: Version of the on-disk layout, written into every saved ``config.json``:
+#: :func:`load_classifier` reads this version only, and names an older or a newer one.
+FORMAT_VERSION = 3
 
 #: Packages whose classes (defined in them or their submodules) load without ``trusted=True``.
 ALLOWED_MODULES = ("hiclass_parallel", "torch.nn", "torch.optim")
@@ -98,14 +98,10 @@ MODEL_FILES = (CONFIG, TREE, WEIGHTS, PROTOTYPES)
 #: The ``format`` field of ``config.json``.
 FORMAT = "hiclass_parallel.HierarchicalClassifier"
 
-#: Fitted attributes stored as JSON scalars (besides the tree and the weights).
-#: Fitted attributes stored besides the resolved configuration (``config_``, saved whole),
-#: the tree and the weights.
+#: Fitted attributes stored as JSON scalars besides the resolved configuration (``config_``,
+#: saved whole), the answer calibrator and the class prototypes' weight and scale (``None``
+#: where the model has none), the tree and the weights.
 _FITTED = ("n_features_in_", "pad_label_")
-
-#: Scalar fitted attributes of format 1, which predates ``config_``.
-_FITTED_V1 = ("n_features_in_", "n_levels_", "n_scores_", "stop_", "partition_", "path_local_", "pad_label_",
-              "module_class_")
 
 
 def _safetensors() -> Any:
@@ -161,11 +157,11 @@ def _module_allowed(module: str) -> bool:
 
 
 def _split_class_path(path: Any, name: str) -> tuple[str, str]:
-    """``(module, class name)`` of a saved class path: ``"module:Name"`` (format 2) or
-    ``"module.Name"`` (format 1). A nested or malformed name is a named error."""
+    """``(module, class name)`` of a saved class path ``"module:Name"``. A nested or malformed
+    name is a named error."""
     if not isinstance(path, str):
         raise ValueError(f"parameter {name!r}: a class must be saved as a string, got {path!r}")
-    module, sep, qualname = path.partition(":") if ":" in path else path.rpartition(".")
+    module, sep, qualname = path.partition(":")
     ok = r"[A-Za-z_][A-Za-z0-9_]*"
     if not (sep and re.fullmatch(rf"{ok}(\.{ok})*", module) and re.fullmatch(ok, qualname)):
         raise ValueError(
@@ -428,7 +424,8 @@ def load_classifier(
         arrays, class prototypes of the wrong shape or dtype, or whose statistics are not
         finite in float32); when the files do not belong together or were modified after
         saving (their digests differ), or disagree (tree size, partition, stops, pad label,
-        weight shapes); when the folder comes from a newer format; when another process kept
+        weight shapes); when the folder was saved in another format than :data:`FORMAT_VERSION`
+        (older or newer: the message says which); when another process kept
         replacing the folder while it was read (after a bounded number of retries).
     ValueError
         When the file names a class outside the allow-list (the message says which
@@ -446,20 +443,12 @@ def load_classifier(
     """
     folder = Path(path)
     config, data = read_consistent(folder, lambda reader: _read_model(folder, reader))
-    if config["format_version"] < 2:
-        warnings.warn(
-            f"{folder} was saved in format {config['format_version']}, without digests: whether its three files "
-            "belong together cannot be checked. Save it again to add them",
-            RuntimeWarning, stacklevel=2,
-        )
     allowed = frozenset(allowed)
     # Every class is resolved (and checked) before anything is constructed or called.
     cls = _resolve_class(config["class"], "the estimator class", trusted, allowed, _kind("the estimator class"))
     params = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "params", dict).items()}
     fitted = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "fitted", dict).items()}
-    if config["format_version"] < 2:
-        fitted = _fitted_from_format_1(folder, fitted, params)
-    missing = [name for name in _FITTED + ("config_",) if name not in fitted]
+    missing = [name for name in _FITTED + ("config_", "calibrator_", "prototypes_") if name not in fitted]
     if missing:
         raise ModelFileError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
     tree_file = io.BytesIO(data[TREE])
@@ -482,13 +471,12 @@ def load_classifier(
                      n_features_in_=fitted["n_features_in_"])
     if "feature_names_in_" in fitted:
         clf.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
-    # Files saved before calibration existed have no entry: such a model was not calibrated.
-    saved_calibrator = fitted.get("calibrator_")
+    saved_calibrator = fitted["calibrator_"]
     try:
         clf.calibrator_ = None if saved_calibrator is None else BetaCalibrator.from_dict(saved_calibrator)
     except ValueError as exc:
         raise ModelFileError(f"{folder / CONFIG}: {exc}") from None
-    clf.prototypes_ = _load_prototypes(folder, fitted.get("prototypes_"), tree, fitted["n_features_in_"],
+    clf.prototypes_ = _load_prototypes(folder, fitted["prototypes_"], tree, fitted["n_features_in_"],
                                        data.get(PROTOTYPES))
     try:
         state = _safetensors().load(data[WEIGHTS])
@@ -548,19 +536,19 @@ def _parse_config(folder: Path, data: bytes) -> dict[str, Any]:
     version = _field(config, "format_version", int)
     if isinstance(version, bool) or version < 1:
         raise ModelFileError(f"{folder / CONFIG}: format_version={version!r} is not a format version")
-    if version > FORMAT_VERSION:
+    if version != FORMAT_VERSION:
+        newer = version > FORMAT_VERSION
         raise ModelFileError(
-            f"{folder} was saved in format {version}, newer than this version of hiclass_parallel "
-            f"reads ({FORMAT_VERSION}); upgrade hiclass_parallel"
+            f"{folder} was saved in format {version}, {'newer' if newer else 'older'} than the one this version "
+            f"of hiclass_parallel reads ({FORMAT_VERSION}): "
+            + ("upgrade hiclass_parallel" if newer else "fit the model again with this version and save it")
         )
     return config
 
 
 def _check_digests(folder: Path, config: dict[str, Any], data: dict[str, bytes]) -> None:
     """The files (``data``: their bytes) belong together and are as :func:`save_classifier`
-    wrote them. Format 1 had no digests: nothing to check."""
-    if config["format_version"] < 2:
-        return
+    wrote them."""
     digests = _field(config, "digests", dict)
     if digests.get(CONFIG) != _config_digest(config):
         raise ModelFileError(
@@ -577,8 +565,7 @@ def _check_digests(folder: Path, config: dict[str, Any], data: dict[str, bytes])
 
 def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data: bytes | None) -> Any:
     """``prototypes_`` from :data:`PROTOTYPES` (``data``: its bytes) and its weight and scale in
-    ``config.json`` (``None``: the model had none, or was saved before prototypes existed; a
-    file saved before the scale was kept has none: 1). Every array is checked (kind, dtype,
+    ``config.json`` (``None``: the model had none). Every array is checked (kind, dtype,
     shape against the tree and the feature count, finite values, finite statistics in float32)
     before the prototypes are used."""
     from ._prototypes import prototypes_from_arrays
@@ -588,7 +575,7 @@ def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data:
     weight = saved.get("weight") if isinstance(saved, dict) else None
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not np.isfinite(weight) or weight < 0:
         raise ModelFileError(f"{folder / CONFIG}: prototypes_ must hold a weight >= 0, got {saved!r}")
-    scale = saved.get("scale", 1.0)
+    scale = saved.get("scale") if isinstance(saved, dict) else None
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
         raise ModelFileError(f"{folder / CONFIG}: prototypes_ must hold a scale > 0, got {saved!r}")
     if data is None:
@@ -604,40 +591,11 @@ def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data:
     return prototypes
 
 
-def _fitted_from_format_1(folder: Path, fitted: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """Format 1 kept the configuration as scalars: rebuild ``config_`` from them."""
-    from ._capabilities import module_capabilities
-    from ._config import resolve_lr
-
-    missing = [name for name in _FITTED_V1 if name not in fitted]
-    if missing:
-        raise ModelFileError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
-    module = fitted["module_class_"]
-    capabilities = module_capabilities(module)
-    config = {
-        "module_class": module, "capabilities": dict(vars(capabilities)), "partition": fitted["partition_"],
-        "stop": fitted["stop_"], "training": "path_local" if fitted["path_local_"] is True else "full",
-        "n_features": fitted["n_features_in_"], "n_levels": fitted["n_levels_"], "n_scores": fitted["n_scores_"],
-        "lr": resolve_lr(params.get("lr"), capabilities), "max_epochs": params.get("max_epochs") or 10,
-        "optimizer": params.get("optimizer") or capabilities.default_optimizer,
-    }
-    return {"n_features_in_": fitted["n_features_in_"], "pad_label_": fitted["pad_label_"], "config_": config,
-            **({"feature_names_in_": fitted["feature_names_in_"]} if "feature_names_in_" in fitted else {})}
-
-
-def _only_gained_columns(saved: Any, now: Any) -> bool:
-    """Whether the module class's capabilities now differ from the saved ones only in scoring
-    columns on demand, which it could not when the model was saved (a gain that changes no
-    saved weight and no saved setting)."""
-    return (isinstance(saved, dict) and saved.get("scores_columns") is False and now.scores_columns
-            and saved == {**vars(now), "scores_columns": False})
-
-
 def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     """The saved :class:`FitConfig`, checked: its fields agree with each other, with the module
-    class as it is now and with the tree (also for format-1 files)."""
+    class as it is now and with the tree."""
     from ..ops.groups import n_outputs
-    from ._capabilities import ModuleCapabilities, module_capabilities
+    from ._capabilities import module_capabilities
 
     saved = fitted["config_"]
     fields = {f.name for f in dataclasses.fields(FitConfig)}
@@ -657,16 +615,6 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
         problems.append(f"lr={saved['lr']!r} is not a number")
     capabilities = module_capabilities(saved["module_class"])
     saved_capabilities = saved["capabilities"]
-    if isinstance(saved_capabilities, dict) \
-            and saved_capabilities.get("lazy_adam_groups") != capabilities.lazy_adam_groups:
-        # Saved before modules could name them, or with the groups of an older release (before
-        # bfloat16 first moments): a training setting of the optimizer, on which no saved weight
-        # and no prediction depends; training continued now uses today's.
-        saved_capabilities = {**saved_capabilities, "lazy_adam_groups": capabilities.lazy_adam_groups}
-    if _only_gained_columns(saved_capabilities, capabilities):
-        # MLP once could not score columns on demand; a model saved then keeps the
-        # capabilities it was fitted with, so "auto" settings resolve as they did then.
-        capabilities = ModuleCapabilities(**{**saved_capabilities, "scores_columns": False})
     if saved_capabilities != dict(vars(capabilities)):
         problems.append(
             f"the module {saved['module_class'].__qualname__} can do other things now than when the model was "

@@ -76,7 +76,7 @@ class PredictMixin:
         """The weight of the class prototypes' re-ranking at prediction (``None``: off): the
         ``prototypes`` parameter's number, or the fitted one for ``"auto"``."""
         check_prediction_params(self)  # also read by the export, which reaches no batch
-        fitted = getattr(self, "prototypes_", None)  # absent on models fitted before prototypes
+        fitted = self.prototypes_
         if fitted is None or self.prototypes is None:
             return None
         weight = fitted.weight if isinstance(self.prototypes, str) else float(self.prototypes)
@@ -326,7 +326,7 @@ class PredictMixin:
         paths, log_prob = self._decode(X, None)
         check_decidable(int(np.isnan(log_prob).sum()), paths.shape[0], self.net_.lr)
         probability = np.exp(log_prob.astype(np.float64))
-        calibrator = getattr(self, "calibrator_", None)  # absent on models fitted before calibration
+        calibrator = self.calibrator_
         return probability if calibrator is None else calibrator(probability)
 
     def _predict_ids(self, X: Any) -> np.ndarray:

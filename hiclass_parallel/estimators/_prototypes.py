@@ -213,20 +213,19 @@ def prototypes_kind(X: Any) -> type:
 
 
 def prototypes_from_arrays(arrays: Any, weight: float, tree: Any, n_features: int) -> Any:
-    """A saved model's prototypes, of the kind its arrays name (an allow-list: models saved
-    before there were two kinds have none and are cosine prototypes), checked by the kind
-    (dtypes, shapes against ``tree`` and ``n_features``, finite values) and then as a whole:
-    the per-class arrays they are scored with must be finite in float32 (statistics that are
-    finite but huge, such as sums of 1e300, overflow there and would score every row NaN)."""
+    """A saved model's prototypes, of the kind its arrays name (an allow-list), checked by the
+    kind (dtypes, shapes against ``tree`` and ``n_features``, finite values) and then as a
+    whole: the per-class arrays they are scored with must be finite in float32 (statistics that
+    are finite but huge, such as sums of 1e300, overflow there and would score every row NaN)."""
     from ._dense_prototypes import GaussianPrototypes
 
     kinds = {kind.KIND: kind for kind in (ClassPrototypes, GaussianPrototypes)}
-    name = ClassPrototypes.KIND
-    if "kind" in arrays:
-        kind = np.asarray(arrays["kind"])
-        if kind.shape != () or kind.dtype.kind != "U":
-            raise ValueError(f"its kind must be one name, got an array of {kind.dtype} of shape {kind.shape}")
-        name = str(kind)
+    if "kind" not in arrays:
+        raise ValueError(f"lacks kind (the kind of class prototypes, one of {sorted(kinds)})")
+    kind = np.asarray(arrays["kind"])
+    if kind.shape != () or kind.dtype.kind != "U":
+        raise ValueError(f"its kind must be one name, got an array of {kind.dtype} of shape {kind.shape}")
+    name = str(kind)
     if name not in kinds:
         raise ValueError(f"names an unknown kind of class prototypes {name!r}; known: {sorted(kinds)}")
     prototypes = kinds[name].from_arrays(arrays, weight, tree, n_features)

@@ -71,7 +71,7 @@ class PathTargets:
     forced_partition: str | None = None
     #: Whether ``fit`` can stream a torch ``Dataset`` of ``(x, label)`` items.
     streams = True
-    #: The separator of path strings (class attribute: encoders pickled before it had none).
+    #: The separator of path strings (class attribute: label sets, whose ``__init__`` leaves it, have none).
     sep: str | None = None
 
     def __init__(self, hierarchy: Tree | None, pad_label: Any, owner: str, sep: str | None = None):

@@ -281,7 +281,12 @@ def test_saved_map_loads_and_a_tampered_one_is_named(tmp_path, data):
     with pytest.raises(ValueError, match=r"config.json: .*a, b >= 0"):
         load_classifier(folder)
 
-    del config["fitted"]["calibrator_"]  # a file from before calibration: an uncalibrated model
+    del config["fitted"]["calibrator_"]  # every file says whether its model is calibrated
+    config["digests"]["config.json"] = _config_digest(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="'fitted' section lacks calibrator_"):
+        load_classifier(folder)
+    config["fitted"]["calibrator_"] = None  # an uncalibrated model's
     config["digests"]["config.json"] = _config_digest(config)
     (folder / "config.json").write_text(json.dumps(config))
     assert load_classifier(folder).calibrator_ is None

@@ -118,7 +118,7 @@ def test_row_second_moment_is_the_mean_square_of_the_row():
 
 
 def test_a_loaded_state_keeps_its_second_moment():
-    # A state saved with per-entry moments (before second_moment existed, or "entry") goes on
+    # A state saved with per-entry moments (torch's Adam's, or LazyAdam's "entry") goes on
     # per entry in a "row" group: the state's shape decides, never a silent reshape.
     _, opt = _sparse_steps("entry", steps=2)
     emb = torch.nn.Embedding(50, 16, sparse=True)

@@ -277,49 +277,31 @@ def test_unavailable_device_is_named(saved):
         load_classifier(saved, device="gpu0")
 
 
-def test_format_1_files_still_load_with_a_warning(saved, data):
-    X, _, _ = data
-    expected = load_classifier(saved).set_params(prototypes=None).predict(X)  # format 1 had no prototypes
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_formats_are_refused_by_name(saved, version):
+    # Nothing was released before this format: a file of an older one is named, never read.
+    from hiclass_parallel.estimators._persistence import FORMAT_VERSION
+    from hiclass_parallel.exceptions import ModelFileError
 
-    def downgrade(config):  # format 1: the configuration as scalars, classes as dotted paths
-        config["format_version"] = 1
-        config.pop("digests")
-        config["fitted"].pop("prototypes_")
-        fit = config["fitted"].pop("config_")["__dict__"]
-        config["params"].pop("training")
-        config["fitted"].update(n_levels_=fit["n_levels"], n_scores_=fit["n_scores"], stop_=fit["stop"],
-                                partition_=fit["partition"], path_local_=fit["training"] == "path_local",
-                                module_class_=fit["module_class"])
-        config["class"] = config["class"].replace(":", ".")
-        for section in ("params", "fitted"):
-            for value in config[section].values():
-                if isinstance(value, dict) and "__class__" in value:
-                    value["__class__"] = value["__class__"].replace(":", ".")
-
-    _tamper(saved, downgrade)
-    with pytest.warns(RuntimeWarning, match="without digests"):
-        loaded = load_classifier(saved)
-    np.testing.assert_array_equal(loaded.predict(X), expected)
-    # The allow-list holds for old files too.
-    _tamper(saved, lambda c: c["fitted"].update(module_class_={"__class__": "hiclass_parallel.ops.engine._native.ctypes.CDLL"}))
-    with pytest.raises(ValueError, match="module_class_"), pytest.warns(RuntimeWarning):
+    assert json.loads((saved / "config.json").read_text())["format_version"] == FORMAT_VERSION
+    _tamper(saved, lambda config: config.update(format_version=version))
+    with pytest.raises(ModelFileError, match=rf"saved in format {version}, older than the one .* reads "
+                                             rf"\({FORMAT_VERSION}\): fit the model again"):
         load_classifier(saved)
 
 
-def test_a_dense_model_saved_before_mlp_scored_columns_loads_as_it_was_fitted(saved, data):
-    # MLP once had no encode/scorer: its saved capabilities say scores_columns=False.
-    # Such a model loads with those capabilities, so partition="auto" still means its level
-    # partition and continuing it keeps its route; the weights' layout never changed.
-    X, y, _ = data
-    expected = load_classifier(saved).predict(X)
+def test_a_class_saved_as_a_dotted_path_is_refused(saved):
+    # Classes are saved as "module:Name"; a dotted "module.Name" is not a class path.
+    _tamper(saved, lambda config: config["params"].update(module={"__class__": "hiclass_parallel.estimators._modules.MLP"}))
+    with pytest.raises(ValueError, match=r"parameter 'module': .* is not a class path of the form 'package.module:ClassName'"):
+        load_classifier(saved)
+
+
+def test_a_model_whose_module_could_do_less_when_saved_is_refused(saved):
+    # The saved capabilities are the module class's as it is now: any difference (here MLP
+    # without scoring columns on demand) is an inconsistent model, named.
     _tamper(saved, lambda c: c["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"].update(scores_columns=False))
-    loaded = load_classifier(saved)
-    assert not loaded.config_.capabilities.scores_columns and loaded.partition_ == "level" and not loaded.path_local_
-    np.testing.assert_array_equal(loaded.predict(X), expected)
-    loaded.partial_fit(X, y)  # partition="auto" resolves to the saved level partition: nothing changed
-    assert loaded.partition_ == "level" and not loaded.path_local_
-    _tamper(saved, _edit_config_({"partition": "sibling", "training": "path_local"}))
-    with pytest.raises(ValueError, match="training='path_local' needs the sibling partition and a module that scores"):
+    with pytest.raises(ValueError, match="can do other things now than when the model was saved"):
         load_classifier(saved)
 
 
@@ -327,21 +309,18 @@ def _capabilities(config):
     return config["fitted"]["config_"]["__dict__"]["capabilities"]["__dict__"]
 
 
-#: The LazyAdam groups of files written by older releases: none (before modules could name
-#: them), and the input layer's group alone (before bfloat16 first moments).
-_OLD_GROUPS = {
+#: LazyAdam groups other than the module's: none, and the input layer's group alone.
+_OTHER_GROUPS = {
     "none": lambda capabilities: capabilities.pop("lazy_adam_groups"),
-    "before bfloat16": lambda capabilities: capabilities.update(lazy_adam_groups={"__tuple__": [
+    "input layer only": lambda capabilities: capabilities.update(lazy_adam_groups={"__tuple__": [
         {"__tuple__": ["input.embedding.weight", {"__dict__": {"lr_scale": 3.0, "second_moment": "row"}}]}]}),
 }
 
 
-@pytest.mark.parametrize("old", list(_OLD_GROUPS))
-def test_models_saved_with_older_lazy_adam_groups_load_and_train_on_with_todays(tmp_path, old):
-    # The groups are a training setting (no weight or prediction depends on them), so such
-    # files load, predict as saved and continue training with today's groups (the input
-    # layer's own, both tables' first moments in bfloat16); any other capability change is
-    # still an error.
+@pytest.mark.parametrize("other", list(_OTHER_GROUPS))
+def test_models_saved_with_other_lazy_adam_groups_are_refused(tmp_path, other):
+    # The groups are part of the module's capabilities: a file whose groups differ from the
+    # module's is named like any other capability change.
     from hiclass_parallel import Tree
 
     tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
@@ -349,27 +328,17 @@ def test_models_saved_with_older_lazy_adam_groups_load_and_train_on_with_todays(
     y = np.arange(60) % 6
     clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
     folder = save_classifier(clf, tmp_path / "model")
-    _tamper(folder, lambda config: _OLD_GROUPS[old](_capabilities(config)))
-    loaded = load_classifier(folder)
-    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
-    loaded.partial_fit(X, y)
-    module, opt = loaded.net_.module_, loaded.net_.optimizer_
-    assert {(g["second_moment"], g["lr_scale"]) for g in opt.param_groups} == {("row", 3.0), ("entry", 1.0)}
-    for weight in (module.input.embedding.weight, module.head.weight.weight):
-        assert opt.state[weight]["exp_avg"].dtype == torch.bfloat16
-
-    _tamper(folder, lambda config: _capabilities(config).update(accepts_sparse=False))
+    _tamper(folder, lambda config: _OTHER_GROUPS[other](_capabilities(config)))
     with pytest.raises(ValueError, match="can do other things now than when the model was saved"):
         load_classifier(folder)
 
 
-def test_the_prototypes_scale_is_checked_and_defaults_to_one_for_older_files(saved, data):
-    """The saved model (dense rows) has Gaussian prototypes: a file saved before the scale was
-    kept loads with scale 1; a bad scale is named."""
-    X, _, _ = data
+def test_the_prototypes_scale_is_checked(saved):
+    """The saved model (dense rows) has Gaussian prototypes: a missing or bad scale is named."""
     assert load_classifier(saved).prototypes_ is not None
     _tamper(saved, lambda c: c["fitted"]["prototypes_"]["__dict__"].pop("scale"))
-    assert load_classifier(saved).prototypes_.scale == 1.0
+    with pytest.raises(ValueError, match="prototypes_ must hold a scale > 0, got"):
+        load_classifier(saved)
     for bad in (0.0, -1.0, "x", float("inf")):
         _tamper(saved, lambda c, b=bad: c["fitted"]["prototypes_"]["__dict__"].update(scale=b))
         with pytest.raises(ValueError, match="prototypes_ must hold a scale > 0"):

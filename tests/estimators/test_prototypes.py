@@ -311,24 +311,21 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
         fitted.set_params(decoding="best", prototypes="auto")
 
 
-def test_a_prototypes_file_saved_before_there_were_two_kinds_loads_as_cosine(tmp_path, text, fitted):
-    """Files saved before the prototypes had kinds have no ``kind`` in prototypes.npz (nor a
-    scale in config.json): they load as cosine prototypes with scale 1 and answer as before."""
+def test_a_prototypes_file_without_its_kind_is_refused(tmp_path, fitted):
+    """Every saved prototypes.npz names its kind: one without is named, never guessed."""
     import json
 
     pytest.importorskip("safetensors")
     from hiclass_parallel.estimators._persistence import _config_digest, _file_digest
+    from hiclass_parallel.exceptions import ModelFileError
 
-    X, _, _ = text
     folder = save_classifier(fitted, tmp_path / "model")
     with np.load(folder / "prototypes.npz", allow_pickle=False) as arrays:
-        old = {k: arrays[k] for k in arrays.files if k != "kind"}
-    np.savez(folder / "prototypes.npz", **old)
+        kindless = {k: arrays[k] for k in arrays.files if k != "kind"}
+    np.savez(folder / "prototypes.npz", **kindless)
     config = json.loads((folder / "config.json").read_text())
-    config["fitted"]["prototypes_"]["__dict__"].pop("scale")
     config["digests"]["prototypes.npz"] = _file_digest(folder / "prototypes.npz")
     config["digests"]["config.json"] = _config_digest(config)
     (folder / "config.json").write_text(json.dumps(config))
-    loaded = load_classifier(folder)
-    assert isinstance(loaded.prototypes_, ClassPrototypes) and loaded.prototypes_.scale == 1.0
-    np.testing.assert_array_equal(loaded.predict(X[:300]), fitted.predict(X[:300]))
+    with pytest.raises(ModelFileError, match=r"prototypes\.npz: lacks kind"):
+        load_classifier(folder)
