@@ -1,8 +1,14 @@
-"""Errors raised by hiclass_parallel, each naming the input that caused it."""
+"""Errors and warnings raised by hiclass_parallel, each naming the input that caused it.
+
+Every exception class of the package is defined here; the modules that raise them (and the
+public namespaces that export them, such as :mod:`hiclass_parallel.estimators`) import them
+from this one place.
+"""
 
 from __future__ import annotations
 
-__all__ = ["DivergenceWarning", "ModelFileError", "TreeError", "UnknownLabelError"]
+__all__ = ["DivergedError", "DivergenceWarning", "ModelFileError", "NonFiniteLossError", "TreeError",
+           "UnknownLabelError", "WordNetNotFoundError"]
 
 
 class TreeError(ValueError):
@@ -26,6 +32,26 @@ class DivergenceWarning(UserWarning):
     ...     issubclass(DivergenceWarning, UserWarning)
     True
     """
+
+
+class NonFiniteLossError(FloatingPointError, ValueError):
+    """Training produced a NaN or infinite loss (a learning rate too high, unscaled input...).
+
+    Subclasses :class:`FloatingPointError` (what it is) and :class:`ValueError` (what
+    scikit-learn's model selection treats as a failed fit of a bad parameter setting).
+    """
+
+
+class DivergedError(FloatingPointError, ValueError):
+    """A trained model scores finite input as NaN or infinity: training diverged.
+
+    Subclasses :class:`FloatingPointError` and :class:`ValueError`, as
+    :class:`NonFiniteLossError` does.
+    """
+
+
+class WordNetNotFoundError(FileNotFoundError):
+    """No WordNet 3.0 dictionary files were found; the message lists where it looked."""
 
 
 class ModelFileError(ValueError):

@@ -83,6 +83,7 @@ from typing import Any
 import numpy as np
 
 from ..dag import Dag
+from ..exceptions import WordNetNotFoundError
 from ..tree import Tree
 from . import load_wordnet
 from .load_wordnet import _FORMAT, WORDNET_FILE, WORDNET_LICENSE_FILE
@@ -146,10 +147,6 @@ _INSTALL_HINT = (
     "  - a copy of Princeton's WordNet-3.0/dict folder: pass it as `path=` or set WNSEARCHDIR.\n"
     "The shipped tree, hiclass_parallel.datasets.load_wordnet_tree(), needs none of these."
 )
-
-
-class WordNetNotFoundError(FileNotFoundError):
-    """No WordNet 3.0 dictionary files were found; the message lists where it looked."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

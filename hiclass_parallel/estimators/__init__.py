@@ -38,10 +38,10 @@ def __getattr__(name: str) -> Any:
         from . import _persistence
 
         return getattr(_persistence, name)
-    if name == "ModelFileError":
-        from ..exceptions import ModelFileError
+    if name in ("ModelFileError", "NonFiniteLossError", "DivergedError", "DivergenceWarning"):
+        from .. import exceptions
 
-        return ModelFileError
+        return getattr(exceptions, name)
     if name in ("TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
         from . import _export
 
@@ -54,14 +54,6 @@ def __getattr__(name: str) -> Any:
         from . import _capabilities
 
         return getattr(_capabilities, name)
-    if name in ("NonFiniteLossError", "DivergedError"):
-        from . import _guards
-
-        return getattr(_guards, name)
-    if name == "DivergenceWarning":
-        from ..exceptions import DivergenceWarning
-
-        return DivergenceWarning
     if name == "BetaCalibrator":
         from ._calibration import BetaCalibrator
 

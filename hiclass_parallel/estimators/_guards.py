@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 from skorch.callbacks import Callback
 
+from ..exceptions import DivergedError, DivergenceWarning, NonFiniteLossError
+
 __all__ = [
-    "DivergedError",
     "FiniteLossGuard",
-    "NonFiniteLossError",
     "check_decidable",
     "check_trained_scores",
     "fitted_attributes",
@@ -45,14 +45,6 @@ __all__ = [
     "warn_ignored_changes",
     "warn_if_worse",
 ]
-
-
-class NonFiniteLossError(FloatingPointError, ValueError):
-    """Training produced a NaN or infinite loss (a learning rate too high, unscaled input...).
-
-    Subclasses :class:`FloatingPointError` (what it is) and :class:`ValueError` (what
-    scikit-learn's model selection treats as a failed fit of a bad parameter setting).
-    """
 
 
 class FiniteLossGuard(Callback):
@@ -225,14 +217,6 @@ def suggest_terminal(semantics: str, tree: Any, ids: np.ndarray) -> None:
         )
 
 
-class DivergedError(FloatingPointError, ValueError):
-    """A trained model scores finite input as NaN or infinity: training diverged.
-
-    Subclasses :class:`FloatingPointError` and :class:`ValueError`, as
-    :class:`NonFiniteLossError` does.
-    """
-
-
 def diverged_message(n_bad: int, n_rows: int, lr: Any) -> str:
     lr = f"{lr:.3g}" if isinstance(lr, (int, float)) else lr
     return (
@@ -303,8 +287,6 @@ def warn_if_worse(before: float | None, after: float | None, lr: Any) -> None:
     large loss rising by a nat is a bad step, not a diverged one (the relative rise is small).
     ``log 2`` nats per row is the model's probability of the labelled answers halved on average.
     """
-    from ..exceptions import DivergenceWarning
-
     if before is None or after is None or not math.isfinite(before):
         return
     if math.isfinite(after) and (after <= 2 * before or after - before <= math.log(2)):

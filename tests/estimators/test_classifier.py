@@ -595,7 +595,7 @@ def _probe_clf(tree, **kw):
 
 def test_diverging_training_raises_named_error(probe_data, one_torch_thread):
     torch = pytest.importorskip("torch")
-    from hiclass_parallel.estimators._guards import NonFiniteLossError
+    from hiclass_parallel.exceptions import NonFiniteLossError
 
     X, y, tree = probe_data
     # The level route: its scores overflow to a NaN loss here (the path-local sibling loss of
@@ -609,7 +609,7 @@ def test_diverging_training_raises_named_error(probe_data, one_torch_thread):
 
 def test_diverging_continued_training_puts_the_weights_of_before_the_call_back(probe_data, one_torch_thread):
     torch = pytest.importorskip("torch")
-    from hiclass_parallel.estimators._guards import NonFiniteLossError
+    from hiclass_parallel.exceptions import NonFiniteLossError
 
     X, y, tree = probe_data
     clf = _probe_clf(tree, optimizer=torch.optim.SGD, lr=1e-3, batch_size=32, module__hidden_units=256,
@@ -687,7 +687,7 @@ def test_empty_path_is_the_pad_label(probe_data, one_torch_thread):
 
 
 def test_nan_weights_are_a_named_error_not_empty_paths(probe_data, one_torch_thread):
-    from hiclass_parallel.estimators._guards import DivergedError
+    from hiclass_parallel.exceptions import DivergedError
 
     torch = pytest.importorskip("torch")
     X, y, tree = probe_data

@@ -13,7 +13,7 @@ import torch
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import MLP, HierarchicalClassifier, SparseMLP
 from hiclass_parallel.estimators._capabilities import module_capabilities
-from hiclass_parallel.estimators._guards import DivergedError
+from hiclass_parallel.exceptions import DivergedError
 from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 
 FAST = dict(max_epochs=2, random_state=0, module__hidden_units=8)
