@@ -6,8 +6,8 @@ label's gradient, so the output rows only they train get gradient entries of 1e-
 and second moments below float32's smallest normal number. LazyAdam's C row update took their
 square roots with the approximation that -ffast-math vectorises ``sqrtf`` into, which reads a
 subnormal as 0: the weights turned NaN and the next batch that scored them raised
-``NonFiniteLossError`` (WordNet's nouns with every hypernym at epoch 2). These tests fail
-without the fix in ``moment_root`` (``ops/engine/_path_step.c``).
+``NonFiniteLossError`` (WordNet's nouns with every hypernym diverged so). These tests fail
+without ``moment_root`` (``ops/engine/_path_step.c``).
 """
 
 from __future__ import annotations
