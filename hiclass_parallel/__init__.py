@@ -9,9 +9,19 @@ import of the package against this list; modules on one line do not import each 
 4. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.dag` -- tensor methods on NumPy, torch and CuPy arrays; hierarchies with several parents, unrolled into trees;
 5. :mod:`~hiclass_parallel.datasets`, :mod:`~hiclass_parallel._labels`, :mod:`~hiclass_parallel._label_sets`, :mod:`~hiclass_parallel.losses` -- synthetic data and WordNet 3.0 (its DAG of every hypernym too); the label readers (paths; label sets); torch criteria;
 6. :mod:`~hiclass_parallel.metrics` -- hierarchical metrics and scorers;
-7. :mod:`~hiclass_parallel.estimators` -- the path transformer and the classifier;
+7. :mod:`~hiclass_parallel.estimators` -- the path encoder and the classifiers;
 8. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;
 9. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
+
+Where each concept lives, one module each: every exception class in
+:mod:`~hiclass_parallel.exceptions`. In :mod:`~hiclass_parallel.estimators`: the public
+estimators in ``classifier``, ``multilabel``, ``class_text``, ``conformal`` and ``transformer``
+(:class:`PathEncoder`); every check of what an estimator is given (its settings, ``X``, its
+labels) in ``_validation``, sample and class weights in ``_weights``; the resolved fit
+configuration in ``_config``; the fit pipeline in ``_fit``; prediction in ``_predict``; the class
+prototypes in ``_prototypes`` (the cosine kind) and ``_dense_prototypes`` (the Gaussian kind);
+the answer calibrator in ``_calibration``; saving without pickle in ``_persistence``; export
+for serving in ``_export``.
 
 Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` when the variable is
 not set and torch is not loaded yet: torch's OpenMP threads then sleep instead of spinning while

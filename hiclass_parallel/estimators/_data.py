@@ -17,56 +17,7 @@ import torch
 from torch.utils.data import Dataset
 from torch.utils.data import default_collate
 
-__all__ = ["TreeDataset", "check_tensor", "collate_batch", "csr_tensor", "sparse_tensor_to_csr", "split_target"]
-
-
-def check_tensor(X: torch.Tensor) -> torch.Tensor | sp.csr_matrix:
-    """A torch X checked as ``validate_data`` checks arrays (2-D, samples, finite), made floating point.
-
-    A sparse tensor (COO, CSR, CSC...) comes back as the scipy CSR matrix of its values
-    (:func:`sparse_tensor_to_csr`), which every module and decoder takes.
-    """
-    if X.layout != torch.strided:
-        return sparse_tensor_to_csr(X)
-    if X.ndim != 2:
-        raise ValueError(f"Expected a 2-D X of shape (n_samples, n_features), got a tensor of shape {tuple(X.shape)}")
-    if not X.is_floating_point():
-        X = X.to(torch.float32)
-    if X.shape[0] < 1:
-        raise ValueError(f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is required.")
-    if bool(torch.isnan(X).any()):
-        raise ValueError("Input X contains NaN.")
-    if bool(torch.isinf(X).any()):
-        raise ValueError("Input X contains infinity.")
-    return X
-
-
-def sparse_tensor_to_csr(X: torch.Tensor) -> sp.csr_matrix:
-    """A 2-D torch sparse tensor as a scipy CSR matrix (on the host), checked as ``validate_data``
-    checks a scipy X: samples, finite stored values, float32 or float64.
-
-    Batches of a torch sparse tensor cannot be sliced by row (torch has no row indexing for
-    sparse layouts); the scipy CSR route is the one sparse route the classifiers have, and it
-    keeps the input sparse: only the stored values move, never a dense copy.
-    """
-    if X.ndim != 2 or X.dense_dim() != 0:
-        raise ValueError(
-            f"a torch sparse X must be 2-D with scalar values, shape (n_samples, n_features); got a {X.layout} "
-            f"tensor of shape {tuple(X.shape)} with {X.dense_dim()} dense dimension(s)"
-        )
-    coo = (X if X.layout == torch.sparse_coo else X.to_sparse_coo()).coalesce().cpu()
-    values = coo.values()
-    if values.dtype not in (torch.float32, torch.float64):
-        values = values.to(torch.float32)  # as check_tensor makes dense tensors floating point
-    rows, cols = coo.indices().numpy()
-    out = sp.csr_matrix((values.numpy(), (rows, cols)), shape=tuple(X.shape))
-    if out.shape[0] < 1:
-        raise ValueError(f"Found array with 0 sample(s) (shape={out.shape}) while a minimum of 1 is required.")
-    if np.isnan(out.data).any():
-        raise ValueError("Input X contains NaN.")
-    if np.isinf(out.data).any():
-        raise ValueError("Input X contains infinity.")
-    return out
+__all__ = ["TreeDataset", "collate_batch", "csr_tensor", "split_target"]
 
 
 class _Batch(tuple):

@@ -39,13 +39,11 @@ from torch.utils.data import Subset
 
 from ._build import build_net, net_params
 from ._calibration import plan_calibration
-from ._checks import check_params
 from ._config import config_changes, resolve_config
-from ._guards import (check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse,
-                      warn_ignored_changes)
-from ._input import validate_X
+from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._prototypes import prototypes_kind
+from ._validation import check_params, validate_X, warn_ignored_changes
 from ._weights import check_fit_sample_weight, item_weights
 
 __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]

@@ -10,11 +10,6 @@ Kept out of ``classifier.py`` so that the classifier calls each guard in one lin
   the call, its fitted attributes and the net trained in place alike;
 - :func:`mean_loss` and :func:`warn_if_worse`: continued training that leaves the model much
   worse on the rows it trained on gets a :class:`~hiclass_parallel.exceptions.DivergenceWarning`;
-- :func:`warn_ignored_changes`: ``warm_start`` continues the fitted network, so changed
-  parameters it is built from (``module__*``, ``callbacks``, ``early_stopping``...) have no
-  effect: say so;
-- :func:`suggest_terminal`: labels that are all internal nodes are answers at internal
-  nodes, which ``semantics="partial"`` never predicts: suggest ``"terminal"``;
 - :func:`check_trained_scores` (after fit) and :func:`check_decidable` (in predict): finite input
   scored NaN or infinite means training diverged: :class:`DivergedError`, never empty paths.
 """
@@ -28,7 +23,6 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 from skorch.callbacks import Callback
 
 from ..exceptions import DivergedError, DivergenceWarning, NonFiniteLossError
@@ -41,8 +35,6 @@ __all__ = [
     "keep_fitted_state_on_error",
     "keep_net_on_error",
     "mean_loss",
-    "suggest_terminal",
-    "warn_ignored_changes",
     "warn_if_worse",
 ]
 
@@ -174,47 +166,6 @@ def keep_net_on_error(net: Any) -> Iterator[None]:
                 for group, saved in zip(opt.param_groups, groups):
                     group.update(saved)
         raise
-
-
-def warn_ignored_changes(names: list[str]) -> None:
-    """Warn that ``warm_start`` / ``partial_fit`` cannot apply the changed parameters ``names``.
-
-    The network is built once; continuing trains it as it is. Parameters it is built from
-    (``module__*`` for the architecture, ``callbacks``, ``early_stopping``...: see
-    :func:`~._params.changed_since_built`) take effect only in a fresh fit (``warm_start=False``).
-    """
-    if names:
-        warnings.warn(
-            f"{', '.join(names)} changed since the network was built, but warm_start/partial_fit continue "
-            "training the fitted network as it is, so the change is ignored; fit with warm_start=False to "
-            "apply it",
-            UserWarning,
-            stacklevel=6,  # the caller of fit / partial_fit
-        )
-
-
-def suggest_terminal(semantics: str, tree: Any, ids: np.ndarray) -> None:
-    """Warn when every label is an internal node but ``semantics="partial"``.
-
-    Under partial semantics an internal label is a coarse label whose finer class is
-    unknown, and predictions end at leaves: when every label is an internal node (the
-    WordNet glosses: each synset's target is its parent), the labels are answers, and
-    ``semantics="terminal"`` predicts them.
-    """
-    if semantics != "partial":
-        return
-    labelled = np.asarray(ids).reshape(-1)
-    labelled = labelled[labelled >= 0]
-    if labelled.size == 0 or tree.is_leaf.all():
-        return
-    if not tree.is_leaf[labelled].any():
-        warnings.warn(
-            "every label in y is an internal node of the tree, but semantics='partial' reads them as coarse "
-            "labels and predicts leaves only. If the labelled node is the answer, use semantics='terminal' "
-            "(it adds stop scores so that predictions can end at internal nodes)",
-            UserWarning,
-            stacklevel=5,
-        )
 
 
 def diverged_message(n_bad: int, n_rows: int, lr: Any) -> str:

@@ -70,10 +70,10 @@ from ..exceptions import ModelFileError
 from ..tree import PARTITIONS, Tree
 from ._build import build_net
 from ._calibration import BetaCalibrator
-from ._checks import check_device
 from ._config import FitConfig
 from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
 from ._params import attach_net
+from ._validation import check_device
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 

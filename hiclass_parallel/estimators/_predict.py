@@ -21,9 +21,9 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from .._labels import as_host_labels, labels_to_ids
 from ..tree import PAD
-from ._checks import check_prediction_params
 from ._guards import check_decidable
 from ._prototypes import last_nodes, rerank_order
+from ._validation import check_prediction_params
 
 __all__ = ["PredictMixin"]
 
@@ -76,7 +76,7 @@ class PredictMixin:
         """The weight of the class prototypes' re-ranking at prediction (``None``: off): the
         ``prototypes`` parameter's number, or the fitted one for ``"auto"``."""
         check_prediction_params(self)  # also read by the export, which reaches no batch
-        fitted = self.prototypes_
+        fitted = getattr(self, "prototypes_", None)  # absent before fit: decoding then raises NotFittedError
         if fitted is None or self.prototypes is None:
             return None
         weight = fitted.weight if isinstance(self.prototypes, str) else float(self.prototypes)

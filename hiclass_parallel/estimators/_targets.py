@@ -31,7 +31,7 @@ from .._labels import (
 from ..tree import Tree
 from ._config import FitConfig
 from ._data import TreeDataset
-from ._guards import suggest_terminal
+from ._validation import suggest_terminal
 
 __all__ = ["PathTargets", "LabelSetTargets", "LEVEL_CONTRAST", "DAG_LEVEL_CONTRAST"]
 

@@ -1,20 +1,129 @@
-"""Checking ``X`` for the classifiers: arrays through scikit-learn's ``validate_data``, torch
-tensors (kept on their device) through :func:`~._data.check_tensor`, with the same messages;
-then, on every route, values that float32 (what the network computes in) cannot hold."""
+"""Every check of what a classifier is given, in one place: its settings, ``X`` and its labels.
+
+Each check raises an error (or a warning, where the input is valid but surely not meant) that
+names the setting or value and what to do instead, before anything is trained or predicted:
+
+- settings beyond ``_parameter_constraints`` (:func:`check_params`, :func:`check_device`, at
+  the start of ``fit`` before any data is read: torch's own errors here are an
+  ``AssertionError`` "Torch not compiled with CUDA enabled" or a list of every device type
+  torch knows); the settings read at prediction (:data:`PREDICTION_PARAMS`), which may change
+  after fit (``set_params``), held to the constructor's constraints where prediction reads them
+  (:func:`check_prediction_params`); :class:`NotBool` for numbers that ``True`` must not pass as;
+- ``X`` (:func:`validate_X`): arrays through scikit-learn's ``validate_data``, torch tensors
+  (kept on their device) through :func:`check_tensor` (sparse ones through
+  :func:`sparse_tensor_to_csr`), with the same messages; then, on every route, values that
+  float32 (what the network computes in) cannot hold (:func:`check_float32_range`);
+- the labels: all internal nodes under ``semantics="partial"`` (:func:`suggest_terminal`);
+- continued training (``warm_start``, ``partial_fit``): changed parameters the fitted network
+  cannot take (:func:`warn_ignored_changes`).
+
+Sample and class weights are checked where they are made (:mod:`._weights`).
+"""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
+from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import validate_data
 
-from ._data import check_tensor
+__all__ = ["PREDICTION_PARAMS", "NotBool", "check_device", "check_float32_range", "check_params",
+           "check_prediction_params", "check_tensor", "sparse_tensor_to_csr", "suggest_terminal", "validate_X",
+           "warn_ignored_changes"]
 
-__all__ = ["check_float32_range", "validate_X"]
 
+# ---------------------------------------------------------------------------- settings
+#: The parameters prediction reads (``decision_function``, ``predict*``, ``score``), which may
+#: be changed after fit.
+PREDICTION_PARAMS = ("semantics", "decoding", "threshold", "top_k", "prototypes", "prototype_candidates",
+                     "batch_size")
+
+
+class NotBool(Interval):
+    """An :class:`~sklearn.utils._param_validation.Interval` that no ``bool`` satisfies: where
+    ``True`` would read as "on" but mean the number 1 (``prototypes=True`` is not ``"auto"``)."""
+
+    def is_satisfied_by(self, val: Any) -> bool:
+        return not isinstance(val, bool) and super().is_satisfied_by(val)
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} (not a bool)"
+
+
+def check_prediction_params(estimator: Any) -> None:
+    """Raise ``InvalidParameterError`` (naming the parameter, its value and what it may be)
+    unless the estimator's :data:`PREDICTION_PARAMS` meet its ``_parameter_constraints``:
+    ``set_params`` after fit validates nothing, and an unknown ``decoding`` or a negative
+    ``prototypes`` would otherwise act as some other setting."""
+    constraints = type(estimator)._parameter_constraints
+    names = [name for name in PREDICTION_PARAMS if name in constraints and hasattr(estimator, name)]
+    validate_parameter_constraints({name: constraints[name] for name in names},
+                                   {name: getattr(estimator, name) for name in names},
+                                   caller_name=type(estimator).__name__)
+
+
+def check_device(device: Any) -> None:
+    """Raise ``ValueError`` unless ``device`` names a torch device that this machine has.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``...
+
+    Examples
+    --------
+    >>> check_device("cpu")
+    >>> check_device("nonsense")
+    Traceback (most recent call last):
+    ...
+    ValueError: device='nonsense' is not a torch device: use 'cpu', 'cuda' or 'cuda:N' (a GPU index), or 'mps'
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"device={device!r} is not a torch device: use 'cpu', 'cuda' or 'cuda:N' (a GPU index), or 'mps'"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA GPU"
+            raise ValueError(f"device={device!r} but {why} on this machine: use device='cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r} but this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+                f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})"
+            )
+    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError(f"device={device!r} but torch sees no MPS (Apple GPU) device here: use device='cpu'")
+
+
+def check_params(estimator: Any) -> None:
+    """The checks of ``fit`` beyond ``_parameter_constraints``: unknown parameter names, a module
+    instance instead of a class, the device, terminal semantics without stops."""
+    from ._params import check_kwargs
+
+    check_kwargs({k: None for k in vars(estimator) if not k.endswith("_") and not k.startswith("_")}, estimator)
+    module = estimator.module
+    if module is not None and (isinstance(module, torch.nn.Module) or not isinstance(module, type)):
+        raise TypeError(
+            f"module must be a torch.nn.Module class, not an instance ({type(module).__name__} given): "
+            "pass the class and set its arguments with module__* parameters, e.g. module__hidden_units=64"
+        )
+    if module is not None and not issubclass(module, torch.nn.Module):
+        raise TypeError(f"module must be a subclass of torch.nn.Module, got {module!r}")
+    check_device(estimator.device)
+    if estimator.semantics == "terminal" and estimator.stop is False:
+        raise ValueError(
+            "semantics='terminal' needs stop=True (or stop=None): without stop scores the model cannot "
+            "learn where a path ends"
+        )
+
+
+# ---------------------------------------------------------------------------- X
 #: The largest magnitude a float32 holds; a larger finite float64 becomes ``inf`` in the network.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -92,3 +201,94 @@ def _out_of_range(row: int, col: int, value: float) -> ValueError:
         f"Input X[{row}, {col}] = {value:.6g} is outside the range of float32 (magnitude at most "
         f"{FLOAT32_MAX:.2g}), which the network computes in: scale the features (e.g. StandardScaler) or clip them"
     )
+
+
+def check_tensor(X: torch.Tensor) -> torch.Tensor | sp.csr_matrix:
+    """A torch X checked as ``validate_data`` checks arrays (2-D, samples, finite), made floating point.
+
+    A sparse tensor (COO, CSR, CSC...) comes back as the scipy CSR matrix of its values
+    (:func:`sparse_tensor_to_csr`), which every module and decoder takes.
+    """
+    if X.layout != torch.strided:
+        return sparse_tensor_to_csr(X)
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2-D X of shape (n_samples, n_features), got a tensor of shape {tuple(X.shape)}")
+    if not X.is_floating_point():
+        X = X.to(torch.float32)
+    if X.shape[0] < 1:
+        raise ValueError(f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is required.")
+    if bool(torch.isnan(X).any()):
+        raise ValueError("Input X contains NaN.")
+    if bool(torch.isinf(X).any()):
+        raise ValueError("Input X contains infinity.")
+    return X
+
+
+def sparse_tensor_to_csr(X: torch.Tensor) -> sp.csr_matrix:
+    """A 2-D torch sparse tensor as a scipy CSR matrix (on the host), checked as ``validate_data``
+    checks a scipy X: samples, finite stored values, float32 or float64.
+
+    Batches of a torch sparse tensor cannot be sliced by row (torch has no row indexing for
+    sparse layouts); the scipy CSR route is the one sparse route the classifiers have, and it
+    keeps the input sparse: only the stored values move, never a dense copy.
+    """
+    if X.ndim != 2 or X.dense_dim() != 0:
+        raise ValueError(
+            f"a torch sparse X must be 2-D with scalar values, shape (n_samples, n_features); got a {X.layout} "
+            f"tensor of shape {tuple(X.shape)} with {X.dense_dim()} dense dimension(s)"
+        )
+    coo = (X if X.layout == torch.sparse_coo else X.to_sparse_coo()).coalesce().cpu()
+    values = coo.values()
+    if values.dtype not in (torch.float32, torch.float64):
+        values = values.to(torch.float32)  # as check_tensor makes dense tensors floating point
+    rows, cols = coo.indices().numpy()
+    out = sp.csr_matrix((values.numpy(), (rows, cols)), shape=tuple(X.shape))
+    if out.shape[0] < 1:
+        raise ValueError(f"Found array with 0 sample(s) (shape={out.shape}) while a minimum of 1 is required.")
+    if np.isnan(out.data).any():
+        raise ValueError("Input X contains NaN.")
+    if np.isinf(out.data).any():
+        raise ValueError("Input X contains infinity.")
+    return out
+
+
+# ---------------------------------------------------------------------------- labels, continued training
+def warn_ignored_changes(names: list[str]) -> None:
+    """Warn that ``warm_start`` / ``partial_fit`` cannot apply the changed parameters ``names``.
+
+    The network is built once; continuing trains it as it is. Parameters it is built from
+    (``module__*`` for the architecture, ``callbacks``, ``early_stopping``...: see
+    :func:`~._params.changed_since_built`) take effect only in a fresh fit (``warm_start=False``).
+    """
+    if names:
+        warnings.warn(
+            f"{', '.join(names)} changed since the network was built, but warm_start/partial_fit continue "
+            "training the fitted network as it is, so the change is ignored; fit with warm_start=False to "
+            "apply it",
+            UserWarning,
+            stacklevel=6,  # the caller of fit / partial_fit
+        )
+
+
+def suggest_terminal(semantics: str, tree: Any, ids: np.ndarray) -> None:
+    """Warn when every label is an internal node but ``semantics="partial"``.
+
+    Under partial semantics an internal label is a coarse label whose finer class is
+    unknown, and predictions end at leaves: when every label is an internal node (the
+    WordNet glosses: each synset's target is its parent), the labels are answers, and
+    ``semantics="terminal"`` predicts them.
+    """
+    if semantics != "partial":
+        return
+    labelled = np.asarray(ids).reshape(-1)
+    labelled = labelled[labelled >= 0]
+    if labelled.size == 0 or tree.is_leaf.all():
+        return
+    if not tree.is_leaf[labelled].any():
+        warnings.warn(
+            "every label in y is an internal node of the tree, but semantics='partial' reads them as coarse "
+            "labels and predicts leaves only. If the labelled node is the answer, use semantics='terminal' "
+            "(it adds stop scores so that predictions can end at internal nodes)",
+            UserWarning,
+            stacklevel=5,
+        )

@@ -27,15 +27,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, Options, RealNotInt, StrOptions
 
 from ..tree import PARTITIONS, Tree
-from ._checks import NotBool
 from ._config import TRAINING
 from ._data import TreeDataset
 from ._fit import run_fit
 from ._guards import keep_fitted_state_on_error
-from ._input import validate_X
 from ._params import NetParamsMixin
 from ._predict import PredictMixin
 from ._targets import PathTargets
+from ._validation import NotBool, validate_X
 
 __all__ = ["HierarchicalClassifier"]
 
