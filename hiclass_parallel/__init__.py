@@ -15,7 +15,7 @@ import of the package against this list; modules on one line do not import each 
 
 Where each concept lives, one module each: every exception class in
 :mod:`~hiclass_parallel.exceptions`. In :mod:`~hiclass_parallel.estimators`: the public
-estimators in ``classifier``, ``multilabel``, ``class_text``, ``conformal`` and ``transformer``
+estimators in ``classifier``, ``multilabel``, ``class_text``, ``conformal`` and ``path_encoder``
 (:class:`PathEncoder`); every check of what an estimator is given (its settings, ``X``, its
 labels) in ``_validation``, sample and class weights in ``_weights``; the resolved fit
 configuration in ``_config``; the fit pipeline in ``_fit``; prediction in ``_predict``; the class

@@ -6,7 +6,7 @@ torch and skorch, which are imported the first time one of them is used.
 
 from typing import Any
 
-from .transformer import PathEncoder
+from .path_encoder import PathEncoder
 
 __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam",
            "save_classifier", "load_classifier", "ModelFileError",
