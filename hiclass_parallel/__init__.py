@@ -19,9 +19,9 @@ estimators in ``classifier``, ``multilabel``, ``class_text``, ``conformal`` and 
 (:class:`PathEncoder`); every check of what an estimator is given (its settings, ``X``, its
 labels) in ``_validation``, sample and class weights in ``_weights``; the resolved fit
 configuration in ``_config``; the fit pipeline in ``_fit``; prediction in ``_predict``; the class
-prototypes in ``_prototypes`` (the cosine kind) and ``_dense_prototypes`` (the Gaussian kind);
-the answer calibrator in ``_calibration``; saving without pickle in ``_persistence``; export
-for serving in ``_export``.
+prototypes in ``_prototypes`` (the ``Prototypes`` protocol both kinds follow, and the cosine
+kind) and ``_dense_prototypes`` (the Gaussian kind); the answer calibrator in ``_calibration``;
+saving without pickle in ``_persistence``; export for serving in ``_export``.
 
 Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` when the variable is
 not set and torch is not loaded yet: torch's OpenMP threads then sleep instead of spinning while

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ from torch import nn
 
 from ..tree import Tree
 from ._calibration import CLIP as _CLIP
+
+if TYPE_CHECKING:
+    from ._prototypes import Prototypes
 
 __all__ = ["TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
 
@@ -173,8 +176,9 @@ class PrototypeReranker(nn.Module):
 
     Parameters
     ----------
-    prototypes : ClassPrototypes or GaussianPrototypes
-        A fitted classifier's ``prototypes_``.
+    prototypes : Prototypes
+        A fitted classifier's ``prototypes_``, of either kind (``ClassPrototypes`` or
+        ``GaussianPrototypes``).
     weight : float
         The weight of the similarity (``clf``'s, as ``predict`` uses it).
     k : int
@@ -193,7 +197,7 @@ class PrototypeReranker(nn.Module):
     ('gaussian', 4, 1.0)
     """
 
-    def __init__(self, prototypes: Any, weight: float, k: int):
+    def __init__(self, prototypes: Prototypes, weight: float, k: int):
         super().__init__()
         self.kind, self.k = prototypes.KIND, int(k)
         self.register_buffer("weight", torch.tensor(float(weight), dtype=torch.float32))

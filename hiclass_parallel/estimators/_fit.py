@@ -42,7 +42,7 @@ from ._calibration import plan_calibration
 from ._config import config_changes, resolve_config
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
-from ._prototypes import prototypes_kind
+from ._prototypes import Prototypes, prototypes_kind
 from ._validation import check_params, validate_X, warn_ignored_changes
 from ._weights import check_fit_sample_weight, item_weights
 
@@ -213,7 +213,7 @@ def _wants_prototypes(estimator: Any, X: Any) -> bool:
 
 
 def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float,
-                   class_text: bool = True, sample_weight: np.ndarray | None = None) -> Any:
+                   class_text: bool = True, sample_weight: np.ndarray | None = None) -> Prototypes:
     """The class prototypes of the rows ``X`` (node ids ``ids``; each row counted with its
     ``sample_weight``), with each class's text (``module__class_features``, in the space of
     ``X``; unless ``class_text=False``, for rows added to prototypes that have it) as one more
@@ -264,7 +264,7 @@ def _agreed(estimator: Any, values: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...], true: np.ndarray,
-                             kind: type, sample_weight: np.ndarray | None = None) -> tuple[float, float]:
+                             kind: type[Prototypes], sample_weight: np.ndarray | None = None) -> tuple[float, float]:
     """``prototypes="auto"``: the weight and scale fitted on the held-out rows' ``candidates``
     (the model's paths as trained so far, their log-probabilities and similarities) and node
     ids ``true`` (weighted by ``sample_weight``), within the bounds of the prototypes' ``kind``."""

@@ -60,7 +60,7 @@ import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -74,6 +74,9 @@ from ._config import FitConfig
 from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
 from ._params import attach_net
 from ._validation import check_device
+
+if TYPE_CHECKING:
+    from ._prototypes import Prototypes
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 
@@ -563,7 +566,7 @@ def _check_digests(folder: Path, config: dict[str, Any], data: dict[str, bytes])
             )
 
 
-def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data: bytes | None) -> Any:
+def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data: bytes | None) -> Prototypes | None:
     """``prototypes_`` from :data:`PROTOTYPES` (``data``: its bytes) and its weight and scale in
     ``config.json`` (``None``: the model had none). Every array is checked (kind, dtype,
     shape against the tree and the feature count, finite values, finite statistics in float32)

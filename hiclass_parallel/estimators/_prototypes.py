@@ -17,7 +17,8 @@ to one class's sum), and :data:`FEATURES` entries per class for scoring.
 
 Dense rows (embeddings, numeric features) get the same re-ranking with another kind of
 prototype, :class:`~._dense_prototypes.GaussianPrototypes` (each class's mean, compared by a
-Gaussian log-likelihood); :func:`prototypes_kind` picks the kind from the training rows.
+Gaussian log-likelihood); :func:`prototypes_kind` picks the kind from the training rows. What
+the estimator asks of either kind is written down once, as the protocol :class:`Prototypes`.
 
 Only the answer changes: ``predict_proba``, ``predict_answer_proba`` and the log-probabilities
 are the model's own, and the probability of the chosen answer (``predict_confidence``) is the
@@ -28,13 +29,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "choose_weight", "choose_weight_and_scale", "last_nodes",
-           "prototypes_from_arrays", "prototypes_kind", "rerank_order"]
+__all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "Prototypes", "choose_weight", "choose_weight_and_scale",
+           "last_nodes", "prototypes_from_arrays", "prototypes_kind", "rerank_order"]
 
 #: Each class's prototype keeps its largest this many feature sums: it bounds the memory and
 #: the cost of comparing a row with every prototype; on the gloss benchmarks 32 answered as
@@ -52,6 +53,69 @@ MIN_ROWS = 20
 #: few rows). On the WordNet gloss benchmarks 16 lies within the range of the weights chosen on
 #: held-out rows and gains exact accuracy on every subset measured.
 DEFAULT_WEIGHT = 16.0
+
+
+@runtime_checkable
+class Prototypes(Protocol):
+    """What the estimator asks of its class prototypes (``prototypes_``), of either kind.
+
+    A kind holds per-class statistics of the training rows, the ``weight`` of its similarity
+    in the re-ranked score ``log p(answer) + weight * similarity`` and the ``scale`` of the
+    conditional logit that ``decoding="hf1"`` weighs the candidates by. Two kinds implement
+    it: :class:`ClassPrototypes` (sparse rows, cosine) and
+    :class:`~._dense_prototypes.GaussianPrototypes` (dense rows, Gaussian log-likelihood);
+    :func:`prototypes_kind` picks one for the training rows, :func:`prototypes_from_arrays`
+    reads a saved one. Beyond this protocol, the cosine kind takes each class's text as one
+    more row (``add_sums``) and the Gaussian kind has the centre its export subtracts
+    (``centre``).
+    """
+
+    #: The kind's name in a saved model's ``prototypes.npz``.
+    KIND: ClassVar[str]
+    #: The largest weight ``prototypes="auto"`` fits.
+    MAX_WEIGHT: ClassVar[float]
+    #: The weight ``prototypes="auto"`` takes without held-out rows to fit it on.
+    DEFAULT_WEIGHT: ClassVar[float]
+    #: The similarity's weight in the re-ranked score (nats per unit of similarity).
+    weight: float
+    #: The log-probabilities' coefficient in the fitted conditional logit (1 unless fitted).
+    scale: float
+
+    @classmethod
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0,
+                  sample_weight: np.ndarray | None = None) -> Prototypes:
+        """The statistics of the rows of ``X`` per node id in ``ids`` (``-1``: unlabelled,
+        skipped) of ``tree``'s classes, each row counted ``sample_weight`` times (``None``: once)."""
+        ...
+
+    def add(self, other: Prototypes) -> None:
+        """Add the statistics of more training rows (of the same kind and classes)."""
+        ...
+
+    def sum_over_ranks(self, group: Any) -> None:
+        """Data-parallel training: every rank's statistics added up, alike on every rank."""
+        ...
+
+    def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+        """``(n, k)`` float32: the similarity of each row ``i`` to each candidate class
+        ``nodes[i, j]``; 0 for ``-1``."""
+        ...
+
+    def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The two per-class arrays an exported model computes :meth:`similarity` from
+        (``_export.PrototypeReranker``)."""
+        ...
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The statistics as plain arrays, with the kind's name under ``"kind"``, for saving
+        without pickle."""
+        ...
+
+    @classmethod
+    def from_arrays(cls, arrays: Any, weight: float, tree: Any, n_features: int) -> Prototypes:
+        """The inverse of :meth:`to_arrays`, checked against the model it belongs to
+        (a ``ValueError`` naming what does not fit)."""
+        ...
 
 
 @dataclasses.dataclass
@@ -204,7 +268,7 @@ class ClassPrototypes:
         return cls(sums=sp.csr_matrix(sums, dtype=np.float32), weight=float(weight))
 
 
-def prototypes_kind(X: Any) -> type:
+def prototypes_kind(X: Any) -> type[Prototypes]:
     """The prototypes of rows like ``X``: :class:`ClassPrototypes` (cosine) for sparse rows,
     :class:`~._dense_prototypes.GaussianPrototypes` (log-likelihood) for dense ones."""
     from ._dense_prototypes import GaussianPrototypes
@@ -212,7 +276,7 @@ def prototypes_kind(X: Any) -> type:
     return ClassPrototypes if sp.issparse(X) else GaussianPrototypes
 
 
-def prototypes_from_arrays(arrays: Any, weight: float, tree: Any, n_features: int) -> Any:
+def prototypes_from_arrays(arrays: Any, weight: float, tree: Any, n_features: int) -> Prototypes:
     """A saved model's prototypes, of the kind its arrays name (an allow-list), checked by the
     kind (dtypes, shapes against ``tree`` and ``n_features``, finite values) and then as a
     whole: the per-class arrays they are scored with must be finite in float32 (statistics that

@@ -20,7 +20,7 @@ built from it (``_build``, ``_net``); ``_params`` holds the prefixed skorch para
 from __future__ import annotations
 
 from numbers import Integral, Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
@@ -35,6 +35,9 @@ from ._params import NetParamsMixin
 from ._predict import PredictMixin
 from ._targets import PathTargets
 from ._validation import NotBool, validate_X
+
+if TYPE_CHECKING:
+    from ._prototypes import Prototypes
 
 __all__ = ["HierarchicalClassifier"]
 
@@ -262,10 +265,11 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Number of features seen in :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen in :meth:`fit`, when ``X`` has string column names.
-    prototypes_ : ClassPrototypes, GaussianPrototypes or None
-        The class prototypes (per-class sums of the training rows: sparse for sparse ``X``,
-        with counts and squares for dense ``X``) and their fitted weight; ``None`` with
-        ``prototypes=None`` or a streamed data set.
+    prototypes_ : Prototypes or None
+        The class prototypes (per-class sums of the training rows: ``ClassPrototypes``,
+        sparse, for sparse ``X``; ``GaussianPrototypes``, with counts and squares, for dense
+        ``X``; both follow the ``Prototypes`` protocol of ``estimators/_prototypes.py``) and
+        their fitted weight; ``None`` with ``prototypes=None`` or a streamed data set.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,
         fitted on held-out rows (``calibration``); ``None`` when the fit did not
@@ -372,6 +376,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
 
     #: One answer per sample, which class prototypes can re-rank (``prototypes``).
     _reranks = True
+
+    #: Set by fit (the docstring's Attributes); annotated for the protocol both kinds follow.
+    prototypes_: Prototypes | None
 
     def __init__(
         self,

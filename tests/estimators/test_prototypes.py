@@ -329,3 +329,28 @@ def test_a_prototypes_file_without_its_kind_is_refused(tmp_path, fitted):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelFileError, match=r"prototypes\.npz: lacks kind"):
         load_classifier(folder)
+
+
+def test_both_kinds_follow_the_prototypes_protocol():
+    """The cosine and the Gaussian kinds have every member of the written protocol, the methods
+    with the protocol's parameters, and fitted ones pass ``isinstance``."""
+    import inspect
+
+    from hiclass_parallel.estimators._dense_prototypes import GaussianPrototypes
+    from hiclass_parallel.estimators._prototypes import Prototypes, prototypes_kind
+
+    members = [name for name in vars(Prototypes) if not name.startswith("_")]
+    members += list(Prototypes.__annotations__)
+    tree = _flat(3)
+    X = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    for kind, rows in ((ClassPrototypes, sp.csr_matrix(X)), (GaussianPrototypes, X)):
+        assert prototypes_kind(rows) is kind
+        fitted = kind.from_rows(rows, np.arange(3), tree)
+        assert isinstance(fitted, Prototypes)
+        for name in members:
+            assert hasattr(fitted, name), f"{kind.__name__} lacks {name}"
+            spec = inspect.getattr_static(Prototypes, name, None)
+            if callable(spec) or isinstance(spec, classmethod):
+                assert list(inspect.signature(getattr(kind, name)).parameters) == \
+                    list(inspect.signature(getattr(Prototypes, name)).parameters), f"{kind.__name__}.{name}"
+    assert not isinstance(object(), Prototypes)
