@@ -1,13 +1,14 @@
 """The ``.npz`` file format of :meth:`Tree.save <hiclass_parallel.Tree.save>` / ``Tree.load``.
 
 NumPy arrays only, never pickle: ``parents``, ``labels`` and ``label_kind`` (``"ids"`` for
-default labels, ``"int"``, ``"str"`` for files of earlier versions, ``"utf8"`` for string
-labels stored as UTF-8 bytes and offsets, which keep trailing NUL characters that NumPy's
+default labels, ``"int"`` for integer labels, ``"utf8"`` for string labels stored as UTF-8
+bytes and offsets, which keep trailing NUL characters that NumPy's
 str arrays drop). A tree with ``names`` (a taxonomy that repeats a name under different
 parents) also holds ``names`` and ``name_kind`` (``"int"`` or ``"utf8"``, with
 ``name_offsets``); its labels are then of kind ``"paths"`` when they are the paths of names,
 which are rebuilt from the names on reading. Reading checks every array and names what is
-wrong with a damaged or foreign file.
+wrong with a damaged or foreign file; string labels stored as a NumPy str array (``"str"``, as
+unreleased versions wrote them) are refused by name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .exceptions import TreeError
 
 __all__ = ["read_tree", "write_tree"]
 
-_LABEL_KINDS = ("ids", "int", "str", "utf8", "paths")
+_LABEL_KINDS = ("ids", "int", "utf8", "paths")
 
 
 def _encode(values: np.ndarray, what: str) -> tuple[str, np.ndarray, np.ndarray | None]:
@@ -94,6 +95,9 @@ def read_tree(path: str | os.PathLike | Any) -> tuple[np.ndarray, Any, Any]:
             raise damaged(f"an array cannot be read ({type(err).__name__}: {err})") from err
     if not all(isinstance(a, np.ndarray) for a in (kind, parents, labels, np.empty(0) if offsets is None else offsets)):
         raise damaged("a member of the archive is not a NumPy array")
+    if kind.shape == () and kind.dtype.kind == "U" and str(kind) == "str":
+        raise damaged("its labels are of kind 'str', written by an unreleased version before labels were "
+                      "stored as UTF-8; this version reads only the kinds " + ", ".join(map(repr, _LABEL_KINDS)))
     if kind.shape != () or kind.dtype.kind != "U" or str(kind) not in _LABEL_KINDS:
         raise damaged(f"label_kind is {kind!r}, expected one of {_LABEL_KINDS}")
     kind = str(kind)
@@ -114,7 +118,7 @@ def read_tree(path: str | os.PathLike | Any) -> tuple[np.ndarray, Any, Any]:
 
 
 def _decode(stored: Any, kind: str, offsets: Any, n: int, what: str, damaged: Any) -> Any:
-    """The values of one member written by :func:`_encode` (or an earlier ``str`` array)."""
+    """The values of one member written by :func:`_encode`."""
     if kind == "utf8":
         if not isinstance(offsets, np.ndarray) or stored.dtype != np.uint8 or stored.ndim != 1 \
                 or offsets.ndim != 1 or offsets.dtype.kind not in "iu" or offsets.size != n + 1 \
@@ -125,9 +129,8 @@ def _decode(stored: Any, kind: str, offsets: Any, n: int, what: str, damaged: An
             return [raw[a:b].decode("utf-8", "surrogatepass") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         except UnicodeDecodeError as err:
             raise damaged(f"a {what[:-1]} is not valid UTF-8 ({err})") from err
-    expected_kind = "U" if kind == "str" else "iu"
-    if not isinstance(stored, np.ndarray) or stored.ndim != 1 or stored.dtype.kind not in expected_kind:
+    if not isinstance(stored, np.ndarray) or stored.ndim != 1 or stored.dtype.kind not in "iu":
         raise damaged(f"{kind} {what} must be a 1-D array, got {stored.dtype} of shape {stored.shape}")
-    return stored.tolist() if kind == "str" else stored
+    return stored
 
 

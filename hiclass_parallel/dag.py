@@ -597,9 +597,8 @@ class UnrolledDag:
         >>> [(str(unrolled.tree.labels[u]), str(unrolled.labels[v])) for u, v in zip(copy, node)]
         [('b', 'b'), ('a', 'a'), ('c', 'c'), ('d[0]', 'c'), ('d[0]', 'd'), ('d[1]', 'b'), ('d[1]', 'd')]
         """
-        cached = getattr(self, "_entries", None)  # absent from objects pickled before it existed
-        if cached is not None:
-            return cached
+        if self._entries is not None:
+            return self._entries
         import scipy.sparse as sp
 
         closure = self._dag.ancestor_matrix().astype(np.int8)

@@ -7,8 +7,9 @@ from this one place.
 
 from __future__ import annotations
 
-__all__ = ["DivergedError", "DivergenceWarning", "ModelFileError", "NonFiniteLossError", "TreeError",
-           "UnknownLabelError", "WordNetNotFoundError"]
+__all__ = ["DivergedError", "DivergenceWarning", "ModelFileError", "NonFiniteLossError",
+           "NonMonotoneLossError", "TreeError", "UnknownLabelError", "UnsupportedEstimatorError",
+           "WordNetNotFoundError"]
 
 
 class TreeError(ValueError):
@@ -59,6 +60,31 @@ class ModelFileError(ValueError):
     as one model: a file is missing, is not a regular file, is damaged or of a format this
     version does not read, belongs to another model or was edited after saving, or kept
     changing while it was read. The message names the file and what is wrong with it."""
+
+
+class UnsupportedEstimatorError(TypeError):
+    """The estimator given to
+    :class:`~hiclass_parallel.estimators.ConformalHierarchicalClassifier` cannot be
+    conformalized.
+
+    It needs one answer per row on a tree: a
+    :class:`~hiclass_parallel.estimators.HierarchicalClassifier` (or a ``Pipeline`` or
+    :class:`~hiclass_parallel.estimators.ClassTextClassifier` ending in one). A
+    :class:`~hiclass_parallel.estimators.MultiLabelHierarchicalClassifier` (label sets,
+    hierarchies with several parents) is refused: a set of labels has no single answer to walk
+    up from, and on a DAG a node's "subtree" counts a descendant once per path. The message
+    names the estimator.
+    """
+
+
+class NonMonotoneLossError(ValueError):
+    """A loss given to :class:`~hiclass_parallel.estimators.ConformalHierarchicalClassifier` is
+    not monotone, or not bounded.
+
+    Conformal risk control needs the loss of a row to never grow as its answer moves up the
+    tree; the calibration rows showed a row where it did (or a value outside ``[0, bound]``).
+    The message names the row, the two nodes and their losses.
+    """
 
 
 class UnknownLabelError(ValueError, KeyError):

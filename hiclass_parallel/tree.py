@@ -830,12 +830,6 @@ class Tree:
         state["_device_cache"] = {}
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        # Trees pickled before names existed have none.
-        state.setdefault("_node_names", None)
-        state.setdefault("_path_labels", False)
-        self.__dict__.update(state)
-
     def save(self, path: str | os.PathLike) -> None:
         """Save to one ``.npz`` file (no pickle) that :meth:`load` round-trips exactly.
 

@@ -15,6 +15,10 @@ from hiclass_parallel import exceptions
     ("hiclass_parallel.estimators", "NonFiniteLossError"),
     ("hiclass_parallel.estimators", "DivergedError"),
     ("hiclass_parallel.estimators", "DivergenceWarning"),
+    ("hiclass_parallel.estimators", "UnsupportedEstimatorError"),
+    ("hiclass_parallel.estimators", "NonMonotoneLossError"),
+    ("hiclass_parallel.estimators.conformal", "UnsupportedEstimatorError"),
+    ("hiclass_parallel.estimators.conformal", "NonMonotoneLossError"),
     ("hiclass_parallel.datasets.build_wordnet", "WordNetNotFoundError"),
 ])
 def test_exported_exceptions_are_the_ones_of_the_exceptions_module(namespace, name):

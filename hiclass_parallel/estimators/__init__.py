@@ -38,7 +38,8 @@ def __getattr__(name: str) -> Any:
         from . import _persistence
 
         return getattr(_persistence, name)
-    if name in ("ModelFileError", "NonFiniteLossError", "DivergedError", "DivergenceWarning"):
+    if name in ("ModelFileError", "NonFiniteLossError", "DivergedError", "DivergenceWarning",
+                "UnsupportedEstimatorError", "NonMonotoneLossError"):
         from .. import exceptions
 
         return getattr(exceptions, name)
@@ -62,10 +63,10 @@ def __getattr__(name: str) -> Any:
         from ._distributed import DataParallel
 
         return DataParallel
-    if name in ("ConformalHierarchicalClassifier", "UnsupportedEstimatorError", "NonMonotoneLossError"):
-        from . import conformal
+    if name == "ConformalHierarchicalClassifier":
+        from .conformal import ConformalHierarchicalClassifier
 
-        return getattr(conformal, name)
+        return ConformalHierarchicalClassifier
     if name in ("save_conformal", "load_conformal"):
         from . import _conformal_persistence
 

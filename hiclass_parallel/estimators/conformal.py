@@ -42,6 +42,7 @@ from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .._labels import as_host_labels, labels_to_ids
+from ..exceptions import NonMonotoneLossError, UnsupportedEstimatorError
 from ..metrics._conformal import loss_bound, resolve_loss
 
 __all__ = [
@@ -57,26 +58,6 @@ _CHUNK_FLOATS = 2**24
 
 #: Rounding allowed when the losses are checked for monotonicity (in units of the bound).
 _MONOTONE_TOL = 1e-9
-
-
-class UnsupportedEstimatorError(TypeError):
-    """The estimator given to :class:`ConformalHierarchicalClassifier` cannot be conformalized.
-
-    It needs one answer per row on a tree: a :class:`HierarchicalClassifier` (or a
-    ``Pipeline`` or :class:`ClassTextClassifier` ending in one). A
-    :class:`MultiLabelHierarchicalClassifier` (label sets, hierarchies with several parents)
-    is refused: a set of labels has no single answer to walk up from, and on a DAG a node's
-    "subtree" counts a descendant once per path. The message names the estimator.
-    """
-
-
-class NonMonotoneLossError(ValueError):
-    """A loss given to :class:`ConformalHierarchicalClassifier` is not monotone, or not bounded.
-
-    Conformal risk control needs the loss of a row to never grow as its answer moves up the
-    tree; the calibration rows showed a row where it did (or a value outside ``[0, bound]``).
-    The message names the row, the two nodes and their losses.
-    """
 
 
 # ---------------------------------------------------------------------------- the arrays

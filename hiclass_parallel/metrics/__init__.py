@@ -22,7 +22,7 @@ arrays (moved to the host once). Node identity is the node, never its name. See
 - :func:`expected_calibration_error` of the answers' confidence (``predict_confidence``);
 - scorer objects for ``scoring=``: :func:`get_scorer` (the package's scorer names, else
   scikit-learn's), :func:`get_scorers` (a dict of several), :func:`get_scorer_names`,
-  :func:`make_hierarchical_scorer`; :func:`register_scorers` is deprecated and does nothing;
+  :func:`make_hierarchical_scorer`;
 - plots in :mod:`hiclass_parallel.metrics.plot` (needs matplotlib).
 """
 
@@ -65,7 +65,6 @@ from ._scorers import (
     get_scorer_names,
     get_scorers,
     make_hierarchical_scorer,
-    register_scorers,
 )
 
 __all__ = [
@@ -99,7 +98,6 @@ __all__ = [
     "mean_tree_distance",
     "miss_loss",
     "mistake_severity",
-    "register_scorers",
     "tree_distance",
     "tree_distance_loss",
 ]

@@ -58,7 +58,6 @@ __all__ = [
     "get_scorer_names",
     "get_scorers",
     "make_hierarchical_scorer",
-    "register_scorers",
 ]
 
 #: Wrappers whose fitted inner estimator holds the tree, tried in this order.
@@ -351,47 +350,3 @@ def get_scorers(names: Iterable[str] | None = None) -> dict[str, Callable[..., f
     if isinstance(names, str):
         names = [names]
     return {name: get_scorer(name) for name in names}
-
-
-def register_scorers() -> list[str]:
-    """Deprecated, and does nothing: pass scorer objects instead of names.
-
-    Earlier versions wrote the hierarchical scorers into scikit-learn's private scorer
-    table so that their names worked as ``scoring=`` strings. scikit-learn has no public
-    registry of scorer names, so the package no longer does that; scikit-learn's
-    ``scoring=`` takes scorer objects, lists and dicts of them everywhere:
-    ``scoring=get_scorer("hierarchical_f1")`` for one metric,
-    ``scoring=get_scorers(["hierarchical_f1", "neg_tree_distance"])`` for several (a dict,
-    so ``refit=`` names one of them). The names stay the package's own: :func:`get_scorer`
-    resolves them (and falls back to :func:`sklearn.metrics.get_scorer` for the others).
-
-    This function will be removed in a future release.
-
-    Returns
-    -------
-    list of str
-        An empty list: no name is registered with scikit-learn.
-
-    Warns
-    -----
-    FutureWarning
-        Always, naming what to use instead.
-
-    Examples
-    --------
-    >>> import warnings
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore", FutureWarning)
-    ...     register_scorers()
-    []
-    """
-    import warnings
-
-    warnings.warn(
-        "register_scorers() is deprecated and registers nothing (scikit-learn has no public registry of "
-        "scorer names); pass scorer objects instead: scoring=hiclass_parallel.metrics.get_scorer("
-        "'hierarchical_f1'), or scoring=hiclass_parallel.metrics.get_scorers([...]) for several",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return []

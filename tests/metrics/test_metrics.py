@@ -609,15 +609,14 @@ def test_ragged_lists_of_paths_read_as_in_the_path_encoder(tree):
     assert without_tree == pytest.approx(2 * 4 / (6 + 5))
 
 
-def test_register_scorers_is_deprecated_and_registers_nothing(data):
-    """scikit-learn's scorer names stay its own: register_scorers warns, names what to use
-    instead and writes nothing, so a package name is still refused as a string."""
+def test_package_scorer_names_are_not_registered_with_scikit_learn(data):
+    """scikit-learn's scorer names stay its own: the package writes nothing into its table
+    (and has no function that would), so a package name is refused as a string."""
     from sklearn.metrics import get_scorer_names as sk_get_scorer_names
 
-    from hiclass_parallel.metrics import register_scorers
+    import hiclass_parallel.metrics
 
-    with pytest.warns(FutureWarning, match=r"get_scorer\('hierarchical_f1'\)"):
-        assert register_scorers() == []
+    assert not hasattr(hiclass_parallel.metrics, "register_scorers")
     assert "hierarchical_f1" not in sk_get_scorer_names()
     X, y = data
     with pytest.raises(ValueError, match="scoring"):
