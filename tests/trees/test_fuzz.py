@@ -204,7 +204,8 @@ def test_from_paths_any_input():
             return
         check_invariants(tree)
         for path in paths:  # each given path is the ancestral path of its deepest label
-            given_labels = [v for v in path if v is not None]
+            # None and NaN are padding to from_paths, as its docstring says
+            given_labels = [v for v in path if v is not None and not (isinstance(v, float) and math.isnan(v))]
             if given_labels:  # a name repeated under two parents: the label is the path
                 last = tuple(given_labels) if tree.has_names else given_labels[-1]
                 assert tree.path_labels(last) == given_labels
