@@ -116,7 +116,7 @@ def _classifier_class() -> type:
 
 def _default_module() -> type:
     """The torch module ``HierarchicalClassifier`` uses when ``module=None``."""
-    modules = importlib.import_module("hiclass_parallel.estimators._modules")
+    modules = importlib.import_module("hiclass_parallel.estimators.networks._modules")
     for name in ("MLP", "MLPModule", "DefaultMLP", "HierarchicalMLP"):
         if hasattr(modules, name):
             return getattr(modules, name)

@@ -246,7 +246,7 @@ def _instrument(phases: dict[str, float], batches: list) -> None:
     """Time the fused step's C calls and keep each batch's structure inputs and C sizes."""
     from types import SimpleNamespace
 
-    from hiclass_parallel.estimators import _net, _optim
+    from hiclass_parallel.estimators.networks import _net, _optim
     from hiclass_parallel.ops.engine import _native_path_step as native
 
     def keep(args: tuple) -> None:

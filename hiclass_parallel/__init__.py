@@ -7,21 +7,35 @@ import of the package against this list; modules on one line do not import each 
 2. :mod:`~hiclass_parallel._tree_file` -- the tree's ``.npz`` file format;
 3. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays;
 4. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.dag` -- tensor methods on NumPy, torch and CuPy arrays; hierarchies with several parents, unrolled into trees;
-5. :mod:`~hiclass_parallel.datasets`, :mod:`~hiclass_parallel._labels`, :mod:`~hiclass_parallel._label_sets`, :mod:`~hiclass_parallel.losses` -- synthetic data and WordNet 3.0 (its DAG of every hypernym too); the label readers (paths; label sets); torch criteria;
+5. :mod:`~hiclass_parallel.datasets`, :mod:`~hiclass_parallel.labels`, :mod:`~hiclass_parallel.losses` -- synthetic data and WordNet 3.0 (its DAG of every hypernym too); the label readers (``labels/_paths``: labels and label paths; ``labels/_sets``: label sets); torch criteria;
 6. :mod:`~hiclass_parallel.metrics` -- hierarchical metrics and scorers;
 7. :mod:`~hiclass_parallel.estimators` -- the path encoder and the classifiers;
 8. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;
 9. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
 
 Where each concept lives, one module each: every exception class in
-:mod:`~hiclass_parallel.exceptions`. In :mod:`~hiclass_parallel.estimators`: the public
-estimators in ``classifier``, ``multilabel``, ``class_text``, ``conformal`` and ``path_encoder``
-(:class:`PathEncoder`); every check of what an estimator is given (its settings, ``X``, its
-labels) in ``_validation``, sample and class weights in ``_weights``; the resolved fit
-configuration in ``_config``; the fit pipeline in ``_fit``; prediction in ``_predict``; the class
-prototypes in ``_prototypes`` (the ``Prototypes`` protocol both kinds follow, and the cosine
-kind) and ``_dense_prototypes`` (the Gaussian kind); the answer calibrator in ``_calibration``;
-saving without pickle in ``_persistence``; export for serving in ``_export``.
+:mod:`~hiclass_parallel.exceptions`; every reading of labels in ``labels/`` (``_paths``, ``_sets``).
+In :mod:`~hiclass_parallel.estimators`, the public estimators at the top: ``classifier``,
+``multilabel``, ``class_text``, ``conformal`` and ``path_encoder`` (:class:`PathEncoder`); the
+parts they compose in one sub-package each:
+
+- ``estimators/fitting/``: the fit pipeline (``_fit``), the resolved fit configuration
+  (``_config``) and what a network can do (``_capabilities``), building the net (``_build``) and
+  who owns which parameter (``_params``), the label encoders (``_targets``), batches
+  (``_data``), sample and class weights (``_weights``), every check of what an estimator is
+  given (its settings, ``X``, its labels: ``_validation``) and the guards while training
+  (``_guards``);
+- ``estimators/prediction/``: prediction and the decoded answer (``_predict``);
+- ``estimators/prototypes/``: the class prototypes (``_prototypes``: the ``Prototypes``
+  protocol both kinds follow, the cosine kind, the fitting of weight and scale;
+  ``_dense_prototypes``: the Gaussian kind);
+- ``estimators/calibration/``: the answer calibrator (``_calibration``);
+- ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the
+  ``LazyAdam`` optimizer (``_optim``) and the fused training step (``_fused_step``);
+- ``estimators/io/``: saving without pickle (``_persistence``, ``_model_folder``,
+  ``_conformal_persistence``) and export for serving (``_export``);
+- ``estimators/scale/``: data-parallel training (``_distributed``) and training from torch
+  datasets (``_streaming``).
 
 Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` when the variable is
 not set and torch is not loaded yet: torch's OpenMP threads then sleep instead of spinning while

@@ -137,7 +137,7 @@ def _planned_epochs(n_rows: int, epochs: int | None, batch_size: int = 256) -> i
     if epochs is not None:
         return epochs
     from .estimators import SparseMLP
-    from .estimators._capabilities import module_capabilities
+    from .estimators.fitting._capabilities import module_capabilities
 
     return module_capabilities(SparseMLP).default_max_epochs(n_rows, batch_size)
 
@@ -190,7 +190,7 @@ def _span(low: float, high: float) -> str:
 
 def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str) -> str:
     """What is about to be trained, and for how long, printed before training starts."""
-    from .estimators._calibration import MIN_AUTO_ROWS, held_out_size, rejoins
+    from .estimators.calibration._calibration import MIN_AUTO_ROWS, held_out_size, rejoins
 
     planned = _planned_epochs(n_rows, epochs)
     which = "" if epochs is not None else " (the classifier's default for this many rows)"

@@ -67,3 +67,18 @@ def test_no_layer_imports_a_lower_one():
             if rank[there] >= rank[here]:
                 wrong.append(f"{path.relative_to(PACKAGE)}:{line} ({here}, layer {rank[here]}) imports {target} (layer {rank[there]})")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_no_folder_of_the_package_holds_more_than_twelve_modules():
+    folders = [PACKAGE, *(p.parent for p in PACKAGE.rglob("__init__.py"))]
+    crowded = {str(f.relative_to(PACKAGE.parent)): n for f in set(folders)
+               if (n := len(list(f.glob("*.py")))) > 12}
+    assert not crowded, f"folders with more than 12 Python modules: {crowded}"
+
+
+def test_the_docstring_maps_every_sub_package_of_the_estimators():
+    estimators = PACKAGE / "estimators"
+    subs = sorted(p.parent.name for p in estimators.glob("*/__init__.py"))
+    assert subs, "the estimators have sub-packages"
+    missing = [s for s in subs if f"``estimators/{s}/``" not in hiclass_parallel.__doc__]
+    assert not missing, f"sub-packages of estimators/ the package docstring does not name: {missing}"

@@ -1,4 +1,10 @@
-"""Layer 7: scikit-learn estimators -- the label <-> path encoder and the classifier.
+"""Layer 7: scikit-learn estimators -- the label <-> path encoder and the classifiers.
+
+The public estimators are the modules at this level (``classifier``, ``multilabel``,
+``class_text``, ``conformal``, ``path_encoder``); the parts they compose live in the
+sub-packages ``fitting``, ``prediction``, ``prototypes``, ``calibration``, ``networks``, ``io``
+and ``scale`` (the package docstring of :mod:`hiclass_parallel` maps each concept to its
+module).
 
 :class:`PathEncoder` needs only NumPy; :class:`HierarchicalClassifier` and :class:`MLP` need
 torch and skorch, which are imported the first time one of them is used.
@@ -27,15 +33,15 @@ def __getattr__(name: str) -> Any:
 
         return MultiLabelHierarchicalClassifier
     if name in ("MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch"):
-        from . import _modules
+        from .networks import _modules
 
         return getattr(_modules, name)
     if name == "LazyAdam":
-        from ._optim import LazyAdam
+        from .networks._optim import LazyAdam
 
         return LazyAdam
     if name in ("save_classifier", "load_classifier"):
-        from . import _persistence
+        from .io import _persistence
 
         return getattr(_persistence, name)
     if name in ("ModelFileError", "NonFiniteLossError", "DivergedError", "DivergenceWarning",
@@ -44,23 +50,23 @@ def __getattr__(name: str) -> Any:
 
         return getattr(exceptions, name)
     if name in ("TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
-        from . import _export
+        from .io import _export
 
         return getattr(_export, name)
     if name == "FitConfig":
-        from ._config import FitConfig
+        from .fitting._config import FitConfig
 
         return FitConfig
     if name in ("ModuleCapabilities", "module_capabilities"):
-        from . import _capabilities
+        from .fitting import _capabilities
 
         return getattr(_capabilities, name)
     if name == "BetaCalibrator":
-        from ._calibration import BetaCalibrator
+        from .calibration._calibration import BetaCalibrator
 
         return BetaCalibrator
     if name == "DataParallel":
-        from ._distributed import DataParallel
+        from .scale._distributed import DataParallel
 
         return DataParallel
     if name == "ConformalHierarchicalClassifier":
@@ -68,7 +74,7 @@ def __getattr__(name: str) -> Any:
 
         return ConformalHierarchicalClassifier
     if name in ("save_conformal", "load_conformal"):
-        from . import _conformal_persistence
+        from .io import _conformal_persistence
 
         return getattr(_conformal_persistence, name)
     if name == "ClassTextClassifier":

@@ -233,8 +233,8 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     def _check_module(self, classifier: Any, features: Any) -> None:
         """The network the classifier will build must take ``class_features``."""
-        from ._capabilities import module_capabilities
-        from ._modules import MLP, SparseMLP
+        from .fitting._capabilities import module_capabilities
+        from .networks._modules import MLP, SparseMLP
 
         module = classifier.get_params(deep=False).get("module")
         if module is None:

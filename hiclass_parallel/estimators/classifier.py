@@ -11,10 +11,11 @@ reading) -> ``HierarchicalCrossEntropy`` over all levels at once (the lean loss:
 ``(B, L, C)`` tensor) -> at prediction, exact decoding of the best valid path per sample.
 
 This module holds the parameters and their documentation. Fitting is one pipeline
-(``_fit``: prepare -> build -> train) over a label encoder (``_targets``), one resolved
-configuration (``_config``, from the module's capabilities in ``_capabilities``) and the net
-built from it (``_build``, ``_net``); ``_params`` holds the prefixed skorch parameters and
-``_predict`` the prediction side (``decision_function``, ``predict_*``, ``score``).
+(``fitting/_fit``: prepare -> build -> train) over a label encoder (``fitting/_targets``), one
+resolved configuration (``fitting/_config``, from the module's capabilities in
+``fitting/_capabilities``) and the net built from it (``fitting/_build``, ``networks/_net``);
+``fitting/_params`` holds the prefixed skorch parameters and ``prediction/_predict`` the
+prediction side (``decision_function``, ``predict_*``, ``score``).
 """
 
 from __future__ import annotations
@@ -27,17 +28,17 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, Options, RealNotInt, StrOptions
 
 from ..tree import PARTITIONS, Tree
-from ._config import TRAINING
-from ._data import TreeDataset
-from ._fit import run_fit
-from ._guards import keep_fitted_state_on_error
-from ._params import NetParamsMixin
-from ._predict import PredictMixin
-from ._targets import PathTargets
-from ._validation import NotBool, validate_X
+from .fitting._config import TRAINING
+from .fitting._data import TreeDataset
+from .fitting._fit import run_fit
+from .fitting._guards import keep_fitted_state_on_error
+from .fitting._params import NetParamsMixin
+from .fitting._targets import PathTargets
+from .fitting._validation import NotBool, validate_X
+from .prediction._predict import PredictMixin
 
 if TYPE_CHECKING:
-    from ._prototypes import Prototypes
+    from .prototypes._prototypes import Prototypes
 
 __all__ = ["HierarchicalClassifier"]
 
@@ -268,7 +269,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     prototypes_ : Prototypes or None
         The class prototypes (per-class sums of the training rows: ``ClassPrototypes``,
         sparse, for sparse ``X``; ``GaussianPrototypes``, with counts and squares, for dense
-        ``X``; both follow the ``Prototypes`` protocol of ``estimators/_prototypes.py``) and
+        ``X``; both follow the ``Prototypes`` protocol of ``estimators/prototypes/_prototypes.py``) and
         their fitted weight; ``None`` with ``prototypes=None`` or a streamed data set.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,

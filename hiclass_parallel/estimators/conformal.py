@@ -41,8 +41,8 @@ from sklearn.utils import _safe_indexing, check_random_state
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from .._labels import as_host_labels, labels_to_ids
 from ..exceptions import NonMonotoneLossError, UnsupportedEstimatorError
+from ..labels._paths import as_host_labels, labels_to_ids
 from ..metrics._conformal import loss_bound, resolve_loss
 
 __all__ = [
@@ -554,7 +554,7 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         """
         from sklearn.pipeline import Pipeline
 
-        from ._calibration import held_out_view
+        from .calibration._calibration import held_out_view
 
         if sp.issparse(X) and not isinstance(self.estimator, Pipeline):
             return held_out_view(X, train_rows, cal_rows)

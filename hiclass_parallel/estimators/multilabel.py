@@ -29,12 +29,12 @@ import torch
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._label_sets import write_label_sets
 from ..dag import Dag, UnrolledDag
+from ..labels._sets import write_label_sets
 from ..tree import Tree
-from ._guards import check_decidable
-from ._targets import LabelSetTargets
 from .classifier import HierarchicalClassifier
+from .fitting._guards import check_decidable
+from .fitting._targets import LabelSetTargets
 
 __all__ = ["MultiLabelHierarchicalClassifier"]
 

@@ -5,7 +5,7 @@ targets, like :class:`sklearn.preprocessing.LabelEncoder`: ``fit(y)``, ``transfo
 ``inverse_transform(paths)``. Integer labels held in torch or CuPy arrays are mapped on their
 own device with one gather; labels of other kinds (strings) are mapped on the host.
 
-``y`` is read by :mod:`hiclass_parallel._labels`, as in the classifier and the metrics: a 1-D
+``y`` is read by :mod:`hiclass_parallel.labels._paths`, as in the classifier and the metrics: a 1-D
 array of labels at any depth, or a 2-D array (or ragged list of lists) of label paths from the
 top level down, right-padded with a pad label.
 """
@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import array_namespace, device, to_numpy
-from .._labels import (
+from ..labels._paths import (
     check_pad_not_a_label,
     default_pad_label,
     device_label_ids,

@@ -25,8 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import to_numpy
-from .._label_sets import is_label_set, read_label_sets
 from ..dag import Dag, UnrolledDag
+from ..labels._sets import is_label_set, read_label_sets
 from ..tree import Tree
 from ._hierarchical import Average, ZeroDivision, _check_average, _check_zero_division, _prf_from_counts
 from ._weights import check_sample_weight
@@ -54,7 +54,7 @@ def _as_dag(dag: Any) -> Dag:
 
 def _node_sets(values: Any, dag: Dag, input_type: str, name: str) -> sp.csr_matrix:
     """The labels of each sample as a bool indicator ``(n_samples, n_nodes)``: one label, a
-    list of labels or an indicator row per sample (:func:`~hiclass_parallel._label_sets.read_label_sets`)."""
+    list of labels or an indicator row per sample (:func:`~hiclass_parallel.labels._sets.read_label_sets`)."""
     if input_type not in ("labels", "ids"):
         raise ValueError(f"input_type must be 'labels' or 'ids', got {input_type!r}")
     if not sp.issparse(values) and not isinstance(values, (list, tuple)):

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._labels import LabelIndex, host_labels_or_paths, id_pad_mask, metric_pad_mask, name_paths_to_last
 from ..exceptions import describe_some
+from ..labels._paths import LabelIndex, host_labels_or_paths, id_pad_mask, metric_pad_mask, name_paths_to_last
 from ._weights import check_sample_weight
 
 __all__ = ["check_paths", "InputType"]

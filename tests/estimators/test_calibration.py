@@ -14,15 +14,15 @@ from skorch.dataset import ValidSplit
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
-from hiclass_parallel.estimators._calibration import (
+from hiclass_parallel.estimators.calibration._calibration import (
     BetaCalibrator,
     answer_correct,
     held_out_size,
     held_out_view,
     plan_calibration,
 )
-from hiclass_parallel.estimators._persistence import load_classifier, save_classifier
-from hiclass_parallel.estimators._predict import _chosen_log_prob
+from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
+from hiclass_parallel.estimators.prediction._predict import _chosen_log_prob
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +272,7 @@ def test_saved_map_loads_and_a_tampered_one_is_named(tmp_path, data):
     assert loaded.calibrator_ == clf.calibrator_
     np.testing.assert_array_equal(loaded.predict_confidence(X[:100]), clf.predict_confidence(X[:100]))
 
-    from hiclass_parallel.estimators._persistence import _config_digest
+    from hiclass_parallel.estimators.io._persistence import _config_digest
 
     config = json.loads((folder / "config.json").read_text())
     config["fitted"]["calibrator_"]["__dict__"]["a"] = -2.0

@@ -353,7 +353,7 @@ def test_get_params_clone_and_set_params_after_fit(small):
 
 
 def test_shared_parameters_are_read_from_the_signatures_and_reach_the_net(small):
-    from hiclass_parallel.estimators._params import net_param_names
+    from hiclass_parallel.estimators.fitting._params import net_param_names
 
     # Derived from HierarchicalClassifier's and skorch NeuralNet's signatures, not listed by hand.
     assert net_param_names(HierarchicalClassifier) == ("lr", "max_epochs", "batch_size", "verbose", "device")

@@ -49,7 +49,7 @@ def test_the_c_row_update_takes_subnormal_second_moments(monkeypatch, scale, fir
         subnormal = (v > 0) & (v < torch.finfo(torch.float32).tiny)
         assert subnormal.any()
     assert torch.isfinite(native).all()
-    monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
+    monkeypatch.setattr("hiclass_parallel.estimators.networks._optim._native_rows", lambda *a: False)
     torch_route, torch_v = _tiny_gradient_steps(scale, first_moment)
     torch.testing.assert_close(v, torch_v, rtol=1e-4, atol=1e-44)  # fast-math rounding; a subnormal's last bit
     # the tolerance of the test of the two routes on ordinary gradients (test_optim.py)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from hiclass_parallel.estimators import HierarchicalClassifier
-from hiclass_parallel.estimators._dense_prototypes import SHRINKAGE, GaussianPrototypes
-from hiclass_parallel.estimators._persistence import load_classifier, save_classifier
-from hiclass_parallel.estimators._prototypes import prototypes_from_arrays
+from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
+from hiclass_parallel.estimators.prototypes._dense_prototypes import SHRINKAGE, GaussianPrototypes
+from hiclass_parallel.estimators.prototypes._prototypes import prototypes_from_arrays
 
 
 def _reference_log_likelihood(X, ids, tree, nodes):
@@ -131,7 +131,7 @@ def test_the_exported_similarity_centres_as_the_prototypes_do():
 
 def test_reranked_answers_of_features_far_from_zero_equal_the_float64_reranking():
     from hiclass_parallel import Tree
-    from hiclass_parallel.estimators._prototypes import last_nodes
+    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
 
     rng = np.random.default_rng(1)
     tree = Tree.from_parents([-1] * 4 + [0, 0, 1, 1, 2, 2, 3, 3])
@@ -254,7 +254,7 @@ def test_dense_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(gau
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (none on this machine)")
-    from hiclass_parallel.estimators._prototypes import last_nodes, rerank_order
+    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes, rerank_order
 
     X, y, tree = gaussian
     clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, device="cuda", prototypes=2.0).fit(X, y)

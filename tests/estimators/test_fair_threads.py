@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hiclass_parallel import Tree
-from hiclass_parallel.estimators._fit import training_threads
+from hiclass_parallel.estimators.fitting._fit import training_threads
 
 
 def _policy_after(code: str, **env: str) -> str:

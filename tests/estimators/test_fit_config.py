@@ -12,7 +12,7 @@ import torch
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import MLP, HierarchicalClassifier, SparseMLP
-from hiclass_parallel.estimators._capabilities import module_capabilities
+from hiclass_parallel.estimators.fitting._capabilities import module_capabilities
 from hiclass_parallel.exceptions import DivergedError
 from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 

@@ -30,9 +30,9 @@ from hiclass_parallel.estimators import (
     MultiLabelHierarchicalClassifier,
     NonFiniteLossError,
 )
-from hiclass_parallel.estimators._dense_prototypes import GaussianPrototypes
-from hiclass_parallel.estimators._guards import warn_if_worse
-from hiclass_parallel.estimators._prototypes import ClassPrototypes
+from hiclass_parallel.estimators.fitting._guards import warn_if_worse
+from hiclass_parallel.estimators.prototypes._dense_prototypes import GaussianPrototypes
+from hiclass_parallel.estimators.prototypes._prototypes import ClassPrototypes
 from hiclass_parallel.exceptions import DivergenceWarning
 
 

@@ -16,8 +16,8 @@ import scipy.sparse as sp
 import torch
 
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
-from hiclass_parallel.estimators._data import csr_tensor
-from hiclass_parallel.estimators._fused_step import fused_step, fused_step_refusal
+from hiclass_parallel.estimators.fitting._data import csr_tensor
+from hiclass_parallel.estimators.networks._fused_step import fused_step, fused_step_refusal
 from hiclass_parallel.losses import PathLocalCrossEntropy
 from hiclass_parallel.ops.engine import _native_path_step
 from hiclass_parallel.ops.groups import n_outputs
@@ -131,7 +131,7 @@ def test_sample_weights_on_the_fused_step_equal_the_torch_route_and_repeated_row
     torch route's with the same weights (dense rows and listed pairs in the bigger batch), and
     integer weights equal the unweighted step on every row repeated that many times (a zero
     weight: the row dropped, also from the in-batch level term's candidates)."""
-    from hiclass_parallel.estimators._validation import sparse_tensor_to_csr
+    from hiclass_parallel.estimators.fitting._validation import sparse_tensor_to_csr
 
     module, criterion, X, y = _case(random_tree, seed, stop, semantics, level, B=B, n=400 if B > 100 else 60, H=16)
     rng = np.random.default_rng(seed)
@@ -185,7 +185,7 @@ def test_the_classifier_trains_fused_and_reports_it():
         with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
             warnings.simplefilter("ignore")
             if native == "0":
-                mp.setattr("hiclass_parallel.estimators._fused_step.native.available", lambda: False)
+                mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
             clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64).fit(X, y)
         runs[native] = clf
     assert runs["1"].net_.step_engine_ == "fused"
@@ -280,7 +280,7 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
     from skorch.callbacks import Callback
 
     from hiclass_parallel import Tree
-    from hiclass_parallel.estimators._fused_step import fused_update_refusal
+    from hiclass_parallel.estimators.networks._fused_step import fused_update_refusal
 
     class Spy(Callback):
         seen = 0
@@ -309,7 +309,7 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
 
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 def test_batches_gathered_from_the_csr_arrays_equal_scipy_row_indexing(fmt):
-    from hiclass_parallel.estimators._data import csr_rows
+    from hiclass_parallel.estimators.fitting._data import csr_rows
 
     X = sp.random(50, 30, density=0.1, random_state=3, format="lil", dtype=np.float64)
     X[7] = 0  # an empty row

@@ -30,7 +30,7 @@ def _sparse_steps(second_moment: str, steps: int = 5,
 @pytest.mark.parametrize("second_moment", ["entry", "row"])
 def test_lazy_adam_row_update_equals_the_torch_route(monkeypatch, second_moment, first_moment):
     native, native_opt = _sparse_steps(second_moment, first_moment=first_moment)
-    monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
+    monkeypatch.setattr("hiclass_parallel.estimators.networks._optim._native_rows", lambda *a: False)
     torch_route, opt = _sparse_steps(second_moment, first_moment=first_moment)
     state = opt.state[opt.param_groups[0]["params"][0]]
     assert state["exp_avg_sq"].shape == ((50, 1) if second_moment == "row" else (50, 16))
@@ -52,7 +52,7 @@ def test_a_bfloat16_first_moment_is_the_float32_update_rounded(monkeypatch, nati
     if native and not _native_path_step.available():
         pytest.skip("the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
     if not native:
-        monkeypatch.setattr("hiclass_parallel.estimators._optim._native_rows", lambda *a: False)
+        monkeypatch.setattr("hiclass_parallel.estimators.networks._optim._native_rows", lambda *a: False)
     torch.manual_seed(0)
     emb = torch.nn.Embedding(6, 8, sparse=True)
     start = emb.weight.detach().clone()

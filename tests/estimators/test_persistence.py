@@ -129,7 +129,7 @@ def test_learned_tree_with_string_labels(tmp_path):
 def _tamper(folder, edit, redigest=True):
     """Edit config.json with ``edit(config)``; with ``redigest``, recompute its own digest as an
     attacker who knows the format would, so that the checks behind the digest are reached."""
-    from hiclass_parallel.estimators._persistence import _config_digest
+    from hiclass_parallel.estimators.io._persistence import _config_digest
 
     config = json.loads((folder / "config.json").read_text())
     edit(config)
@@ -161,7 +161,7 @@ PAYLOADS = [
     ("module", "torch.nn.modules.module:torch"),  # a module re-exported by an allowed module
     ("optimizer", "torch.nn.modules.linear:Linear"),  # allowed module, wrong kind of class
     ("module_class_", "torch.optim.adam:Adam"),
-    ("module__activation", "hiclass_parallel.estimators._persistence:Path"),  # pathlib's, re-exported
+    ("module__activation", "hiclass_parallel.estimators.io._persistence:Path"),  # pathlib's, re-exported
     ("module", "hiclass_parallel.__main__:main"),  # importing it would run the command line
     ("module", "hiclass_parallel.tree:Tree.load"),  # nested attribute
     ("module", "hiclass_parallel.tree:"),
@@ -197,7 +197,7 @@ def test_tampered_class_paths_run_nothing(saved, tmp_path, monkeypatch, field, p
 
 
 def test_tampered_estimator_class_is_refused(saved):
-    for path in ("os:system", "hiclass_parallel.estimators._modules:MLP", "sklearn.linear_model:LogisticRegression"):
+    for path in ("os:system", "hiclass_parallel.estimators.networks._modules:MLP", "sklearn.linear_model:LogisticRegression"):
         _tamper(saved, lambda c, p=path: c.update({"class": p}))
         with pytest.raises(ValueError, match="the estimator class"):
             load_classifier(saved)
@@ -280,7 +280,7 @@ def test_unavailable_device_is_named(saved):
 @pytest.mark.parametrize("version", [1, 2])
 def test_older_formats_are_refused_by_name(saved, version):
     # Nothing was released before this format: a file of an older one is named, never read.
-    from hiclass_parallel.estimators._persistence import FORMAT_VERSION
+    from hiclass_parallel.estimators.io._persistence import FORMAT_VERSION
     from hiclass_parallel.exceptions import ModelFileError
 
     assert json.loads((saved / "config.json").read_text())["format_version"] == FORMAT_VERSION
@@ -292,7 +292,7 @@ def test_older_formats_are_refused_by_name(saved, version):
 
 def test_a_class_saved_as_a_dotted_path_is_refused(saved):
     # Classes are saved as "module:Name"; a dotted "module.Name" is not a class path.
-    _tamper(saved, lambda config: config["params"].update(module={"__class__": "hiclass_parallel.estimators._modules.MLP"}))
+    _tamper(saved, lambda config: config["params"].update(module={"__class__": "hiclass_parallel.estimators.networks._modules.MLP"}))
     with pytest.raises(ValueError, match=r"parameter 'module': .* is not a class path of the form 'package.module:ClassName'"):
         load_classifier(saved)
 

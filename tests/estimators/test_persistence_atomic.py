@@ -20,7 +20,7 @@ pytest.importorskip("safetensors", reason="saving without pickle needs safetenso
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, ModelFileError, load_classifier, save_classifier
-from hiclass_parallel.estimators import _model_folder
+from hiclass_parallel.estimators.io import _model_folder
 
 pytestmark = pytest.mark.scale_out
 
@@ -288,7 +288,7 @@ def _put_prototypes(folder, data: bytes) -> None:
     the format would, so that the checks behind the digests are reached."""
     import hashlib
 
-    from hiclass_parallel.estimators._persistence import _config_digest
+    from hiclass_parallel.estimators.io._persistence import _config_digest
 
     (folder / "prototypes.npz").write_bytes(data)
     config = json.loads((folder / "config.json").read_text())

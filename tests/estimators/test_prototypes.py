@@ -9,8 +9,8 @@ import scipy.sparse as sp
 from hiclass_parallel import Tree
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
-from hiclass_parallel.estimators._persistence import load_classifier, save_classifier
-from hiclass_parallel.estimators._prototypes import (
+from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
+from hiclass_parallel.estimators.prototypes._prototypes import (
     DEFAULT_WEIGHT,
     FEATURES,
     ClassPrototypes,
@@ -276,7 +276,7 @@ def test_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(text):
     weight = clf.prototypes_.weight
     got = clf.predict_node(X[:500])
     assert clf.net_.device == "cuda"
-    from hiclass_parallel.estimators._prototypes import last_nodes
+    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
 
     paths, lp = clf._decode_model(X[:500], clf.prototype_candidates)  # the model's own, on the GPU
     nodes = last_nodes(paths)
@@ -316,7 +316,7 @@ def test_a_prototypes_file_without_its_kind_is_refused(tmp_path, fitted):
     import json
 
     pytest.importorskip("safetensors")
-    from hiclass_parallel.estimators._persistence import _config_digest, _file_digest
+    from hiclass_parallel.estimators.io._persistence import _config_digest, _file_digest
     from hiclass_parallel.exceptions import ModelFileError
 
     folder = save_classifier(fitted, tmp_path / "model")
@@ -336,8 +336,8 @@ def test_both_kinds_follow_the_prototypes_protocol():
     with the protocol's parameters, and fitted ones pass ``isinstance``."""
     import inspect
 
-    from hiclass_parallel.estimators._dense_prototypes import GaussianPrototypes
-    from hiclass_parallel.estimators._prototypes import Prototypes, prototypes_kind
+    from hiclass_parallel.estimators.prototypes._dense_prototypes import GaussianPrototypes
+    from hiclass_parallel.estimators.prototypes._prototypes import Prototypes, prototypes_kind
 
     members = [name for name in vars(Prototypes) if not name.startswith("_")]
     members += list(Prototypes.__annotations__)

@@ -23,7 +23,7 @@ import torch
 from hiclass_parallel import Tree
 from hiclass_parallel.dag import Dag
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
-from hiclass_parallel.estimators._weights import class_weights
+from hiclass_parallel.estimators.fitting._weights import class_weights
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -70,7 +70,7 @@ def _fit(route: str, X, y, sample_weight=None, monkeypatch=None, **extra) -> Hie
     dense, params, fused = ROUTES[route]
     with pytest.MonkeyPatch.context() as mp:
         if not fused:  # the torch route, as tests/estimators/test_fused_step.py forces it
-            mp.setattr("hiclass_parallel.estimators._fused_step.native.available", lambda: False)
+            mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             clf = HierarchicalClassifier(_tree(), **FULL_BATCH, **params, **extra)

@@ -1,7 +1,7 @@
 """The prediction side of :class:`HierarchicalClassifier`: scores, probabilities, paths, score.
 
 Every method here runs the module over X through one loop (:meth:`_per_batch` over
-:meth:`TreeNet.outputs <hiclass_parallel.estimators._net.TreeNet.outputs>`), applies a
+:meth:`TreeNet.outputs <hiclass_parallel.estimators.networks._net.TreeNet.outputs>`), applies a
 tensor function to each mini-batch on the net's device, and concatenates the results on the
 host. Decoding is exact: exhaustive over the module's scores, or best-first from the hidden
 representation for path-locally trained models (``path_local_``), as
@@ -19,11 +19,11 @@ import torch
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
-from .._labels import as_host_labels, labels_to_ids
-from ..tree import PAD
-from ._guards import check_decidable
-from ._prototypes import last_nodes, rerank_order
-from ._validation import check_prediction_params
+from ...labels._paths import as_host_labels, labels_to_ids
+from ...tree import PAD
+from ..fitting._guards import check_decidable
+from ..fitting._validation import check_prediction_params
+from ..prototypes._prototypes import last_nodes, rerank_order
 
 __all__ = ["PredictMixin"]
 
@@ -85,7 +85,7 @@ class PredictMixin:
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and
         their log-probabilities, re-ranked by the class prototypes where they apply
-        (``decoding="best"``, ``"hf1"`` and top-``k``; :mod:`._prototypes`)."""
+        (``decoding="best"``, ``"hf1"`` and top-``k``; :mod:`..prototypes._prototypes`)."""
         weight = self._prototype_weight()
         if weight is None or (k is None and self.decoding == "threshold"):
             return self._decode_model(X, k)
@@ -99,7 +99,7 @@ class PredictMixin:
         ancestors, the candidates weighed by ``softmax(scale * (log p + weight * similarity))``
         (the conditional logit fitted with the weight; ``scale`` 1 for a weight set by hand),
         and the model's log-probability of the chosen path."""
-        from ..ops.decode import expected_hf1_paths
+        from ...ops.decode import expected_hf1_paths
 
         paths, log_prob, similarity = self._reranking_candidates(X, min(self.top_k, self._n_candidates()))
         scale = self.prototypes_.scale if isinstance(self.prototypes, str) else 1.0
@@ -140,8 +140,8 @@ class PredictMixin:
         groups they expand (``decoding`` "best" and "hf1"); the others, and every model on a
         GPU, score every class and decode exhaustively. ``decoding="hf1"`` picks from the ``top_k`` best paths.
         """
-        from ..ops.best_first import best_first_paths
-        from ..ops.decode import (
+        from ...ops.best_first import best_first_paths
+        from ...ops.decode import (
             best_paths,
             decoding_route,
             expected_hf1_paths,
@@ -194,7 +194,7 @@ class PredictMixin:
         -------
         log_proba : ndarray of float32 of shape (n_samples, n_classes)
         """
-        from ..ops.groups import group_log_softmax
+        from ...ops.groups import group_log_softmax
 
         check_is_fitted(self)
         C = self.tree_.n_classes
@@ -247,7 +247,7 @@ class PredictMixin:
             ``n``". ``hiclass_parallel.ops.groups.stop_columns(tree_, partition_) - n_classes``
             gives each internal node's column.
         """
-        from ..ops.groups import group_log_softmax
+        from ...ops.groups import group_log_softmax
 
         check_is_fitted(self)
         if not self.stop_:
@@ -278,7 +278,7 @@ class PredictMixin:
         proba : ndarray of float32 of shape (n_samples, n_classes)
             Columns follow ``classes_``; each row sums to 1.
         """
-        from ..ops.groups import node_log_probs
+        from ...ops.groups import node_log_probs
 
         kwargs = self._decode_kwargs()
         candidate = np.ones(self.tree_.n_classes, dtype=bool) if self.semantics == "terminal" else self.tree_.is_leaf
@@ -469,7 +469,7 @@ class PredictMixin:
             :func:`hiclass_parallel.metrics.hierarchical_f1_score`; higher is better, 1 is
             a perfect match of every path.
         """
-        from ..metrics import hierarchical_f1_score
+        from ...metrics import hierarchical_f1_score
 
         check_is_fitted(self)
         targets = getattr(self, "targets_", None)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..ops.engine._native_path_step import RowUpdate, adam_rows
+from ...ops.engine._native_path_step import RowUpdate, adam_rows
 
 __all__ = ["LazyAdam"]
 
@@ -34,7 +34,7 @@ __all__ = ["LazyAdam"]
 def _native_rows(p: torch.Tensor, *tensors: torch.Tensor) -> bool:
     """Whether the C row update serves: float32 CPU tensors (the first moment, ``tensors[0]``,
     float32 or bfloat16), the state contiguous, the kernel built."""
-    from ..ops.engine import _native_path_step
+    from ...ops.engine import _native_path_step
 
     return (
         p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous() and p.dim() >= 1

@@ -40,11 +40,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..tree import Tree
-from ._calibration import CLIP as _CLIP
+from ...tree import Tree
+from ..calibration._calibration import CLIP as _CLIP
 
 if TYPE_CHECKING:
-    from ._prototypes import Prototypes
+    from ..prototypes._prototypes import Prototypes
 
 __all__ = ["TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
 
@@ -75,8 +75,8 @@ class TreeDecoder(nn.Module):
 
     def __init__(self, tree: Tree, partition: str = "level", stop: bool = False, semantics: str = "partial"):
         super().__init__()
-        from ..ops.engine._engine import check_partition, check_semantics
-        from ..ops.groups import n_outputs, stop_columns
+        from ...ops.engine._engine import check_partition, check_semantics
+        from ...ops.groups import n_outputs, stop_columns
 
         check_partition(partition)
         check_semantics(semantics, stop)
@@ -367,8 +367,8 @@ def _check_exportable(clf: Any, semantics: str | None) -> str:
     estimator no route exports is refused by name rather than by a missing exporter package."""
     from sklearn.utils.validation import check_is_fitted
 
-    from .classifier import HierarchicalClassifier
-    from .multilabel import MultiLabelHierarchicalClassifier
+    from ..classifier import HierarchicalClassifier
+    from ..multilabel import MultiLabelHierarchicalClassifier
 
     if isinstance(clf, MultiLabelHierarchicalClassifier):
         raise TypeError(

@@ -65,18 +65,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .._labels import check_pad_not_a_label
-from ..exceptions import ModelFileError
-from ..tree import PARTITIONS, Tree
-from ._build import build_net
-from ._calibration import BetaCalibrator
-from ._config import FitConfig
+from ...exceptions import ModelFileError
+from ...labels._paths import check_pad_not_a_label
+from ...tree import PARTITIONS, Tree
+from ..calibration._calibration import BetaCalibrator
+from ..fitting._build import build_net
+from ..fitting._config import FitConfig
+from ..fitting._params import attach_net
+from ..fitting._validation import check_device
 from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
-from ._params import attach_net
-from ._validation import check_device
 
 if TYPE_CHECKING:
-    from ._prototypes import Prototypes
+    from ..prototypes._prototypes import Prototypes
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 
@@ -230,7 +230,7 @@ _KINDS = {
 
 
 def _estimator_base() -> type:
-    from .classifier import HierarchicalClassifier
+    from ..classifier import HierarchicalClassifier
 
     return HierarchicalClassifier
 
@@ -571,7 +571,7 @@ def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data:
     ``config.json`` (``None``: the model had none). Every array is checked (kind, dtype,
     shape against the tree and the feature count, finite values, finite statistics in float32)
     before the prototypes are used."""
-    from ._prototypes import prototypes_from_arrays
+    from ..prototypes._prototypes import prototypes_from_arrays
 
     if saved is None:
         return None
@@ -597,8 +597,8 @@ def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data:
 def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     """The saved :class:`FitConfig`, checked: its fields agree with each other, with the module
     class as it is now and with the tree."""
-    from ..ops.groups import n_outputs
-    from ._capabilities import module_capabilities
+    from ...ops.groups import n_outputs
+    from ..fitting._capabilities import module_capabilities
 
     saved = fitted["config_"]
     fields = {f.name for f in dataclasses.fields(FitConfig)}

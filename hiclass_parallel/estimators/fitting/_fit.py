@@ -37,12 +37,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
+from ..calibration._calibration import plan_calibration
+from ..prototypes._prototypes import Prototypes, prototypes_kind
 from ._build import build_net, net_params
-from ._calibration import plan_calibration
 from ._config import config_changes, resolve_config
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
-from ._prototypes import Prototypes, prototypes_kind
 from ._validation import check_params, validate_X, warn_ignored_changes
 from ._weights import check_fit_sample_weight, item_weights
 
@@ -141,7 +141,7 @@ def _default_module(estimator: Any, X: Any) -> type:
     """The network class: the user's, else SparseMLP for sparse X and MLP otherwise."""
     import scipy.sparse as sp
 
-    from ._modules import MLP, SparseMLP
+    from ..networks._modules import MLP, SparseMLP
 
     if estimator.module is not None:
         return estimator.module
@@ -236,7 +236,7 @@ def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight
 def _data_parallel_group(estimator: Any) -> tuple[Any] | None:
     """``(group,)`` of the estimator's :class:`DataParallel` callback when its process group
     has several ranks, else ``None``."""
-    from ._distributed import DataParallel, _active
+    from ..scale._distributed import DataParallel, _active
 
     for callback in estimator.callbacks or []:
         if isinstance(callback, DataParallel) and _active(callback.group):
@@ -268,8 +268,8 @@ def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...],
     """``prototypes="auto"``: the weight and scale fitted on the held-out rows' ``candidates``
     (the model's paths as trained so far, their log-probabilities and similarities) and node
     ids ``true`` (weighted by ``sample_weight``), within the bounds of the prototypes' ``kind``."""
-    from ._calibration import answer_correct
-    from ._prototypes import choose_weight_and_scale
+    from ..calibration._calibration import answer_correct
+    from ..prototypes._prototypes import choose_weight_and_scale
 
     paths, log_prob, similarity = candidates
     n, k, depth = paths.shape
@@ -286,7 +286,7 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     counted with its ``sample_weight``), decoded by the net as trained so far, and the class
     prototypes' weight and scale (chosen on the same rows first for ``prototypes="auto"``;
     ``None`` without prototypes)."""
-    from ._calibration import BetaCalibrator, answer_correct, held_out_view
+    from ..calibration._calibration import BetaCalibrator, answer_correct, held_out_view
 
     ids = np.asarray(ids)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, prototypes_=None)
@@ -413,7 +413,7 @@ def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool
     sample_weight : array-like of shape (n_samples,), default=None
         The rows' weights (:mod:`._weights`); a streamed data set yields its own.
     """
-    from ._streaming import StreamInput, is_dataset
+    from ..scale._streaming import StreamInput, is_dataset
 
     check_params(estimator)
     class_weight = getattr(estimator, "class_weight", None)

@@ -74,7 +74,7 @@ class ModuleCapabilities:
 
         Examples
         --------
-        >>> from hiclass_parallel.estimators._capabilities import module_capabilities
+        >>> from hiclass_parallel.estimators.fitting._capabilities import module_capabilities
         >>> from hiclass_parallel.estimators import SparseMLP
         >>> text = module_capabilities(SparseMLP)
         >>> [text.default_max_epochs(n, 256) for n in (3_212, 8_232, 65_691, 50)]
@@ -100,7 +100,7 @@ def module_capabilities(module: type[torch.nn.Module]) -> ModuleCapabilities:
     >>> module_capabilities(SparseMLP).accepts_sparse, module_capabilities(MLP).accepts_sparse
     (True, False)
     """
-    from ._optim import LazyAdam
+    from ..networks._optim import LazyAdam
 
     sparse = bool(getattr(module, "accepts_sparse", False))
     try:

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import array_namespace, device, is_cupy_array, is_torch_array, to_numpy
-from .exceptions import TreeError, UnknownLabelError, describe_some
-from .ops.dense import labels_to_paths
-from .tree import PAD, Tree
+from .._backend import array_namespace, device, is_cupy_array, is_torch_array, to_numpy
+from ..exceptions import TreeError, UnknownLabelError, describe_some
+from ..ops.dense import labels_to_paths
+from ..tree import PAD, Tree
 
 
 def _ragged_rows(y: Any, pad: Any) -> np.ndarray | None:

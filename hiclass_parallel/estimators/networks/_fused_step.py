@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..ops.engine import _native_path_step as native
-from ..ops.sibling_paths import sibling_plan
+from ...ops.engine import _native_path_step as native
+from ...ops.sibling_paths import sibling_plan
 from ._optim import LazyAdam
 
 __all__ = ["fused_step", "fused_step_refusal", "fused_update_refusal"]
@@ -41,7 +41,7 @@ _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
     """Why this path-local step cannot run fused, or ``None`` when it can."""
-    from ..losses import PathLocalCrossEntropy
+    from ...losses import PathLocalCrossEntropy
     from ._modules import SparseMLP
 
     if type(module) is not SparseMLP:

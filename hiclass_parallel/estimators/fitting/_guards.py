@@ -25,7 +25,7 @@ from typing import Any
 
 from skorch.callbacks import Callback
 
-from ..exceptions import DivergedError, DivergenceWarning, NonFiniteLossError
+from ...exceptions import DivergedError, DivergenceWarning, NonFiniteLossError
 
 __all__ = [
     "FiniteLossGuard",

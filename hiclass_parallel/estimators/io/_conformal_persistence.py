@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..exceptions import ModelFileError
+from ...exceptions import ModelFileError
 from ._model_folder import read_consistent, replace_folder
 from ._persistence import CONFIG, MODEL_FILES, load_classifier, save_classifier
 
@@ -90,7 +90,7 @@ def save_conformal(model: Any, path: str | os.PathLike) -> Path:
     """
     from sklearn.utils.validation import check_is_fitted
 
-    from .classifier import HierarchicalClassifier
+    from ..classifier import HierarchicalClassifier
 
     check_is_fitted(model, "lambda_")
     if not isinstance(model.estimator_, HierarchicalClassifier):
@@ -200,7 +200,7 @@ def load_conformal(path: str | os.PathLike, *, device: Any = None, allowed: Any 
     """
     from sklearn.base import clone
 
-    from .conformal import ConformalHierarchicalClassifier
+    from ..conformal import ConformalHierarchicalClassifier
 
     folder = Path(path)
     record, classifier_config = read_consistent(folder, lambda reader: _read(folder, reader))

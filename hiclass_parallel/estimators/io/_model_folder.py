@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..exceptions import ModelFileError
+from ...exceptions import ModelFileError
 
 __all__ = ["FolderReader", "read_consistent", "read_npz", "replace_folder", "write_file"]
 

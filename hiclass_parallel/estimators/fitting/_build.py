@@ -19,11 +19,11 @@ from skorch.callbacks import EarlyStopping, ProgressBar
 from skorch.dataset import ValidSplit
 from torch.utils.data import DataLoader
 
+from ..networks._net import TreeNet, module_kwargs
+from ..networks._optim import LazyAdam
 from ._config import FitConfig
 from ._data import collate_batch
 from ._guards import FiniteLossGuard
-from ._net import TreeNet, module_kwargs
-from ._optim import LazyAdam
 
 __all__ = ["build_net", "net_params"]
 
@@ -33,7 +33,7 @@ def class_feature_rows(features: Any, targets: Any, config: FitConfig) -> sp.csr
     per score column: each node's class row, and under the sibling partition each stop column
     the row of the node whose children it ends at (better on WordNet than text-less stops:
     the text that names a node is evidence that the path ends there)."""
-    from ..ops.groups import stop_columns
+    from ...ops.groups import stop_columns
 
     n_classes = len(targets.classes)
     if features.shape[0] != n_classes:

@@ -18,8 +18,7 @@ import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length
 
-from .._label_sets import read_label_sets
-from .._labels import (
+from ...labels._paths import (
     as_host_labels,
     check_pad_not_a_label,
     default_pad_label,
@@ -28,7 +27,8 @@ from .._labels import (
     path_strings,
     read_path_strings,
 )
-from ..tree import Tree
+from ...labels._sets import read_label_sets
+from ...tree import Tree
 from ._config import FitConfig
 from ._data import TreeDataset
 from ._validation import suggest_terminal
@@ -144,7 +144,7 @@ class PathTargets:
 
     def criterion(self, config: FitConfig) -> dict[str, Any]:
         """The loss and its tree: path-local, or over every score."""
-        from ..losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
+        from ...losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 
         if config.path_local:
             return {"criterion": PathLocalCrossEntropy, "criterion__tree": self.tree,
@@ -165,7 +165,7 @@ class LabelSetTargets(PathTargets):
     streams = False  # a torch Dataset yields one label per item, not a label set
 
     def __init__(self, hierarchy: Any, pad_label: Any, owner: str, sep: str | None = None):
-        from ..dag import Dag, UnrolledDag
+        from ...dag import Dag, UnrolledDag
 
         if sep is not None:
             raise ValueError(
@@ -223,7 +223,7 @@ class LabelSetTargets(PathTargets):
         return self.unrolled.origin
 
     def criterion(self, config: FitConfig) -> dict[str, Any]:
-        from ..losses import DagCrossEntropy
+        from ...losses import DagCrossEntropy
 
         params = {"criterion": DagCrossEntropy, "criterion__unrolled": self.unrolled,
                   "criterion__partition": "sibling"}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics._weights import check_sample_weight
+from ...metrics._weights import check_sample_weight
 
 __all__ = ["check_fit_sample_weight", "class_weights", "item_weights"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..tree import Tree
+from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
 __all__ = ["TRAINING", "FitConfig", "config_changes", "resolve_config", "resolve_lr", "resolve_max_epochs"]
@@ -140,7 +140,7 @@ def resolve_config(
     forced_partition : str, default=None
         A partition the label encoder requires (label sets: ``"sibling"``).
     """
-    from ..ops.groups import n_outputs
+    from ...ops.groups import n_outputs
 
     capabilities = module_capabilities(module)
     partition = resolve_partition(estimator.partition, capabilities, forced_partition)

@@ -1,0 +1,13 @@
+"""Fitting a classifier: the one fit pipeline (prepare -> build -> train) and what it decides.
+
+- ``_fit``: the pipeline, for arrays and torch datasets alike;
+- ``_config``: the resolved :class:`~hiclass_parallel.estimators.FitConfig`, every fit-time
+  decision made once; ``_capabilities``: what a network class can do, read once;
+- ``_build``: the skorch net of a fit, built from its configuration; ``_params``: who owns
+  which parameter and how it reaches the net;
+- ``_targets``: the label encoders (``y`` in, training targets and the loss out);
+  ``_data``: rows of ``X`` and node ids, a batch at a time; ``_weights``: sample and class
+  weights;
+- ``_validation``: every check of what an estimator is given (settings, ``X``, labels);
+  ``_guards``: the checks while and after training (finite loss, divergence, rollback).
+"""

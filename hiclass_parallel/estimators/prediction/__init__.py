@@ -1,0 +1,1 @@
+"""Predicting: scores, probabilities, paths and the decoded answer (``_predict``)."""

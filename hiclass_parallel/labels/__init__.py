@@ -1,0 +1,7 @@
+"""Reading labels: every form of ``y`` the package accepts, turned into node ids in one place.
+
+- ``_paths``: labels at any depth and label paths (padded or ragged), the pad rules and the
+  "not a class of the tree" error, for the estimators and the metrics alike;
+- ``_sets``: several labels per sample (label lists, label sets, indicator matrices), for the
+  multi-label classifier and the DAG metrics.
+"""
