@@ -21,21 +21,20 @@ parts they compose in one sub-package each:
 
 - ``estimators/fitting/``: the fit pipeline (``_fit``), the resolved fit configuration
   (``_config``) and what a network can do (``_capabilities``), building the net (``_build``) and
-  who owns which parameter (``_params``), the label encoders (``_targets``), batches
-  (``_data``), sample and class weights (``_weights``), every check of what an estimator is
-  given (its settings, ``X``, its labels: ``_validation``) and the guards while training
-  (``_guards``);
+  who owns which parameter (``_params``), the label encoders (``_targets``), sample and class
+  weights (``_weights``), training from torch datasets (``_streaming``), every check of what an
+  estimator is given (its settings, ``X``, its labels: ``_validation``) and the guards while
+  training (``_guards``);
 - ``estimators/prediction/``: prediction and the decoded answer (``_predict``);
 - ``estimators/prototypes/``: the class prototypes (``_prototypes``: the ``Prototypes``
   protocol both kinds follow, the cosine kind, the fitting of weight and scale;
   ``_dense_prototypes``: the Gaussian kind);
 - ``estimators/calibration/``: the answer calibrator (``_calibration``);
 - ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the
-  ``LazyAdam`` optimizer (``_optim``) and the fused training step (``_fused_step``);
+  batches it reads (``_data``), the ``LazyAdam`` optimizer (``_optim``), the fused training step
+  (``_fused_step``) and data-parallel training (``_distributed``);
 - ``estimators/io/``: saving without pickle (``_persistence``, ``_model_folder``,
-  ``_conformal_persistence``) and export for serving (``_export``);
-- ``estimators/scale/``: data-parallel training (``_distributed``) and training from torch
-  datasets (``_streaming``).
+  ``_conformal_persistence``) and export for serving (``_export``).
 
 Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` when the variable is
 not set and torch is not loaded yet: torch's OpenMP threads then sleep instead of spinning while

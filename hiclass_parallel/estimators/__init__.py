@@ -2,8 +2,8 @@
 
 The public estimators are the modules at this level (``classifier``, ``multilabel``,
 ``class_text``, ``conformal``, ``path_encoder``); the parts they compose live in the
-sub-packages ``fitting``, ``prediction``, ``prototypes``, ``calibration``, ``networks``, ``io``
-and ``scale`` (the package docstring of :mod:`hiclass_parallel` maps each concept to its
+sub-packages ``fitting``, ``prediction``, ``prototypes``, ``calibration``, ``networks`` and
+``io`` (the package docstring of :mod:`hiclass_parallel` maps each concept to its
 module).
 
 :class:`PathEncoder` needs only NumPy; :class:`HierarchicalClassifier` and :class:`MLP` need
@@ -12,6 +12,14 @@ torch and skorch, which are imported the first time one of them is used.
 
 from typing import Any
 
+from ..exceptions import (
+    DivergedError,
+    DivergenceWarning,
+    ModelFileError,
+    NonFiniteLossError,
+    NonMonotoneLossError,
+    UnsupportedEstimatorError,
+)
 from .path_encoder import PathEncoder
 
 __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam",
@@ -44,11 +52,6 @@ def __getattr__(name: str) -> Any:
         from .io import _persistence
 
         return getattr(_persistence, name)
-    if name in ("ModelFileError", "NonFiniteLossError", "DivergedError", "DivergenceWarning",
-                "UnsupportedEstimatorError", "NonMonotoneLossError"):
-        from .. import exceptions
-
-        return getattr(exceptions, name)
     if name in ("TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
         from .io import _export
 
@@ -66,7 +69,7 @@ def __getattr__(name: str) -> Any:
 
         return BetaCalibrator
     if name == "DataParallel":
-        from .scale._distributed import DataParallel
+        from .networks._distributed import DataParallel
 
         return DataParallel
     if name == "ConformalHierarchicalClassifier":

@@ -11,7 +11,7 @@ import torch
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
-from hiclass_parallel.estimators.fitting._data import csr_tensor
+from hiclass_parallel.estimators.networks._data import csr_tensor
 from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import score_matrix

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import torch
 
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
-from hiclass_parallel.estimators.fitting._data import csr_tensor
+from hiclass_parallel.estimators.networks._data import csr_tensor
 from hiclass_parallel.estimators.networks._fused_step import fused_step, fused_step_refusal
 from hiclass_parallel.losses import PathLocalCrossEntropy
 from hiclass_parallel.ops.engine import _native_path_step
@@ -309,7 +309,7 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
 
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 def test_batches_gathered_from_the_csr_arrays_equal_scipy_row_indexing(fmt):
-    from hiclass_parallel.estimators.fitting._data import csr_rows
+    from hiclass_parallel.estimators.networks._data import csr_rows
 
     X = sp.random(50, 30, density=0.1, random_state=3, format="lil", dtype=np.float64)
     X[7] = 0  # an empty row

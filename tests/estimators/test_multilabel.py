@@ -302,7 +302,7 @@ def test_class_text_of_a_dag_class_reaches_every_copy():
     full[stop_col[internal]] = text[origin[internal]]
     # the module given the rows spelled out per score column (every copy its class's row) scores identically
     from hiclass_parallel.estimators import SparseMLP
-    from hiclass_parallel.estimators.fitting._data import csr_tensor
+    from hiclass_parallel.estimators.networks._data import csr_tensor
 
     spelled = SparseMLP(n_features=4, n_outputs=short.n_scores_, hidden_units=8, class_features=full.tocsr())
     spelled.load_state_dict(short.net_.module_.state_dict())

@@ -6,8 +6,8 @@
 - ``_build``: the skorch net of a fit, built from its configuration; ``_params``: who owns
   which parameter and how it reaches the net;
 - ``_targets``: the label encoders (``y`` in, training targets and the loss out);
-  ``_data``: rows of ``X`` and node ids, a batch at a time; ``_weights``: sample and class
-  weights;
+  ``_weights``: sample and class weights; ``_streaming``: training from a torch ``Dataset`` or
+  ``IterableDataset`` (data that does not fit in memory);
 - ``_validation``: every check of what an estimator is given (settings, ``X``, labels);
   ``_guards``: the checks while and after training (finite loss, divergence, rollback).
 """

@@ -19,10 +19,10 @@ from skorch.callbacks import EarlyStopping, ProgressBar
 from skorch.dataset import ValidSplit
 from torch.utils.data import DataLoader
 
+from ..networks._data import collate_batch
 from ..networks._net import TreeNet, module_kwargs
 from ..networks._optim import LazyAdam
 from ._config import FitConfig
-from ._data import collate_batch
 from ._guards import FiniteLossGuard
 
 __all__ = ["build_net", "net_params"]

@@ -236,7 +236,7 @@ def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight
 def _data_parallel_group(estimator: Any) -> tuple[Any] | None:
     """``(group,)`` of the estimator's :class:`DataParallel` callback when its process group
     has several ranks, else ``None``."""
-    from ..scale._distributed import DataParallel, _active
+    from ..networks._distributed import DataParallel, _active
 
     for callback in estimator.callbacks or []:
         if isinstance(callback, DataParallel) and _active(callback.group):
@@ -413,7 +413,7 @@ def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool
     sample_weight : array-like of shape (n_samples,), default=None
         The rows' weights (:mod:`._weights`); a streamed data set yields its own.
     """
-    from ..scale._streaming import StreamInput, is_dataset
+    from ._streaming import StreamInput, is_dataset
 
     check_params(estimator)
     class_weight = getattr(estimator, "class_weight", None)

@@ -212,7 +212,7 @@ def mean_loss(net: Any, dataset: Any, n_rows: int = LOSS_ROWS) -> float | None:
     from skorch.dataset import unpack_data
     from torch.utils.data import IterableDataset, Subset
 
-    from ._data import split_target
+    from ..networks._data import split_target
 
     if isinstance(dataset, IterableDataset) or len(dataset) == 0:
         return None

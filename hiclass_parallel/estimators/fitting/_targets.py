@@ -29,8 +29,8 @@ from ...labels._paths import (
 )
 from ...labels._sets import read_label_sets
 from ...tree import Tree
+from ..networks._data import TreeDataset
 from ._config import FitConfig
-from ._data import TreeDataset
 from ._validation import suggest_terminal
 
 __all__ = ["PathTargets", "LabelSetTargets", "LEVEL_CONTRAST", "DAG_LEVEL_CONTRAST"]

@@ -1,3 +1,5 @@
 """The torch side of the classifiers: the default modules (``_modules``), the skorch net and
-its inference loop (``_net``), the ``LazyAdam`` optimizer (``_optim``) and the fused native
-training step of the default text model (``_fused_step``)."""
+its inference loop (``_net``), the batches it reads (``_data``: rows of ``X`` and node ids, a
+batch at a time), the ``LazyAdam`` optimizer (``_optim``), the fused native training step of
+the default text model (``_fused_step``) and data-parallel training over ``torch.distributed``
+(``_distributed``)."""

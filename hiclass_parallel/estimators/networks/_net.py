@@ -22,7 +22,7 @@ from skorch import NeuralNet
 from skorch.dataset import unpack_data
 from skorch.utils import to_tensor
 
-from ..fitting._data import split_target
+from ._data import split_target
 from ._fused_step import fused_step, fused_step_refusal, fused_update_refusal
 
 __all__ = ["TreeNet", "module_kwargs"]

@@ -127,7 +127,7 @@ def _check_split(clf: Any, dataset: Any) -> None:
 @contextlib.contextmanager
 def _streaming(targets: Any, net: Any, dataset: Any, class_weight: Any = None) -> Iterator[None]:
     """The net's loaders set for ``(x, label)`` items while inside; as they were (arrays) after."""
-    from ..fitting._weights import class_weights
+    from ._weights import class_weights
 
     node_weight = class_weights(class_weight, targets.tree, np.empty(0, dtype=np.int64))
     collate = _LabelCollate(targets.tree, targets.pad, node_weight, sep=targets.sep)

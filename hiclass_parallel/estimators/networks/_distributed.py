@@ -45,7 +45,7 @@ def _batch_weight(batch: Any) -> float | None:
     ids, weights)``); ``None`` for an unweighted batch."""
     from skorch.dataset import unpack_data
 
-    from ..fitting._data import split_target
+    from ._data import split_target
 
     if batch is None:
         return None
