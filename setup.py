@@ -1,10 +1,11 @@
 """The optional C kernels; all other metadata is in pyproject.toml.
 
 ``hiclass_parallel/ops/engine/_segment.c`` (the lean engine's group log-sum-exp),
-``hiclass_parallel/ops/engine/_best_first.c`` (best-first decoding of a linear output layer) and
-``hiclass_parallel/ops/engine/_path_step.c`` (the fused path-local training step and Adam on touched
-rows) are plain shared libraries that ``ops/engine/_native.py``, ``ops/engine/_native_best_first.py`` and
-``ops/engine/_native_path_step.py`` load with ctypes.
+``hiclass_parallel/ops/engine/_best_first.c`` (best-first decoding of a linear output layer) and,
+beside the text model it serves, ``hiclass_parallel/estimators/networks/_path_step.c`` (the
+fused path-local training step and Adam on touched rows) are plain shared libraries that
+``ops/engine/_native.py``, ``ops/engine/_native_best_first.py`` and
+``estimators/networks/_native_path_step.py`` load with ctypes.
 ``optional=True``: where one cannot be compiled (no C compiler, another platform) the install
 goes on and the NumPy (engine) or torch (decoding) route runs instead.
 """
@@ -32,8 +33,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "hiclass_parallel.ops.engine._path_step_c",
-            sources=["hiclass_parallel/ops/engine/_path_step.c"],
+            "hiclass_parallel.estimators.networks._path_step_c",
+            sources=["hiclass_parallel/estimators/networks/_path_step.c"],
             depends=["hiclass_parallel/ops/engine/_clones.h"],
             # -ffast-math for vectorised dot products and exp; non-finite scores are found by
             # their bits (see the file's notes). Compile time only, as for _segment_c.

@@ -32,7 +32,7 @@ import torch
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hiclass_parallel.ops.engine._native_path_step import adam_rows, available  # noqa: E402
+from hiclass_parallel.estimators.networks._native_path_step import adam_rows, available  # noqa: E402
 
 #: DRAM bytes per touched entry: p, m, v, g read and p, m, v written; without v: p, m, g and p, m.
 BYTES = {"entry": 28, "row": 20}

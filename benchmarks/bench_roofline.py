@@ -247,7 +247,7 @@ def _instrument(phases: dict[str, float], batches: list) -> None:
     from types import SimpleNamespace
 
     from hiclass_parallel.estimators.networks import _net, _optim
-    from hiclass_parallel.ops.engine import _native_path_step as native
+    from hiclass_parallel.estimators.networks import _native_path_step as native
 
     def keep(args: tuple) -> None:
         B, target, crow, col = args[1], args[2], args[3], args[4]

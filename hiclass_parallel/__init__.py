@@ -32,7 +32,8 @@ parts they compose in one sub-package each:
 - ``estimators/calibration/``: the answer calibrator (``_calibration``);
 - ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the
   batches it reads (``_data``), the ``LazyAdam`` optimizer (``_optim``), the fused training step
-  (``_fused_step``) and data-parallel training (``_distributed``);
+  (``_fused_step``) and its C kernel with LazyAdam's row update (``_path_step.c``, loaded by
+  ``_native_path_step``), and data-parallel training (``_distributed``);
 - ``estimators/io/``: saving without pickle (``_persistence``, ``_model_folder``,
   ``_conformal_persistence``) and export for serving (``_export``).
 

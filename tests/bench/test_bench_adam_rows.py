@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hiclass_parallel.ops.engine import _native_path_step
+from hiclass_parallel.estimators.networks import _native_path_step
 
 
 @pytest.mark.skipif(not _native_path_step.available(), reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")

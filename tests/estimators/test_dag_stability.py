@@ -7,7 +7,7 @@ and second moments below float32's smallest normal number. LazyAdam's C row upda
 square roots with the approximation that -ffast-math vectorises ``sqrtf`` into, which reads a
 subnormal as 0: the weights turned NaN and the next batch that scored them raised
 ``NonFiniteLossError`` (WordNet's nouns with every hypernym diverged so). These tests fail
-without ``moment_root`` (``ops/engine/_path_step.c``).
+without ``moment_root`` (``estimators/networks/_path_step.c``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from hiclass_parallel.dag import Dag
 from hiclass_parallel.estimators import LazyAdam, MultiLabelHierarchicalClassifier
-from hiclass_parallel.ops.engine import _native_path_step
+from hiclass_parallel.estimators.networks import _native_path_step
 
 needs_kernel = pytest.mark.skipif(not _native_path_step.available(),
                                   reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")

@@ -265,14 +265,14 @@ def test_sparse_gradients_average_over_the_rows_any_rank_touched(tmp_path, one_t
     assert ranks[0]["traffic"]["rows"]["rows"] == 4
 
 
-@pytest.mark.skipif(not __import__("hiclass_parallel.ops.engine._native_path_step", fromlist=["available"]).available(),
+@pytest.mark.skipif(not __import__("hiclass_parallel.estimators.networks._native_path_step", fromlist=["available"]).available(),
                     reason="the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")
 @pytest.mark.parametrize("world", [1, 2, 3, 5])
 def test_the_c_merge_of_the_ranks_rows_equals_unique_and_index_add(world):
     """The callback's union of the ranks' sparse rows, summed in rank order: the C merge
     against the torch route it replaces (unique over the keys, one index_add per rank), bit for
     bit, with overlapping, disjoint and empty lists."""
-    from hiclass_parallel.ops.engine._native_path_step import rows_merge
+    from hiclass_parallel.estimators.networks._native_path_step import rows_merge
 
     rng = np.random.default_rng(world)
     keys = [torch.as_tensor(np.sort(rng.choice(60, size=n, replace=False)))

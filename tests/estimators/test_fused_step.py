@@ -19,7 +19,7 @@ from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
 from hiclass_parallel.estimators.networks._data import csr_tensor
 from hiclass_parallel.estimators.networks._fused_step import fused_step, fused_step_refusal
 from hiclass_parallel.losses import PathLocalCrossEntropy
-from hiclass_parallel.ops.engine import _native_path_step
+from hiclass_parallel.estimators.networks import _native_path_step
 from hiclass_parallel.ops.groups import n_outputs
 
 pytestmark = pytest.mark.skipif(not _native_path_step.available(),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hiclass_parallel.estimators import LazyAdam
-from hiclass_parallel.ops.engine import _native_path_step
+from hiclass_parallel.estimators.networks import _native_path_step
 
 
 def _sparse_steps(second_moment: str, steps: int = 5,

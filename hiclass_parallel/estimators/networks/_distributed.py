@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from skorch.callbacks import Callback
 
-from ...ops.engine._native_path_step import rows_merge
+from ._native_path_step import rows_merge
 
 __all__ = ["DataParallel"]
 
@@ -89,7 +89,7 @@ def _local_rows(param: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 def _merges_natively(param: torch.Tensor) -> bool:
     """Whether the ranks' rows of ``param``'s gradient are summed by the C merge (float32 on
     the CPU, the kernel built) rather than by torch's unique and index_add."""
-    from ...ops.engine import _native_path_step
+    from . import _native_path_step
 
     return param.dtype == torch.float32 and param.device.type == "cpu" and _native_path_step.available()
 

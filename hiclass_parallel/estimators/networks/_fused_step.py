@@ -1,7 +1,7 @@
 """The fused training step: path-local training of the default text model in one native call.
 
 :func:`fused_step_refusal` is the one place that decides whether a path-local training step
-runs fused (:class:`~hiclass_parallel.ops.engine._native_path_step.PathLocalStep`: forward, backward
+runs fused (:class:`~hiclass_parallel.estimators.networks._native_path_step.PathLocalStep`: forward, backward
 and coalesced sparse gradients in C) or through torch (the module's ``encode``/``scorer``, the
 criterion, autograd). The fused step serves exactly the model it was written for:
 
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...ops.engine import _native_path_step as native
 from ...ops.sibling_paths import sibling_plan
+from . import _native_path_step as native
 from ._optim import LazyAdam
 
 __all__ = ["fused_step", "fused_step_refusal", "fused_update_refusal"]

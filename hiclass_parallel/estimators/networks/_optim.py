@@ -5,7 +5,7 @@ output layer one row per class; a batch touches a few thousand of them. Dense Ad
 writes every row of the parameter and both moments at every step; ``torch.optim.SparseAdam``
 takes only sparse gradients. ``LazyAdam`` takes both: sparse gradients update only the rows
 present (their moments decay only when touched, as in SparseAdam and TensorFlow's LazyAdam),
-in one pass per row in C where the kernel was built (``ops/engine/_path_step.c``, ``adam_rows``), else
+in one pass per row in C where the kernel was built (``estimators/networks/_path_step.c``, ``adam_rows``), else
 in torch operations; dense ones get Adam's update in torch operations.
 
 A parameter group may keep one second moment per row instead of one per entry
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ...ops.engine._native_path_step import RowUpdate, adam_rows
+from ._native_path_step import RowUpdate, adam_rows
 
 __all__ = ["LazyAdam"]
 
@@ -34,7 +34,7 @@ __all__ = ["LazyAdam"]
 def _native_rows(p: torch.Tensor, *tensors: torch.Tensor) -> bool:
     """Whether the C row update serves: float32 CPU tensors (the first moment, ``tensors[0]``,
     float32 or bfloat16), the state contiguous, the kernel built."""
-    from ...ops.engine import _native_path_step
+    from . import _native_path_step
 
     return (
         p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous() and p.dim() >= 1

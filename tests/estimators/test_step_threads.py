@@ -18,7 +18,7 @@ import scipy.sparse as sp
 import torch
 
 from hiclass_parallel import HierarchicalClassifier, Tree
-from hiclass_parallel.ops.engine import _native_path_step
+from hiclass_parallel.estimators.networks import _native_path_step
 
 pytestmark = pytest.mark.skipif(not _native_path_step.available(),
                                 reason="the fused step's C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)")

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._native import load_library
-from ..sibling_paths import SiblingPlan
+from ...ops.engine._native import load_library
+from ...ops.sibling_paths import SiblingPlan
 
 __all__ = ["ClassText", "PathLocalStep", "RowUpdate", "StepResult", "adam_rows", "available", "rows_merge"]
 
-_MODULE = "hiclass_parallel.ops.engine._path_step_c"
+_MODULE = "hiclass_parallel.estimators.networks._path_step_c"
 #: What ``ps_prepare`` counts, in its order (``PathLocalStep.last_counts``, for the roofline).
 _COUNTS = ("columns", "features", "pairs", "path_rows", "level_rows", "nonzeros", "dense_columns")
 _p, _i, _f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float

@@ -27,7 +27,7 @@
  * WordNet step), and listing each as a pair (then sorting the pairs by column to sum their
  * gradients) took longer than the products that score them.
  *
- * Not a Python module: hiclass_parallel/ops/_native_path_step.py loads it with ctypes. Threads:
+ * Not a Python module: hiclass_parallel/estimators/networks/_native_path_step.py loads it with ctypes. Threads:
  * a pool of pthreads started once that sleep between phases (no spinning waits; the count is
  * the caller's; see `parallel`). Built by setup.py as an optional extension; without it the torch route runs.
  *
@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "_clones.h" /* CLONES: an AVX2 + FMA version and a baseline one */
+#include "../../ops/engine/_clones.h" /* CLONES: an AVX2 + FMA version and a baseline one */
 
 #define MAX_THREADS 64
 
