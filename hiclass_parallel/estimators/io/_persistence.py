@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..._version import __version__
 from ...exceptions import ModelFileError
 from ...labels._paths import check_pad_not_a_label
 from ...tree import PARTITIONS, Tree
@@ -329,7 +330,7 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "package_version": _package_version(),
+        "package_version": __version__,
         "class": f"{type(clf).__module__}:{type(clf).__qualname__}",
         "tree_given": tree is not None,
         "params": encoded,
@@ -382,12 +383,6 @@ def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out[key] = tensor.clone() if ptr in seen else tensor
         seen.setdefault(ptr, key)
     return out
-
-
-def _package_version() -> str:
-    import hiclass_parallel  # the package's face (its version), not a layer
-
-    return hiclass_parallel.__version__
 
 
 def load_classifier(
