@@ -238,3 +238,74 @@ def test_capabilities_are_read_from_the_protocol():
     assert dense.default_max_epochs(10_000, 256) == 10
     assert columns.default_max_epochs(64 * 256, 256) == 4  # 35 / sqrt(64) = 4.4, to the nearest; within [2, 30]
     assert columns.default_max_epochs(257 * 256, 256) == 2  # all WordNet nouns: 2.18
+
+
+def _dag_toy():
+    from hiclass_parallel.dag import Dag
+
+    dag = Dag.from_edges([("animal", "pet"), ("animal", "canine"), ("pet", "dog"), ("canine", "dog"),
+                          ("animal", "cat")])
+    rng = np.random.default_rng(0)
+    X = (np.repeat(np.eye(3), 20, axis=0) * 3 + 0.3 * rng.standard_normal((60, 3))).astype(np.float32)
+    return dag, X, [["dog"]] * 20 + [["cat"]] * 20 + [["canine"]] * 20
+
+
+@pytest.mark.parametrize("route", ["sparse fused", "sparse torch (kernel off)", "dense MLP", "full softmax", "dag"])
+def test_the_engines_criterion_and_optimizer_the_config_reports_are_what_ran(data, monkeypatch, route):
+    from hiclass_parallel.estimators import MultiLabelHierarchicalClassifier
+    from hiclass_parallel.estimators.networks import _net
+    from hiclass_parallel.estimators.networks._optim import LazyAdam
+    from hiclass_parallel.losses import DagCrossEntropy
+
+    X, Xs, y, tree = data
+    fused_calls = []
+    real = _net.fused_step
+    monkeypatch.setattr(_net, "fused_step", lambda *a, **k: fused_calls.append(1) or real(*a, **k))
+    if route == "sparse torch (kernel off)":
+        monkeypatch.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
+    if route == "dag":
+        dag, Xd, yd = _dag_toy()
+        clf = MultiLabelHierarchicalClassifier(dag, semantics="terminal", max_epochs=2, random_state=0,
+                                               module__hidden_units=8).fit(Xd, yd)
+    else:
+        clf = HierarchicalClassifier(tree, training="full" if route == "full softmax" else "auto",
+                                     **FAST).fit(Xs if route.startswith("sparse") else X, y)
+    config, net = clf.config_, clf.net_
+    expected = {  # route: (step engine, update engine, criterion, level_contrast, optimizer)
+        "sparse fused": ("fused", "fused", PathLocalCrossEntropy, 0.1, LazyAdam),
+        "sparse torch (kernel off)": ("torch", "optimizer", PathLocalCrossEntropy, 0.1, LazyAdam),
+        "dense MLP": ("torch", "optimizer", PathLocalCrossEntropy, 0.1, torch.optim.Adam),
+        "full softmax": ("torch", "optimizer", HierarchicalCrossEntropy, None, torch.optim.Adam),
+        "dag": ("torch", "optimizer", DagCrossEntropy, 0.3, torch.optim.Adam),
+    }[route]
+    # what the configuration reports ...
+    assert (config.step_engine, config.update_engine, config.criterion,
+            config.criterion_options.get("level_contrast"), config.optimizer) == expected
+    assert config.step_engine_reason and config.update_engine_reason
+    if route == "sparse torch (kernel off)":
+        assert "C kernel" in config.step_engine_reason
+    # ... is what ran: the net's engines, every training step fused or none, the classes built
+    assert (net.step_engine_, net.update_engine_) == expected[:2]
+    assert net.step_fallbacks_ == 0 and net.update_fallbacks_ == 0
+    n_steps = sum(len(epoch["batches"]) for epoch in net.history)
+    assert len(fused_calls) == (n_steps if config.step_engine == "fused" else 0) and n_steps > 0
+    assert type(net.criterion_) is config.criterion and type(net.optimizer_) is config.optimizer
+    assert getattr(net.criterion_, "level_contrast", None) == expected[3]
+    if config.optimizer is torch.optim.Adam:
+        assert config.optimizer_options == {"fused": True} and net.optimizer_.defaults["fused"] is True
+    else:  # the text model's input layer in its own group
+        assert [name for name, _ in config.optimizer_options["param_groups"]]
+        assert len(net.optimizer_.param_groups) == 1 + len(config.optimizer_options["param_groups"])
+    assert config.threads == (1 if torch.get_num_threads() > 1 and not __import__("os").environ.get(
+        "OMP_WAIT_POLICY") else None)
+
+
+def test_a_batch_the_fused_step_cannot_take_is_the_counted_fallback(data, monkeypatch):
+    from hiclass_parallel.estimators.networks import _net
+
+    _, Xs, y, tree = data
+    monkeypatch.setattr(_net, "fused_step_refusal", lambda *a: "a batch it cannot take")
+    clf = HierarchicalClassifier(tree, **FAST).fit(Xs, y)
+    assert clf.config_.step_engine == "fused"  # chosen once; the batches fell back, counted and named
+    n_steps = sum(len(epoch["batches"]) for epoch in clf.net_.history)  # one training call (no calibration)
+    assert clf.calibrator_ is None and clf.net_.step_fallbacks_ == n_steps and clf.net_.step_fallback_reason_ == "a batch it cannot take"

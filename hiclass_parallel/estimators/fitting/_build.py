@@ -1,7 +1,8 @@
 """Building the skorch net of a fit from its resolved configuration.
 
 :func:`build_net` reads the :class:`~._config.FitConfig` (module, partition, stops, training
-route, lr, epochs, optimizer), the fitted label encoder (tree, criterion, class rows) and the
+route, step and update engines, lr, epochs, the optimizer and criterion classes and their
+options), the fitted label encoder (tree, criterion, class rows) and the
 estimator's prefixed skorch parameters, and returns an uninitialised :class:`~._net.TreeNet`.
 It decides nothing the configuration already decided.
 """
@@ -21,7 +22,6 @@ from torch.utils.data import DataLoader
 
 from ..networks._data import collate_batch
 from ..networks._net import TreeNet, module_kwargs
-from ..networks._optim import LazyAdam
 from ._config import FitConfig
 from ._guards import FiniteLossGuard
 
@@ -108,24 +108,7 @@ def build_net(estimator: Any, config: FitConfig, targets: Any, seed: int | None)
                                                     if k.startswith("criterion__")},
                                                   **estimator._skorch_kwargs("criterion__")}, config)
     params = net_params(estimator, config)
-    if (
-        config.optimizer in (torch.optim.Adam, torch.optim.AdamW)
-        and "optimizer__fused" not in params
-        and "optimizer__foreach" not in params
-        and torch.device(estimator.device).type in ("cpu", "cuda")
-    ):
-        # torch's default Adam steps tensor by tensor; the fused kernel does a step in one
-        # pass, which counts on large output layers.
-        kwargs["optimizer__fused"] = True
-    groups = config.capabilities.lazy_adam_groups
-    if (
-        groups and issubclass(config.optimizer, LazyAdam)
-        and not {"optimizer__param_groups", "optimizer__second_moment", "optimizer__lr_scale",
-                 "optimizer__first_moment"} & set(params)
-    ):
-        # The module's own groups (a text model's input layer); any group setting of the user's
-        # replaces them all, so nothing is merged behind their back.
-        kwargs["optimizer__param_groups"] = [(name, dict(options)) for name, options in groups]
+    kwargs.update({f"optimizer__{k}": v for k, v in config.optimizer_options.items()})
     kwargs.update(iterator_train__shuffle=True, iterator_train__collate_fn=collate_batch,
                   iterator_valid__collate_fn=collate_batch)
     kwargs.update(params)  # the user's prefixed parameters win over the defaults above
@@ -142,5 +125,7 @@ def build_net(estimator: Any, config: FitConfig, targets: Any, seed: int | None)
         predict_nonlinearity=None,
         n_scores=config.n_scores,
         path_local=config.path_local,
+        step_engine=config.step_engine,
+        update_engine=config.update_engine,
         **kwargs,
     )

@@ -2,8 +2,14 @@
 
 :func:`resolve_config` turns the estimator's parameters, the module's capabilities, the tree
 and the size of the data into a frozen :class:`FitConfig`, kept as the fitted attribute
-``config_``. Everything downstream (building the net, the training route, the decoding route,
-persistence) reads it; nothing decides these again.
+``config_``. It is the one place that decides every fit-time choice: the training route
+(path-local or full), the step engine (the fused C step or torch, and why), whether the fused
+step also applies the optimizer's update, the criterion class and its options (the
+level-contrast default), the optimizer class and its options (fused Adam, LazyAdam's groups),
+the epochs and the thread count. Everything downstream (building the net, the net's training
+step, the decoding route, persistence) reads it; nothing decides these again. The one
+data-dependent exception is named in the configuration's docstring: a batch the fused step
+cannot take runs through torch and is counted by the net.
 """
 
 from __future__ import annotations
@@ -14,10 +20,21 @@ from typing import Any
 from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
-__all__ = ["TRAINING", "FitConfig", "config_changes", "resolve_config", "resolve_lr", "resolve_max_epochs"]
+__all__ = ["TRAINING", "LEVEL_CONTRAST", "DAG_LEVEL_CONTRAST", "FitConfig", "config_changes", "resolve_config",
+           "resolve_lr", "resolve_max_epochs", "resolve_threads"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
+
+#: ``level_contrast`` of path-local training (the in-batch level softmax term of
+#: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`). 0.1: a larger weight favours
+#: hierarchical F1; against 0.3, 0.1 gains exact accuracy on every WordNet gloss subset measured
+#: for a small loss of hF1 on some.
+LEVEL_CONTRAST = 0.1
+
+#: The same term for the multi-label (DAG) classifier, a label's copies all positives: 0.3
+#: (docs/dag.md). 0.1 loses there: hF1 and exact set accuracy on WordNet with every hypernym.
+DAG_LEVEL_CONTRAST = 0.3
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,33 @@ class FitConfig:
         Epochs of the fit.
     optimizer : type
         Optimizer class.
+    optimizer_options : dict
+        The optimizer's options the package sets (without the ``optimizer__`` prefix):
+        ``fused=True`` for torch's Adam and AdamW on the CPU and CUDA, LazyAdam's
+        ``param_groups`` from the module's capabilities; empty where the user set their own.
+    criterion : type
+        The criterion class: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`
+        (path-local), :class:`~hiclass_parallel.losses.HierarchicalCrossEntropy` (full), or
+        :class:`~hiclass_parallel.losses.DagCrossEntropy` (label sets).
+    criterion_options : dict
+        Its options besides the tree (without the ``criterion__`` prefix; the user's
+        ``criterion__*`` parameters win over them): ``level_contrast`` for path-local training
+        (:data:`LEVEL_CONTRAST`, :data:`DAG_LEVEL_CONTRAST`), ``partition`` and ``validate``.
+    step_engine : {"fused", "torch"}
+        How training steps run: the fused C step of the default text model
+        (:mod:`~hiclass_parallel.estimators.networks._fused_step`), or torch (autograd; full
+        training always). Under ``"fused"`` a batch the fused step cannot take (not a sparse
+        CSR batch, weights made untrainable, the kernel missing where a saved model continues)
+        runs through torch: the documented fallback, counted by the net as ``step_fallbacks_``.
+    step_engine_reason : str
+        Why the engine is what it is.
+    update_engine : {"fused", "optimizer"}
+        Whether the fused step also applies LazyAdam's update of the input and output layers
+        (``"fused"``), or the optimizer's ``step`` does.
+    update_engine_reason : str
+        Why.
+    threads : int or None
+        torch's intra-op threads while training (``None``: torch's own count, left as it is).
     """
 
     module_class: type
@@ -62,6 +106,14 @@ class FitConfig:
     lr: float
     max_epochs: int
     optimizer: type
+    optimizer_options: dict
+    criterion: type
+    criterion_options: dict
+    step_engine: str
+    step_engine_reason: str
+    update_engine: str
+    update_engine_reason: str
+    threads: int | None
 
     @property
     def path_local(self) -> bool:
@@ -71,7 +123,7 @@ class FitConfig:
     def fields(self) -> dict[str, Any]:
         """The fields as a dict (capabilities as a nested dict), for saving."""
         out = asdict(self)
-        out["module_class"], out["optimizer"] = self.module_class, self.optimizer
+        out["module_class"], out["optimizer"], out["criterion"] = self.module_class, self.optimizer, self.criterion
         out["capabilities"] = dict(vars(self.capabilities))
         return out
 
@@ -86,6 +138,82 @@ def resolve_max_epochs(estimator: Any, capabilities: ModuleCapabilities, n_rows:
     if estimator.max_epochs is not None:
         return int(estimator.max_epochs)
     return capabilities.default_max_epochs(n_rows, estimator.batch_size)
+
+
+def resolve_threads(estimator: Any) -> int | None:
+    """torch's intra-op threads while the estimator trains (``None``: leave torch's count).
+
+    One thread on the CPU where torch's OpenMP threads would spin: ``OMP_WAIT_POLICY`` unset
+    means torch was loaded before the package (importing the package sets ``PASSIVE``
+    otherwise), so libgomp's default applies and a thread that finishes a parallel region spins,
+    competing with the training step's own threads and with other processes, so on shared cores
+    one thread trains faster than two (``docs/gpu.md``, "CPU threads on a shared machine"). Any
+    value of the variable is the user's choice and keeps torch's thread count, which already
+    counts only the cores the process may run on (and is one inside joblib's workers, which set
+    ``OMP_NUM_THREADS`` to cores // n_jobs).
+    """
+    import os
+
+    import torch
+
+    if os.environ.get("OMP_WAIT_POLICY") or torch.get_num_threads() == 1 or torch.device(estimator.device).type != "cpu":
+        return None
+    return 1
+
+
+def resolve_criterion(path_local: bool, partition: str, label_sets: bool) -> tuple[type, dict[str, Any]]:
+    """The criterion class and its options besides the tree."""
+    from ...losses import DagCrossEntropy, HierarchicalCrossEntropy, PathLocalCrossEntropy
+
+    if label_sets:  # the in-batch level term path-locally, with a label's copies as its positives
+        return DagCrossEntropy, ({"partition": "sibling", "level_contrast": DAG_LEVEL_CONTRAST} if path_local
+                                 else {"partition": "sibling"})
+    if path_local:
+        return PathLocalCrossEntropy, {"level_contrast": LEVEL_CONTRAST}
+    # Targets were checked when y was encoded; skip the per-batch check (a GPU sync).
+    return HierarchicalCrossEntropy, {"partition": partition, "validate": False}
+
+
+def resolve_optimizer_options(estimator: Any, optimizer: type, capabilities: ModuleCapabilities) -> dict[str, Any]:
+    """The optimizer's options the package sets; the user's ``optimizer__*`` settings win."""
+    import torch
+
+    from ..networks._optim import LazyAdam
+
+    given = set(estimator._skorch_kwargs("optimizer__"))
+    options: dict[str, Any] = {}
+    if (optimizer in (torch.optim.Adam, torch.optim.AdamW) and not {"fused", "foreach"} & given
+            and torch.device(estimator.device).type in ("cpu", "cuda")):
+        # torch's default Adam steps tensor by tensor; the fused kernel does a step in one
+        # pass, which counts on large output layers.
+        options["fused"] = True
+    groups = capabilities.lazy_adam_groups
+    if groups and issubclass(optimizer, LazyAdam) and not {"param_groups", "second_moment", "lr_scale",
+                                                            "first_moment"} & given:
+        # The module's own groups (a text model's input layer); any group setting of the user's
+        # replaces them all, so nothing is merged behind their back.
+        options["param_groups"] = [(name, dict(group)) for name, group in groups]
+    return options
+
+
+def resolve_engines(estimator: Any, module: type, training: str, criterion: type, criterion_options: dict[str, Any],
+                    optimizer: type, sparse_input: bool | None) -> tuple[str, str, str, str]:
+    """``(step_engine, why, update_engine, why)`` of the training steps."""
+    from ..networks._fused_step import fused_engine_refusal, fused_update_plan_refusal
+    from ..networks._net import TreeNet
+
+    if training != "path_local":
+        return "torch", "full training runs skorch's step", "optimizer", "the step is not fused"
+    module_args = estimator._skorch_kwargs("module__")
+    refusal = fused_engine_refusal(module, module_args, criterion,
+                                   {**criterion_options, **estimator._skorch_kwargs("criterion__")},
+                                   estimator.device, sparse_input)
+    if refusal is not None:
+        return "torch", refusal, "optimizer", "the step is not fused"
+    update = fused_update_plan_refusal(optimizer, estimator.callbacks, TreeNet)
+    if update is not None:
+        return "fused", "the default linear text model on CPU sparse batches", "optimizer", update
+    return "fused", "the default linear text model on CPU sparse batches", "fused", "LazyAdam, no gradient readers"
 
 
 def resolve_partition(requested: str, capabilities: ModuleCapabilities, forced: str | None = None) -> str:
@@ -120,7 +248,8 @@ def resolve_training(requested: str, partition: str, module: type, capabilities:
 
 
 def resolve_config(
-    estimator: Any, module: type, tree: Tree, n_features: int, n_rows: int | None, forced_partition: str | None = None
+    estimator: Any, module: type, tree: Tree, n_features: int, n_rows: int | None, forced_partition: str | None = None,
+    label_sets: bool = False, sparse_input: bool | None = None,
 ) -> FitConfig:
     """The :class:`FitConfig` of a new fit.
 
@@ -139,24 +268,41 @@ def resolve_config(
         Training rows (``None``: a stream without a length).
     forced_partition : str, default=None
         A partition the label encoder requires (label sets: ``"sibling"``).
+    label_sets : bool, default=False
+        The targets are label sets (the multi-label classifier's criterion).
+    sparse_input : bool or None, default=None
+        Whether ``X`` is sparse (``None``: a stream, unknown until its batches come).
     """
     from ...ops.groups import n_outputs
 
     capabilities = module_capabilities(module)
     partition = resolve_partition(estimator.partition, capabilities, forced_partition)
     stop = resolve_stop(estimator)
+    training = resolve_training(estimator.training, partition, module, capabilities)
+    optimizer = estimator.optimizer if estimator.optimizer is not None else capabilities.default_optimizer
+    criterion, criterion_options = resolve_criterion(training == "path_local", partition, label_sets)
+    step_engine, step_why, update_engine, update_why = resolve_engines(
+        estimator, module, training, criterion, criterion_options, optimizer, sparse_input)
     return FitConfig(
         module_class=module,
         capabilities=capabilities,
         partition=partition,
         stop=stop,
-        training=resolve_training(estimator.training, partition, module, capabilities),
+        training=training,
         n_features=int(n_features),
         n_levels=int(tree.n_levels),
         n_scores=int(n_outputs(tree, partition=partition, stop=stop)),
         lr=resolve_lr(estimator.lr, capabilities),
         max_epochs=resolve_max_epochs(estimator, capabilities, n_rows),
-        optimizer=estimator.optimizer if estimator.optimizer is not None else capabilities.default_optimizer,
+        optimizer=optimizer,
+        optimizer_options=resolve_optimizer_options(estimator, optimizer, capabilities),
+        criterion=criterion,
+        criterion_options=criterion_options,
+        step_engine=step_engine,
+        step_engine_reason=step_why,
+        update_engine=update_engine,
+        update_engine_reason=update_why,
+        threads=resolve_threads(estimator),
     )
 
 

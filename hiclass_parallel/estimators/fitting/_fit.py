@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -40,7 +39,7 @@ from torch.utils.data import Subset
 from ..calibration._calibration import plan_calibration
 from ..prototypes._prototypes import Prototypes, prototypes_kind
 from ._build import build_net, net_params
-from ._config import config_changes, resolve_config
+from ._config import config_changes, resolve_config, resolve_threads
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._validation import check_params, validate_X, warn_ignored_changes
@@ -81,23 +80,17 @@ class ArrayInput:
 
 
 @contextlib.contextmanager
-def training_threads(estimator: Any) -> Iterator[None]:
-    """torch's intra-op threads while the estimator trains on the CPU, put back after.
-
-    One thread where torch's OpenMP threads would spin: ``OMP_WAIT_POLICY`` unset means torch
-    was loaded before the package (importing the package sets ``PASSIVE`` otherwise), so
-    libgomp's default applies and a thread that finishes a parallel region spins for about 3 ms,
-    competing with the training step's own threads and with other processes, so on shared
-    cores one thread trains faster than two (``docs/gpu.md``, "CPU threads on a shared
-    machine"). Any value of the variable is the user's choice and keeps
-    torch's thread count, which already counts only the cores the process may run on (and is
-    one inside joblib's workers, which set ``OMP_NUM_THREADS`` to cores // n_jobs).
-    """
+def training_threads(estimator: Any, threads: int | None | str = "resolve") -> Iterator[None]:
+    """torch's intra-op threads while the estimator trains, put back after: ``threads`` (the
+    configuration's; ``None``: torch's own count), or ``"resolve"``:
+    :func:`~._config.resolve_threads` now (a continued fit, on the machine it runs on)."""
+    if threads == "resolve":
+        threads = resolve_threads(estimator)
     before = torch.get_num_threads()
-    if os.environ.get("OMP_WAIT_POLICY") or before == 1 or torch.device(estimator.device).type != "cpu":
+    if threads is None or threads == before:
         yield
         return
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
@@ -156,14 +149,15 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                                        sep=getattr(estimator, "path_sep", None))
     data.fit_targets(targets, classes)
     config = resolve_config(estimator, _default_module(estimator, data.X), targets.tree, estimator.n_features_in_,
-                            data.n_rows, targets.forced_partition)
+                            data.n_rows, targets.forced_partition, label_sets=targets.label_sets,
+                            sparse_input=_sparse_input(data))
     dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)
     plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed,
                             sparse_module=config.capabilities.accepts_sparse)
     calibrator, held_out = None, None
-    with training_threads(estimator), data.loading(net, targets):
+    with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed):
             net.initialize()
             if plan is None:
@@ -188,6 +182,16 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                            prototypes_=prototypes)
     attach_net(estimator, net)
     return estimator
+
+
+def _sparse_input(data: Any) -> bool | None:
+    """Whether the rows are sparse (a scipy sparse matrix or a sparse torch tensor); ``None``
+    for a stream, whose batches only the net sees."""
+    import scipy.sparse as sp
+
+    if not isinstance(data, ArrayInput):
+        return None
+    return bool(sp.issparse(data.X) or getattr(data.X, "layout", torch.strided) != torch.strided)
 
 
 def _row_weights(data: Any) -> np.ndarray | None:

@@ -5,7 +5,8 @@ The classifier owns one fitted encoder (``targets_``), chosen by its class: :cla
 :class:`HierarchicalClassifier`, :class:`LabelSetTargets` (label sets on a tree or a DAG) for
 :class:`MultiLabelHierarchicalClassifier`. An encoder knows everything that depends on what a
 label is: the tree the network scores, the pad label, the classes, how ``y`` becomes targets,
-the dataset of (row, target) items, the criterion, and which class row each score column reads
+the dataset of (row, target) items, the criterion's tree (the criterion class and its options
+are the configuration's), and which class row each score column reads
 (for ``module__class_features``). The fit pipeline (``_fit.py``) only calls it; nothing else
 sets fitted label state.
 """
@@ -33,17 +34,8 @@ from ..networks._data import TreeDataset
 from ._config import FitConfig
 from ._validation import suggest_terminal
 
-__all__ = ["PathTargets", "LabelSetTargets", "LEVEL_CONTRAST", "DAG_LEVEL_CONTRAST"]
+__all__ = ["PathTargets", "LabelSetTargets"]
 
-#: ``level_contrast`` of path-local training (the in-batch level softmax term of
-#: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`). 0.1: a larger weight favours
-#: hierarchical F1; against 0.3, 0.1 gains exact accuracy on every WordNet gloss subset measured
-#: for a small loss of hF1 on some.
-LEVEL_CONTRAST = 0.1
-
-#: The same term for the multi-label (DAG) classifier, a label's copies all positives: 0.3
-#: (docs/dag.md). 0.1 loses there: hF1 and exact set accuracy on WordNet with every hypernym.
-DAG_LEVEL_CONTRAST = 0.3
 
 
 def _require_y(y: Any, owner: str) -> None:
@@ -69,6 +61,8 @@ class PathTargets:
 
     #: A partition the labels require (``None``: the estimator's choice).
     forced_partition: str | None = None
+    #: Whether the targets are label sets (the configuration then chooses their criterion).
+    label_sets = False
     #: Whether ``fit`` can stream a torch ``Dataset`` of ``(x, label)`` items.
     streams = True
     #: The separator of path strings (class attribute: label sets, whose ``__init__`` leaves it, have none).
@@ -143,15 +137,9 @@ class PathTargets:
         return np.arange(self.tree.n_classes)
 
     def criterion(self, config: FitConfig) -> dict[str, Any]:
-        """The loss and its tree: path-local, or over every score."""
-        from ...losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
-
-        if config.path_local:
-            return {"criterion": PathLocalCrossEntropy, "criterion__tree": self.tree,
-                    "criterion__level_contrast": LEVEL_CONTRAST}
-        # Targets were checked when y was encoded; skip the per-batch check (a GPU sync).
-        return {"criterion": HierarchicalCrossEntropy, "criterion__tree": self.tree,
-                "criterion__partition": config.partition, "criterion__validate": False}
+        """The net's criterion parameters: the class and options ``config`` chose, and the tree."""
+        options = {f"criterion__{k}": v for k, v in config.criterion_options.items()}
+        return {"criterion": config.criterion, "criterion__tree": self.tree, **options}
 
 
 class LabelSetTargets(PathTargets):
@@ -162,6 +150,7 @@ class LabelSetTargets(PathTargets):
     """
 
     forced_partition = "sibling"
+    label_sets = True
     streams = False  # a torch Dataset yields one label per item, not a label set
 
     def __init__(self, hierarchy: Any, pad_label: Any, owner: str, sep: str | None = None):
@@ -223,10 +212,5 @@ class LabelSetTargets(PathTargets):
         return self.unrolled.origin
 
     def criterion(self, config: FitConfig) -> dict[str, Any]:
-        from ...losses import DagCrossEntropy
-
-        params = {"criterion": DagCrossEntropy, "criterion__unrolled": self.unrolled,
-                  "criterion__partition": "sibling"}
-        if config.path_local:  # the in-batch level term, with a label's copies as its positives
-            params["criterion__level_contrast"] = DAG_LEVEL_CONTRAST
-        return params
+        options = {f"criterion__{k}": v for k, v in config.criterion_options.items()}
+        return {"criterion": config.criterion, "criterion__unrolled": self.unrolled, **options}

@@ -1,9 +1,12 @@
 """The fused training step: path-local training of the default text model in one native call.
 
-:func:`fused_step_refusal` is the one place that decides whether a path-local training step
-runs fused (:class:`~hiclass_parallel.estimators.networks._native_path_step.PathLocalStep`: forward, backward
+Whether path-local training steps run fused
+(:class:`~hiclass_parallel.estimators.networks._native_path_step.PathLocalStep`: forward, backward
 and coalesced sparse gradients in C) or through torch (the module's ``encode``/``scorer``, the
-criterion, autograd). The fused step serves exactly the model it was written for:
+criterion, autograd) is decided once per fit, by the configuration
+(:func:`~hiclass_parallel.estimators.fitting._config.resolve_config` calls
+:func:`fused_engine_refusal` and :func:`fused_update_plan_refusal`), and the net reads it. The
+fused step serves exactly the model it was written for:
 
 - the module is :class:`~hiclass_parallel.estimators.SparseMLP` itself (not a subclass), linear
   (``activation=None``), without dropout or input dropout (with or without class text);
@@ -11,7 +14,10 @@ criterion, autograd). The fused step serves exactly the model it was written for
 - the batch is a torch sparse CSR tensor, the weights float32 on the CPU, all trainable;
 - the C kernel was built and ``HICLASS_PARALLEL_NATIVE`` is not ``0``.
 
-Anything else trains through torch, which stays the reference the fused step is tested equal to
+:func:`fused_step_refusal` checks one batch and the built module: it is the net's documented
+fallback for what the configuration cannot see (a batch that is not CSR, weights made
+non-trainable or of another dtype, a kernel missing where a saved model is loaded); the net
+counts such batches (``TreeNet.step_fallbacks_``). Anything else trains through torch, which stays the reference the fused step is tested equal to
 (``tests/estimators/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
 COO, already coalesced, for the input and output rows) and leaves the update to the optimizer,
 so skorch's loop, callbacks that read gradients, gradient clipping, learning-rate schedules and
@@ -33,14 +39,64 @@ from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
 
-__all__ = ["fused_step", "fused_step_refusal", "fused_update_refusal"]
+__all__ = ["fused_engine_refusal", "fused_step", "fused_step_refusal", "fused_update_plan_refusal",
+           "fused_update_refusal"]
 
 #: One workspace per module (weakly held: it goes with the module).
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: type,
+                         criterion_args: dict[str, Any], device: Any, sparse_input: bool | None) -> str | None:
+    """Why the path-local steps of a fit cannot run fused, or ``None`` when they can: what the
+    configuration knows before the net is built (the module class and its ``module__*``
+    arguments, the criterion and its ``criterion__*`` ones, the device, whether ``X`` is sparse:
+    ``None`` for a stream, whose batches the net checks)."""
+    import inspect
+
+    from ...losses import PathLocalCrossEntropy
+    from ._modules import SparseMLP
+
+    if module is not SparseMLP:
+        return f"the module is {getattr(module, '__name__', module)}, not SparseMLP"
+    defaults = {name: p.default for name, p in inspect.signature(SparseMLP.__init__).parameters.items()}
+    args = {**defaults, **module_args}
+    if args["activation"] not in (None, nn.Identity) or float(args["dropout"]) > 0 or float(args["input_dropout"]) > 0:
+        return "the module has an activation or dropout"
+    reduction = criterion_args.get("reduction", "mean")
+    if criterion is not PathLocalCrossEntropy or reduction != "mean":
+        return f"the criterion is {criterion.__name__} (reduction {reduction!r})"
+    if torch.device(device).type != "cpu":
+        return f"the device is {device!r}, not the CPU"
+    if sparse_input is False:
+        return "X is not sparse (the batches would not be torch sparse CSR tensors)"
+    if not native.available():
+        return "the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)"
+    return None
+
+
+def fused_update_plan_refusal(optimizer: type, callbacks: Any, net_class: type) -> str | None:
+    """Why the fused step of a fit cannot also apply the optimizer's update of the input and
+    output layers, or ``None`` when it can (the conditions of :func:`fused_update_refusal`, read
+    from the classes before the net is built: ``callbacks`` are the user's, as given)."""
+    from skorch import NeuralNet
+    from skorch.callbacks import Callback
+
+    if optimizer is not LazyAdam:
+        return f"the optimizer is {optimizer.__name__}, not LazyAdam"
+    if net_class.on_grad_computed is not NeuralNet.on_grad_computed:
+        return f"{net_class.__name__} overrides on_grad_computed"
+    for i, item in enumerate(callbacks or []):
+        name, callback = item if isinstance(item, tuple) else (type(item).__name__, item)
+        kind = callback if isinstance(callback, type) else type(callback)
+        if kind.on_grad_computed is not Callback.on_grad_computed:
+            return f"the callback {name!r} reads gradients (on_grad_computed)"
+    return None
+
+
 def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
-    """Why this path-local step cannot run fused, or ``None`` when it can."""
+    """Why this path-local step cannot run fused, or ``None`` when it can: the net's check of
+    each batch when the configuration chose the fused engine."""
     from ...losses import PathLocalCrossEntropy
     from ._modules import SparseMLP
 

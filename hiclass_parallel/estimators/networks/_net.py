@@ -90,10 +90,33 @@ class TreeNet(NeuralNet):
         groups on each labelled path.
     """
 
-    def __init__(self, *args: Any, n_scores: int | None = None, path_local: bool = False, **kwargs: Any):
+    def __init__(self, *args: Any, n_scores: int | None = None, path_local: bool = False, step_engine: str = "torch",
+                 update_engine: str = "optimizer", **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.n_scores = n_scores
         self.path_local = path_local
+        self.step_engine = step_engine
+        self.update_engine = update_engine
+
+    def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
+        """The engines of this training call, as the configuration chose them (``step_engine``,
+        ``update_engine``), reported as ``step_engine_`` and ``update_engine_``. The fused
+        update falls back to the optimizer's step when the built net refuses it
+        (:func:`~._fused_step.fused_update_refusal`: a callback set since the configuration was
+        resolved reads gradients); ``update_fallback_`` says why (``None``: no fallback).
+        ``step_fallbacks_`` counts the training batches of this call that the fused step refused
+        (:func:`~._fused_step.fused_step_refusal`) and ran through torch,
+        ``step_fallback_reason_`` the last reason, and ``update_fallbacks_`` the fused steps whose
+        update the optimizer could not hand over (:meth:`LazyAdam.fused_row_updates
+        <hiclass_parallel.estimators.networks._optim.LazyAdam.fused_row_updates>`), applied by its
+        own step instead."""
+        super().on_train_begin(net, X=X, y=y, **kwargs)
+        fused = self.path_local and self.step_engine == "fused"
+        self.step_engine_ = "fused" if fused else "torch"
+        self.update_fallback_ = fused_update_refusal(self) if fused and self.update_engine == "fused" else None
+        self.update_engine_ = "fused" if fused and self.update_engine == "fused" and self.update_fallback_ is None \
+            else "optimizer"
+        self.step_fallbacks_, self.step_fallback_reason_, self.update_fallbacks_ = 0, None, 0
 
     def _path_local_step(self, batch: Any, training: bool) -> dict[str, Any]:
         # The module scores only the columns the loss asks for (the groups on each labelled
@@ -103,18 +126,20 @@ class TreeNet(NeuralNet):
         X, y = to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device)
         y, weight = split_target(y)
         weighted = {} if weight is None else {"sample_weight": weight}
-        if training:
+        if training and self.step_engine_ == "fused":
+            # The configuration chose the fused step; a batch or weights it cannot take (the
+            # documented fallback: fused_step_refusal) runs through torch and is counted.
             refusal = fused_step_refusal(self.module_, self.criterion_, X)
-            self.step_engine_ = "torch" if refusal else "fused"
             if refusal is None:
-                # the update of the big layers inside the step too, unless something reads the
-                # gradients first (it then runs in the optimizer's step, as on the torch route)
-                fuse_update = fused_update_refusal(self) is None
+                # the update of the big layers inside the step too, as decided at train begin
+                fuse_update = self.update_engine_ == "fused"
                 step = fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None,
                                   **weighted)
-                self.update_engine_ = "fused" if step["fused_update"] else "optimizer"
+                if fuse_update and not step["fused_update"]:  # the optimizer could not hand over this step's update
+                    self.update_fallbacks_ += 1
                 return step
-            self.update_engine_ = "optimizer"
+            self.step_fallbacks_ += 1
+            self.step_fallback_reason_ = refusal
         with torch.set_grad_enabled(training):
             hidden = self.module_.encode(X)
             loss = self.criterion_(self.module_.scorer(hidden), y, **weighted)
