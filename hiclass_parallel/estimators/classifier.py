@@ -15,7 +15,8 @@ This module holds the parameters and their documentation. Fitting is one pipelin
 resolved configuration (``fitting/_config``, from the module's capabilities in
 ``fitting/_capabilities``) and the net built from it (``fitting/_build``, ``networks/_net``);
 ``fitting/_params`` holds the prefixed skorch parameters and ``prediction/_predict`` the
-prediction side (``decision_function``, ``predict_*``, ``score``).
+prediction side (``decision_function``, ``predict_*``, ``score``), whose answers are decided by
+one dispatcher (``prediction/_decode``).
 """
 
 from __future__ import annotations

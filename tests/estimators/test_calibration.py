@@ -22,7 +22,7 @@ from hiclass_parallel.estimators.calibration._calibration import (
     plan_calibration,
 )
 from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
-from hiclass_parallel.estimators.prediction._predict import _chosen_log_prob
+from hiclass_parallel.estimators.prediction._decode import chosen_log_prob as _chosen_log_prob
 
 
 @pytest.fixture(scope="module")

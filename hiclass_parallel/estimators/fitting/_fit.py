@@ -314,7 +314,11 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
                 estimator.prototypes_.weight, estimator.prototypes_.scale = _agreed(estimator, fitted)
             weight = estimator.prototypes_.weight
             if reranking:
-                paths, log_prob = estimator._reranked(*candidates, None, weight)
+                from dataclasses import replace
+
+                from ..prediction._decode import decode
+
+                paths, log_prob, _ = decode(replace(estimator._decoder(), weight=weight), view, candidates=candidates)
         if weight is None or estimator.decoding != "best":
             paths, log_prob = estimator._decode(view, None)  # the answers predict will give
     labelled = true >= 0

@@ -3,9 +3,10 @@
 Every method here runs the module over X through one loop (:meth:`_per_batch` over
 :meth:`TreeNet.outputs <hiclass_parallel.estimators.networks._net.TreeNet.outputs>`), applies a
 tensor function to each mini-batch on the net's device, and concatenates the results on the
-host. Decoding is exact: exhaustive over the module's scores, or best-first from the hidden
-representation for path-locally trained models (``path_local_``), as
-:func:`~hiclass_parallel.ops.decode.decoding_route` chooses.
+host. The decoded answer (``predict``, ``predict_node``, ``predict_labels``, ``predict_top_k``,
+``predict_confidence``) is :func:`~._decode.decode`'s, the one dispatcher of every
+predict-time decision (model paths, re-ranking, decoding rule, output form), reading a
+:class:`~._decode.Decoder` of the fitted state.
 """
 
 from __future__ import annotations
@@ -23,20 +24,10 @@ from ...labels._paths import as_host_labels, labels_to_ids
 from ...tree import PAD
 from ..fitting._guards import check_decidable
 from ..fitting._validation import check_prediction_params
-from ..prototypes._prototypes import last_nodes, rerank_order
+from ..prototypes._prototypes import last_nodes
+from ._decode import Decoder, decode
 
 __all__ = ["PredictMixin"]
-
-
-def _chosen_log_prob(paths: np.ndarray, log_prob: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    """The log-probability of each row's chosen path: that of the first of its ``top_k`` paths
-    (``(n, k, L)``) that passes through the chosen path's last node (the chosen path is one of
-    them or an ancestor prefix of one)."""
-    depth = (chosen >= 0).sum(axis=1) - 1
-    rows = np.arange(chosen.shape[0])
-    last = chosen[rows, np.maximum(depth, 0)]
-    through = (paths == last[:, None, None]).any(axis=2)  # (n, k)
-    return log_prob[rows, through.argmax(axis=1)]
 
 
 class PredictMixin:
@@ -82,91 +73,38 @@ class PredictMixin:
         weight = fitted.weight if isinstance(self.prototypes, str) else float(self.prototypes)
         return weight if weight > 0 else None
 
+    def _decoder(self) -> Decoder:
+        """The :class:`~._decode.Decoder` of the fitted state (its net, tree, prototypes) and
+        the prediction settings as they are now."""
+        weight = self._prototype_weight()
+        self._decode_kwargs()  # fitted, the settings valid, the semantics possible
+        prototypes = getattr(self, "prototypes_", None)
+        return Decoder(
+            net=self.net_, tree=self.tree_, partition=self.partition_, stop=self.stop_, path_local=self.path_local_,
+            semantics=self.semantics, decoding=self.decoding, threshold=self.threshold, top_k=self.top_k,
+            prototype_candidates=self.prototype_candidates, batch_size=self.batch_size, prototypes=prototypes,
+            weight=weight, scale=prototypes.scale if weight is not None and isinstance(self.prototypes, str) else 1.0,
+            rows=lambda X: self._validate_X(X, reset=False), dataset=self._dataset,
+        )
+
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and
-        their log-probabilities, re-ranked by the class prototypes where they apply
-        (``decoding="best"``, ``"hf1"`` and top-``k``; :mod:`..prototypes._prototypes`)."""
-        weight = self._prototype_weight()
-        if weight is None or (k is None and self.decoding == "threshold"):
-            return self._decode_model(X, k)
-        if k is None and self.decoding == "hf1":
-            return self._decode_hf1_reranked(X, weight)
-        return self._decode_reranked(X, k, weight)
-
-    def _decode_hf1_reranked(self, X: Any, weight: float) -> tuple[np.ndarray, np.ndarray]:
-        """``decoding="hf1"`` with class prototypes: the path of highest expected hierarchical F1
-        among the candidates (the model's ``max(top_k, prototype_candidates)`` best) and their
-        ancestors, the candidates weighed by ``softmax(scale * (log p + weight * similarity))``
-        (the conditional logit fitted with the weight; ``scale`` 1 for a weight set by hand),
-        and the model's log-probability of the chosen path."""
-        from ...ops.decode import expected_hf1_paths
-
-        paths, log_prob, similarity = self._reranking_candidates(X, min(self.top_k, self._n_candidates()))
-        scale = self.prototypes_.scale if isinstance(self.prototypes, str) else 1.0
-        with np.errstate(invalid="ignore"):  # NaN rows stay NaN: expected_hf1_paths gives them the empty path
-            combined = np.where(np.isneginf(log_prob), -np.inf,
-                                np.float32(scale) * (log_prob + np.float32(weight) * similarity)).astype(np.float32)
-        chosen, _ = expected_hf1_paths(paths, combined)
-        return chosen, _chosen_log_prob(paths, log_prob, chosen)
-
-    def _decode_reranked(self, X: Any, k: int | None, weight: float) -> tuple[np.ndarray, np.ndarray]:
-        """The model's ``prototype_candidates`` best paths (at least ``k``), ordered by
-        ``log p + weight * cos(x, prototype)``: the first (``k=None``) or the first ``k``."""
-        return self._reranked(*self._reranking_candidates(X, k or 1), k, weight)
+        their log-probabilities: :func:`~._decode.decode`, the one dispatcher of the answer."""
+        paths, log_prob, _ = decode(self._decoder(), X, k)
+        return paths, log_prob
 
     def _reranking_candidates(self, X: Any, k: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The model's ``prototype_candidates`` (at least ``k``) best paths of each row, their
         log-probabilities and their answers' similarities to the rows."""
-        paths, log_prob = self._decode_model(X, min(max(self.prototype_candidates, k), self._n_candidates()))
-        X = self._validate_X(X, reset=False)
-        if isinstance(X, torch.Tensor):  # prototypes compare rows on the host (scipy)
-            X = (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
-        return paths, log_prob, self.prototypes_.similarity(X, last_nodes(paths))
-
-    @staticmethod
-    def _reranked(paths: np.ndarray, log_prob: np.ndarray, similarity: np.ndarray, k: int | None,
-                  weight: float) -> tuple[np.ndarray, np.ndarray]:
-        """The candidates ordered by ``log p + weight * cos``: the first (``k=None``) or the first ``k``."""
-        order = rerank_order(log_prob, similarity, weight)[:, : (k or 1)]
-        paths = np.take_along_axis(paths, order[..., None], axis=1)
-        log_prob = np.take_along_axis(log_prob, order, axis=1)
-        return (paths[:, 0], log_prob[:, 0]) if k is None else (paths, log_prob)
+        decoder = self._decoder()
+        return decoder.candidates(decoder.rows(X), k)
 
     def _decode_model(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """The model's own best (``k=None``: ``decoding`` applies) or top-``k`` paths.
-
-        The route is :func:`~hiclass_parallel.ops.decode.decoding_route`'s: path-locally
-        trained models on the CPU search best-first from their hidden rows, scoring only the
-        groups they expand (``decoding`` "best" and "hf1"); the others, and every model on a
-        GPU, score every class and decode exhaustively. ``decoding="hf1"`` picks from the ``top_k`` best paths.
-        """
-        from ...ops.best_first import best_first_paths
-        from ...ops.decode import (
-            best_paths,
-            decoding_route,
-            expected_hf1_paths,
-            topk_paths,
-        )
-
-        kwargs = self._decode_kwargs()
-        if k is None and self.decoding == "hf1":
-            paths, log_prob = self._decode_model(X, min(self.top_k, self._n_candidates()))
-            chosen, _ = expected_hf1_paths(paths, log_prob)
-            return chosen, _chosen_log_prob(paths, log_prob, chosen)
-        threshold = self.threshold if self.decoding == "threshold" else None
-        route = decoding_route(self.partition_, on_demand=self.path_local_, threshold=threshold, device=self.net_.device)
-        if route != "exhaustive":
-            def fn(hidden):
-                return best_first_paths(
-                    self.net_.module_.scorer(hidden), hidden.shape[0], self.tree_, stop=self.stop_,
-                    semantics=kwargs["semantics"], k=k, like=hidden,
-                )
-            paths, log_prob = self._per_batch(X, fn, hidden=True)
-        elif k is None:
-            paths, log_prob = self._per_batch(X, lambda s: best_paths(s, self.tree_, threshold=threshold, **kwargs))
-        else:
-            paths, log_prob = self._per_batch(X, lambda s: topk_paths(s, self.tree_, k, **kwargs))
-        return paths.astype(np.int64, copy=False), log_prob
+        """The model's own best (``k=None``) or top-``k`` paths (stage 1 of
+        :func:`~._decode.decode`, no re-ranking, no rule but threshold's)."""
+        decoder = self._decoder()
+        paths, log_prob, _ = decoder.model_paths(decoder.rows(X), k)
+        return paths, log_prob
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Raw scores of the module.
