@@ -4,14 +4,13 @@ Layers, each importing only from the layers above it (``tests/test_layers.py`` c
 import of the package against this list; modules on one line do not import each other):
 
 1. :mod:`~hiclass_parallel.exceptions`, :mod:`~hiclass_parallel._backend`, :mod:`~hiclass_parallel._version` -- errors, array-namespace plumbing, the version;
-2. :mod:`~hiclass_parallel._tree_file` -- the tree's ``.npz`` file format;
-3. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays;
-4. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.dag` -- tensor methods on NumPy, torch and CuPy arrays; hierarchies with several parents, unrolled into trees;
-5. :mod:`~hiclass_parallel.datasets`, :mod:`~hiclass_parallel.labels`, :mod:`~hiclass_parallel.losses` -- synthetic data and WordNet 3.0 (its DAG of every hypernym too); the label readers (``labels/_paths``: labels and label paths; ``labels/_sets``: label sets); torch criteria;
-6. :mod:`~hiclass_parallel.metrics` -- hierarchical metrics and scorers;
-7. :mod:`~hiclass_parallel.estimators` -- the path encoder and the classifiers;
-8. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;
-9. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
+2. :mod:`~hiclass_parallel.tree` -- :class:`Tree`, the class tree encoded once as arrays (``tree/_tree``: the class; ``tree/_arrays``: parents to depth and paths; ``tree/_constructors``: from edges, paths, mappings, networkx; ``tree/_labels``: labels and their look-ups; ``tree/_file``: its ``.npz`` file);
+3. :mod:`~hiclass_parallel.ops`, :mod:`~hiclass_parallel.dag` -- tensor methods on NumPy, torch and CuPy arrays; hierarchies with several parents, unrolled into trees;
+4. :mod:`~hiclass_parallel.datasets`, :mod:`~hiclass_parallel.labels`, :mod:`~hiclass_parallel.losses` -- synthetic data and WordNet 3.0 (its DAG of every hypernym too); the label readers (``labels/_paths``: labels and label paths; ``labels/_sets``: label sets); torch criteria;
+5. :mod:`~hiclass_parallel.metrics` -- hierarchical metrics and scorers;
+6. :mod:`~hiclass_parallel.estimators` -- the path encoder and the classifiers;
+7. :mod:`~hiclass_parallel.demo` -- the demo: WordNet glosses, a classifier, a report;
+8. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
 
 Where each concept lives, one module each: every exception class in
 :mod:`~hiclass_parallel.exceptions`; every reading of labels in ``labels/`` (``_paths``, ``_sets``).

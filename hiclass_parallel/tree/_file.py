@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .exceptions import TreeError
+from ..exceptions import TreeError
 
 __all__ = ["read_tree", "write_tree"]
 

@@ -1,92 +1,26 @@
-"""The encoded class tree: the paper's "encoding and storing the tree", done once.
+"""The :class:`Tree` class: the encoded class tree, its arrays and what is derived from them.
 
-A :class:`Tree` holds, as read-only NumPy arrays, everything the tensor methods need:
-the parent of every class, its depth, the paper's mask ``M_lc`` and paths ``P_cl``, and
-the partition groups. It is immutable and framework-free; the tensor methods copy its
-buffers to a device once and cache them there (see :mod:`hiclass_parallel._backend`).
-
-Vocabulary (paper -> code): classes ``c = 1..C`` are node ids ``0..C-1``; levels
-``l = 1..L`` are depths ``0..L-1``; the root is implicit and is not a class, so a tree may
-have many top-level classes; the padding value is ``-1`` (:data:`PAD`).
+The constructors read their inputs in :mod:`._constructors`, the arrays are computed in
+:mod:`._arrays`, labels are checked and looked up in :mod:`._labels` and the file is written
+and read in :mod:`._file`; the methods here call them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from ._tree_file import read_tree, write_tree
-from .exceptions import TreeError, UnknownLabelError, describe_some
+from ..exceptions import TreeError, describe_some
+from ._arrays import PAD, PARTITIONS, depth_of, paths_of, readonly
+from ._constructors import parts_from_dict, parts_from_edges, parts_from_networkx, parts_from_paths
+from ._file import read_tree, write_tree
+from ._labels import (as_label_array, check_sibling_names, check_unique_labels, ids_of_labels, ids_of_names,
+                      labels_of_ids, path_of_names)
 
-__all__ = ["PAD", "PARTITIONS", "Tree"]
-
-#: Padding value of ``paths``: "this path already reached its class".
-PAD = -1
-
-#: Supported partitions of the classes into mutually exclusive groups (subspaces).
-PARTITIONS = ("level", "sibling")
-
-
-def _readonly(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-def _as_label_array(labels: Sequence[Hashable]) -> np.ndarray:
-    """Integer labels become int64 (fast search); anything else an object array. Read-only.
-
-    NaN is refused (``nan != nan``, so a NaN label could never be looked up again), and so are
-    unhashable labels (lists, arrays): both with a :class:`TreeError` naming the label.
-    """
-    if isinstance(labels, (str, bytes)):
-        raise TreeError(f"labels must be a sequence of labels, got a single {type(labels).__name__} {labels!r}")
-    values = [_hashable(v) for v in labels]
-    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        if all(-(2**63) <= v < 2**63 for v in values):
-            return _readonly(np.asarray(values, dtype=np.int64))
-    for i, v in enumerate(values):
-        if isinstance(v, float) and v != v:
-            raise TreeError(f"label {i} is NaN: NaN is never equal to itself, so it cannot name a class")
-        if v is None:
-            raise TreeError(f"label {i} is None: {_NONE_IS_PAD}")
-        try:
-            hash(v)
-        except TypeError:
-            raise TreeError(
-                f"label {i} ({v!r}) is unhashable ({type(v).__name__}): labels must be hashable, e.g. str or int"
-            ) from None
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):  # one by one: a tuple label (a path) must stay one element
-        out[i] = v
-    return _readonly(out)
-
-
-#: Why ``None`` cannot name a class: targets use it for "no label at this level".
-_NONE_IS_PAD = "None cannot be a class label, it is the padding of y (a missing level); name the class, e.g. 'none'"
-
-
-def check_edge_child(edge: Any, child: Any) -> None:
-    """A :class:`TreeError` naming an edge whose child is ``None`` (the padding of ``y``).
-
-    A ``None`` parent marks a top-level class and is fine; a ``None`` child would be a class
-    that ``y`` could never name apart from a missing level.
-    """
-    if child is None:
-        raise TreeError(f"edge {tuple(edge)!r}: {_NONE_IS_PAD}")
-
-
-def _check_label(value: Any) -> None:
-    """A :class:`TreeError` naming an unhashable label (a list, an array...)."""
-    try:
-        hash(value)
-    except TypeError:
-        raise TreeError(
-            f"label {value!r} is unhashable ({type(value).__name__}): labels must be hashable, e.g. str or int"
-        ) from None
-
+__all__ = ["Tree"]
 
 
 class Tree:
@@ -157,10 +91,10 @@ class Tree:
         if not np.issubdtype(parents_in.dtype, np.integer):
             raise TreeError(f"parents must be integer node ids, got dtype {parents_in.dtype}")
         n = parents_in.size
-        self._labels = None if labels is None else _as_label_array(labels)
+        self._labels = None if labels is None else as_label_array(labels)
         if self._labels is not None and self._labels.size != n:
             raise TreeError(f"got {self._labels.size} labels for {n} parents")
-        self._node_names = None if names is None else _as_label_array(names)
+        self._node_names = None if names is None else as_label_array(names)
         if self._node_names is not None and self._node_names.size != n:
             raise TreeError(f"got {self._node_names.size} names for {n} parents")
         bad = np.flatnonzero((parents_in < -1) | (parents_in >= n))
@@ -169,19 +103,19 @@ class Tree:
                 f"unknown parent for {self._names(bad)}: parent ids "
                 f"{describe_some(parents_in[bad].tolist())} are not in [-1, {n})"
             )
-        self._parents = _readonly(parents_in.astype(np.int32))
-        self._check_unique_labels()
-        self._depth = _readonly(self._compute_depth())
+        self._parents = readonly(parents_in.astype(np.int32))
+        check_unique_labels(self._labels)
+        self._depth = readonly(depth_of(self._parents, self._names))
         self._n_levels = int(self._depth.max()) + 1
-        self._paths = _readonly(self._compute_paths())
+        self._paths = readonly(paths_of(self._parents, self._depth, self._n_levels))
         #: Whether the labels are the paths of names (tuples), made here from ``names``.
         self._path_labels = self._node_names is not None and self._labels is None
         if self._node_names is not None:
-            self._check_sibling_names()
+            check_sibling_names(self._parents, self._node_names, self._paths)
             if self._labels is None:
-                self._labels = _as_label_array(
+                self._labels = as_label_array(
                     [tuple(self._node_names[p[p >= 0]].tolist()) for p in self._paths])
-        self._mask = _readonly(self._depth[None, :] != np.arange(self._n_levels, dtype=np.int32)[:, None])
+        self._mask = readonly(self._depth[None, :] != np.arange(self._n_levels, dtype=np.int32)[:, None])
         self._label_index: dict | None = None
         self._groups: dict[str, np.ndarray] = {}
         self._children: tuple[np.ndarray, np.ndarray] | None = None
@@ -195,88 +129,6 @@ class Tree:
         if self._labels is None:
             return "node " + describe_some(ids)
         return describe_some([f"{self._labels[i]!r} (id {i})" for i in ids]).replace('"', "")
-
-    def _check_unique_labels(self) -> None:
-        if self._labels is None:
-            return
-        if self._labels.dtype == object:
-            seen: dict = {}
-            dups = []
-            for label in self._labels:
-                if label in seen and label not in dups:
-                    dups.append(label)
-                seen[label] = True
-        else:
-            values, counts = np.unique(self._labels, return_counts=True)
-            dups = values[counts > 1].tolist()
-        if dups:
-            raise TreeError(f"duplicate labels: {describe_some(dups)}; every class needs its own label")
-
-    def _check_sibling_names(self) -> None:
-        """Siblings need different names, so that a path of names finds one class."""
-        seen: dict = {}
-        for node, key in enumerate(zip(self._parents.tolist(), self._node_names.tolist())):
-            other = seen.setdefault(key, node)
-            if other != node:
-                parent = "the top level" if key[0] < 0 else self._names_of([key[0]])
-                raise TreeError(
-                    f"nodes {other} and {node} are both named {key[1]!r} under {parent}: "
-                    "siblings need different names, or a path of names would not tell them apart"
-                )
-
-    def _names_of(self, ids: list[int]) -> str:
-        """Readable classes for error messages: their paths of names."""
-        return describe_some(
-            [" > ".join(map(str, self._node_names[self._paths[i][self._paths[i] >= 0]].tolist())) for i in ids]
-        )
-
-    def _compute_depth(self) -> np.ndarray:
-        """Depth by pointer chasing, one vectorised step per level: O(C * L)."""
-        self._check_acyclic()
-        depth = np.zeros(self._parents.size, dtype=np.int32)
-        ancestor = self._parents.astype(np.int64)
-        while True:
-            alive = ancestor >= 0
-            if not alive.any():
-                return depth
-            depth[alive] += 1
-            ancestor[alive] = self._parents[ancestor[alive]]
-
-    def _check_acyclic(self) -> None:
-        """Pointer doubling: after 2**k >= C jumps every node must have reached the root.
-
-        O(C log C), so a cycle in a 100,000-class tree is found in milliseconds rather than
-        by climbing C levels.
-        """
-        n = self._parents.size
-        jump = np.where(self._parents < 0, n, self._parents).astype(np.int64)
-        jump = np.append(jump, n)  # the implicit root (index n) is its own parent
-        for _ in range(max(1, int(np.ceil(np.log2(n + 1))))):
-            jump = jump[jump]
-        stuck = np.flatnonzero(jump[:n] != n)
-        if stuck.size:
-            cycle = self._find_cycle(int(stuck[0]))
-            raise TreeError(f"the parents form a cycle through {self._names(cycle)}")
-
-    def _find_cycle(self, start: int) -> list[int]:
-        seen: dict[int, int] = {}
-        node = start
-        while node not in seen:
-            seen[node] = len(seen)
-            node = int(self._parents[node])
-        order = list(seen)
-        return order[seen[node]:]
-
-    def _compute_paths(self) -> np.ndarray:
-        n = self._parents.size
-        paths = np.full((n, self._n_levels), PAD, dtype=np.int32)
-        rows = np.arange(n)
-        node = rows.copy()
-        for _ in range(self._n_levels):
-            alive = node >= 0
-            paths[rows[alive], self._depth[node[alive]]] = node[alive]
-            node[alive] = self._parents[node[alive]]
-        return paths
 
     @classmethod
     def from_parents(
@@ -323,38 +175,8 @@ class Tree:
         ...
         hiclass_parallel.exceptions.TreeError: node 'Accessories' has two parents: 'Electronics' and 'Clothing'; ...
         """
-        parent_of: dict = {}
-        order: dict = {}
-        for edge in edges:
-            try:
-                child, parent = edge
-            except (TypeError, ValueError):
-                raise TreeError(f"an edge must be a (child, parent) pair, got {edge!r}") from None
-            check_edge_child(edge, child)
-            _check_label(child)
-            _check_label(parent)
-            order.setdefault(child, len(order))
-            if parent is not None:
-                order.setdefault(parent, len(order))
-            if child in parent_of and parent_of[child] != parent:
-                raise TreeError(
-                    f"node {child!r} has two parents: {parent_of[child]!r} and {parent!r}; a tree allows one. "
-                    f"If these are two classes that share the name {child!r}, build the tree from label paths, "
-                    "which tell them apart: Tree.from_paths([[..., "
-                    f"{parent_of[child]!r}, {child!r}], [..., {parent!r}, {child!r}]]) (the classifier and "
-                    "PathEncoder do so when they learn the tree from label paths). If it is one class with two "
-                    "parents, the hierarchy is a DAG: hiclass_parallel.dag.Dag.from_edges"
-                )
-            parent_of[child] = parent
-        return cls._from_parent_map(parent_of, order)
-
-    @classmethod
-    def _from_parent_map(cls, parent_of: Mapping, order: Mapping) -> Tree:
-        labels = list(order)
-        parents = [PAD if parent_of.get(label) is None else order[parent_of[label]] for label in labels]
-        if not labels:
-            raise TreeError("the tree is empty: it needs at least one class")
-        return cls(np.asarray(parents, dtype=np.int64), labels)
+        parents, labels, names = parts_from_edges(edges)
+        return cls(parents, labels, names=names)
 
     @classmethod
     def from_paths(cls, paths: Iterable[Sequence[Hashable] | str], pad: Any = None, sep: str | None = None) -> Tree:
@@ -410,34 +232,8 @@ class Tree:
         >>> tree.labels.tolist()
         ['Electronics', 'Electronics/Accessories', 'Clothing', 'Clothing/Accessories']
         """
-        if sep is not None and (not isinstance(sep, str) or not sep):
-            raise TreeError(f"sep must be a non-empty string, got {sep!r}")
-        index: dict = {}  # path of names (a tuple) -> node id
-        parents: list[int] = []
-        names: list = []
-        for i, path in enumerate(paths):
-            parts = _path_parts(path, i, pad, sep)
-            parent, prefix = PAD, ()
-            for name in parts:
-                _check_label(name)
-                prefix = (*prefix, name)
-                node = index.get(prefix)
-                if node is None:
-                    node = index[prefix] = len(parents)
-                    parents.append(parent)
-                    names.append(name)
-                parent = node
-        if not parents:
-            raise TreeError("the tree is empty: it needs at least one class")
-        parent_ids = np.asarray(parents, dtype=np.int64)
-        if sep is not None:
-            labels: list = []
-            for name, parent in zip(names, parents):
-                labels.append(name if parent < 0 else labels[parent] + sep + name)
-            return cls(parent_ids, labels, names=names)
-        if len(set(names)) == len(names):
-            return cls(parent_ids, names)
-        return cls(parent_ids, names=names)
+        parents, labels, names = parts_from_paths(paths, pad, sep)
+        return cls(parents, labels, names=names)
 
     @classmethod
     def from_dict(cls, nested: Mapping) -> Tree:
@@ -452,39 +248,8 @@ class Tree:
         >>> tree.labels.tolist()
         ['dog', 'small dog', 'big dog', 'happy', 'moody', 'cat']
         """
-        if not isinstance(nested, Mapping):
-            raise TreeError(f"from_dict expects a mapping, got {type(nested).__name__}")
-
-        def entries(children: Any, parent: Hashable | None) -> Iterator[tuple[bool, Any, Any]]:
-            if children is None:
-                return iter(())
-            if isinstance(children, Mapping):
-                return iter([(True, label, sub) for label, sub in children.items()])
-            if isinstance(children, (list, tuple, set, frozenset)):
-                return iter([(False, item, None) for item in children])
-            raise TreeError(
-                f"children of {parent!r} must be a mapping, a list of labels or None, got {type(children).__name__}"
-            )
-
-        edges: list[tuple[Hashable, Hashable | None]] = []
-        # Depth first with an explicit stack, not recursion: a chain thousands of levels deep
-        # must not hit Python's recursion limit.
-        stack = [(entries(nested, None), None)]
-        while stack:
-            it, parent = stack[-1]
-            entry = next(it, None)
-            if entry is None:
-                stack.pop()
-                continue
-            is_key, item, sub = entry
-            if is_key:
-                edges.append((item, parent))
-                stack.append((entries(sub, item), item))
-            elif isinstance(item, Mapping):
-                stack.append((entries(item, parent), parent))
-            else:
-                edges.append((item, parent))
-        return cls.from_edges(edges)
+        parents, labels, names = parts_from_dict(nested)
+        return cls(parents, labels, names=names)
 
     @classmethod
     def from_networkx(cls, graph: Any) -> Tree:
@@ -499,17 +264,8 @@ class Tree:
         >>> tree.labels.tolist(), tree.parents.tolist()
         (['animal', 'dog', 'cat'], [-1, 0, 0])
         """
-        if not (hasattr(graph, "predecessors") and hasattr(graph, "nodes")):
-            raise TreeError(f"from_networkx expects a networkx.DiGraph, got {type(graph).__name__}")
-        parent_of: dict = {}
-        order: dict = {}
-        for node in graph.nodes:
-            order.setdefault(node, len(order))
-            preds = list(graph.predecessors(node))
-            if len(preds) > 1:
-                raise TreeError(f"node {node!r} has {len(preds)} parents {describe_some(preds)}; a tree allows one")
-            parent_of[node] = preds[0] if preds else None
-        return cls._from_parent_map(parent_of, order)
+        parents, labels, names = parts_from_networkx(graph)
+        return cls(parents, labels, names=names)
 
     # ------------------------------------------------------------------ derived arrays
     @property
@@ -523,7 +279,7 @@ class Tree:
     @property
     def labels(self) -> np.ndarray:
         if self._labels is None:
-            self._labels = _readonly(np.arange(self.n_classes, dtype=np.int64))
+            self._labels = readonly(np.arange(self.n_classes, dtype=np.int64))
         return self._labels
 
     @property
@@ -564,7 +320,7 @@ class Tree:
     def class_ids(self) -> np.ndarray:
         """``arange(n_classes)`` as int32: the class axis, cached for scatter indices."""
         if "class_ids" not in self._groups:
-            self._groups["class_ids"] = _readonly(np.arange(self.n_classes, dtype=np.int32))
+            self._groups["class_ids"] = readonly(np.arange(self.n_classes, dtype=np.int32))
         return self._groups["class_ids"]
 
     @property
@@ -573,7 +329,7 @@ class Tree:
         if "is_leaf" not in self._groups:
             has_child = np.zeros(self.n_classes, dtype=bool)
             has_child[self._parents[self._parents >= 0]] = True
-            self._groups["is_leaf"] = _readonly(~has_child)
+            self._groups["is_leaf"] = readonly(~has_child)
         return self._groups["is_leaf"]
 
     @property
@@ -625,7 +381,7 @@ class Tree:
                 groups = self._depth
             else:
                 _, groups = np.unique(self._parents, return_inverse=True)
-                groups = _readonly(groups.astype(np.int32))
+                groups = readonly(groups.astype(np.int32))
             self._groups[partition] = groups
         return self._groups[partition]
 
@@ -687,54 +443,12 @@ class Tree:
         ...
         hiclass_parallel.exceptions.UnknownLabelError: 1 label is not a class of the tree: 'cow'
         """
-        values = (_as_path_label_array(labels) if self._path_labels
-                  else np.asarray(labels, dtype=object if self.labels.dtype == object else None))
-        shape = values.shape
-        flat = values.reshape(-1)
-        if self.labels.dtype != object and flat.dtype.kind in "iu":
-            ids = np.asarray(flat, dtype=np.int64)
-            if self.has_default_labels:
-                found = (ids >= 0) & (ids < self.n_classes)
-            else:
-                order = self._sorted_label_order()
-                pos = np.clip(np.searchsorted(self.labels[order], ids), 0, self.n_classes - 1)
-                found = self.labels[order][pos] == ids
-                ids = order[pos]
-        else:
-            index = self._index()
-            ids = np.fromiter((_lookup(index, v) for v in flat), dtype=np.int64, count=flat.size)
-            found = ids >= 0
-            if self.has_names and not found.all():
-                ids[~found] = self._ids_of_names(flat[~found])
-                found = ids >= 0
-        if not found.all():
-            raise UnknownLabelError.of(_hashable(v) for v in flat[~found])
-        return ids.reshape(shape)
+        return ids_of_labels(self, labels)
 
     def _ids_of_names(self, values: np.ndarray) -> np.ndarray:
         """Node ids of names that are not labels (``-1``: unknown); a name that more than one
         class has is an :class:`UnknownLabelError` naming their paths."""
-        def build() -> dict:
-            index: dict = {}
-            for node, name in enumerate(self._node_names.tolist()):
-                index.setdefault(name, []).append(node)
-            return index
-
-        index = self.cached((__name__, "name_index"), build)
-        out = np.full(values.size, -1, dtype=np.int64)
-        for i, value in enumerate(values.tolist()):
-            try:
-                nodes = index.get(_hashable(value), ())
-            except TypeError:
-                continue
-            if len(nodes) > 1:
-                raise UnknownLabelError(
-                    f"{value!r} is the name of {len(nodes)} classes ({self._names_of(nodes)}): give the "
-                    f"class's label {describe_some(self._labels[nodes].tolist())} or its path of names"
-                )
-            if nodes:
-                out[i] = nodes[0]
-        return out
+        return ids_of_names(self, values)
 
     def to_labels(self, ids: Any) -> np.ndarray:
         """Labels of node ids; any shape. Ids out of range raise :class:`IndexError`.
@@ -744,11 +458,7 @@ class Tree:
         >>> Tree.from_edges([("dog", "animal")]).to_labels([1, 0]).tolist()
         ['animal', 'dog']
         """
-        ids = np.asarray(ids)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.n_classes):
-            bad = ids[(ids < 0) | (ids >= self.n_classes)]
-            raise IndexError(f"node ids {describe_some(np.unique(bad).tolist())} are out of range [0, {self.n_classes})")
-        return self.labels[ids]
+        return labels_of_ids(self, ids)
 
     def path_labels(self, label: Hashable) -> list:
         """The names on the ancestral path of ``label``, from the top level down.
@@ -761,8 +471,7 @@ class Tree:
         >>> " > ".join(tree.path_labels("happy big dog"))
         'dog > big dog > happy big dog'
         """
-        path = self._paths[int(self.to_ids([label])[0])]
-        return self.names[path[path >= 0]].tolist()
+        return path_of_names(self, label)
 
     def _index(self) -> dict:
         if self._label_index is None:
@@ -771,7 +480,7 @@ class Tree:
 
     def _sorted_label_order(self) -> np.ndarray:
         if "label_order" not in self._groups:
-            self._groups["label_order"] = _readonly(np.argsort(self.labels, kind="stable"))
+            self._groups["label_order"] = readonly(np.argsort(self.labels, kind="stable"))
         return self._groups["label_order"]
 
     # ------------------------------------------------------------------ subtree, equality, io
@@ -864,68 +573,3 @@ class Tree:
         """
         parents, labels, names = read_tree(path)
         return cls(parents, labels, names=names)
-
-
-def _lookup(index: dict, value: Any) -> int:
-    """Node id of a label in the label index, -1 when unknown (or unhashable: never a label)."""
-    try:
-        return index.get(_hashable(value), -1)
-    except TypeError:
-        return -1
-
-
-def _hashable(value: Any) -> Hashable:
-    """NumPy scalars hash like Python scalars but print badly; unwrap them."""
-    return value.item() if isinstance(value, np.generic) else value
-
-
-def _is_missing(value: Any) -> bool:
-    """``None``, NaN, or pandas' ``NA``: a missing level of a path."""
-    if value is None:
-        return True
-    if isinstance(value, float) and value != value:
-        return True
-    return type(value).__name__ == "NAType"
-
-
-def _path_parts(path: Any, row: int, pad: Any, sep: str | None) -> list:
-    """The names of one path given to :meth:`Tree.from_paths`, pads and missing levels dropped."""
-    if isinstance(path, (str, bytes)):
-        if sep is None:
-            raise TreeError(
-                f"path {row} is a string ({path!r}): pass sep= to split path strings (e.g. sep='/'), "
-                "or give each path as a list of names"
-            )
-        parts = path.split(sep) if isinstance(path, str) else [path]
-        if any(part == "" for part in parts):
-            raise TreeError(f"path {row} ({path!r}) has an empty name: a separator {sep!r} at an end, or two in a row")
-        return parts
-    parts = [_hashable(v) for v in path if not (_is_missing(v) or (pad is not None and v == pad))]
-    if sep is not None:
-        for name in parts:
-            if not isinstance(name, str) or sep in name:
-                raise TreeError(
-                    f"path {row} ({list(parts)!r}) has the name {name!r}, which "
-                    + ("is not a string: sep joins names into path strings" if not isinstance(name, str)
-                       else f"holds the separator {sep!r}: its path string would read as another path")
-                )
-    return parts
-
-
-def _as_path_label_array(labels: Any) -> np.ndarray:
-    """Labels to look up in a tree whose labels are paths (tuples): one element per path.
-
-    NumPy would read a list of equal-length tuples as a 2-D array of names; each list or
-    tuple is one label here (made a tuple, so it hashes like the tree's labels).
-    """
-    if isinstance(labels, np.ndarray) and labels.dtype == object:
-        items = labels.reshape(-1).tolist()
-        shape = labels.shape
-    elif isinstance(labels, (list, tuple)):
-        items, shape = list(labels), (len(labels),)
-    else:
-        return np.asarray(labels, dtype=object)
-    out = np.empty(len(items), dtype=object)
-    for i, v in enumerate(items):
-        out[i] = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v
-    return out.reshape(shape)
