@@ -202,6 +202,33 @@ def test_fit_is_the_documented_scheme(data, epochs, sparse):
         torch.testing.assert_close(mine, theirs)
 
 
+@pytest.mark.parametrize("decoding, prototypes", [("best", None), ("best", "auto"), ("hf1", "auto"),
+                                                  ("threshold", 0.5)])
+def test_the_calibrator_is_fitted_on_a_decoder_of_the_trained_net_not_on_a_half_fitted_estimator(
+        data, monkeypatch, decoding, prototypes):
+    from hiclass_parallel.estimators.prediction import _decode
+
+    X, y, tree = data
+    clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0, decoding=decoding, prototypes=prototypes,
+                                 module__hidden_units=8, calibration="beta")
+    seen = []
+    real = _decode.decode
+
+    def spy(decoder, rows, *args, **kwargs):
+        out = real(decoder, rows, *args, **kwargs)
+        seen.append((out.route, {"net_", "config_", "targets_", "tree_", "prototypes_", "calibrator_"} & set(vars(clf)),
+                     decoder.net))
+        return out
+
+    monkeypatch.setattr(_decode, "decode", spy)
+    clf.fit(X, y)
+    (route, fitted_then, net), = seen  # the held-out rows decoded once, by the dispatcher
+    assert fitted_then == set() and net is clf.net_  # nothing fitted yet; the net just trained
+    # the route predict takes now that the estimator is fitted
+    assert route == real(clf._decoder(), X[:3]).route
+    assert route.rule == decoding and (route.reranking == "prototypes") is (prototypes is not None and decoding != "threshold")
+
+
 def test_predict_confidence_maps_the_probability_of_the_predicted_path(data):
     X, y, tree = data
     clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)

@@ -289,43 +289,49 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     """The answer calibrator of the held-out rows (``ids``: every row's node id; each row
     counted with its ``sample_weight``), decoded by the net as trained so far, and the class
     prototypes' weight and scale (chosen on the same rows first for ``prototypes="auto"``;
-    ``None`` without prototypes)."""
+    ``None`` without prototypes).
+
+    The rows are decoded by a :class:`~..prediction._decode.Decoder` of ``net`` (the
+    dispatcher :func:`~..prediction._decode.decode` that ``predict`` runs), so the answers are
+    those ``predict`` will give; the estimator is not touched (it is marked fitted once, at the
+    end of the fit)."""
     from ..calibration._calibration import BetaCalibrator, answer_correct, held_out_view
+    from ..prediction._decode import decode, decoder_of
 
     ids = np.asarray(ids)
-    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, prototypes_=None)
-    attach_net(estimator, net)  # the prediction side reads the fitted state; fit sets it again after
     true = ids[plan.held_rows]
     held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
     fit_weight = None if sample_weight is None else sample_weight[plan.fit_rows]
     view = held_out_view(X, plan.fit_rows, plan.held_rows)
-    weight = None
+    prototypes, candidates = None, None
     with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
         if _wants_prototypes(estimator, X):
             # The prototypes of the rows the model trained on so far, so that a held-out row
             # never meets its own contribution.
-            estimator.prototypes_ = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows],
-                                                   _fixed_weight(estimator, X), sample_weight=fit_weight)
+            prototypes = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows],
+                                        _fixed_weight(estimator, X), sample_weight=fit_weight)
             fitting, reranking = isinstance(estimator.prototypes, str), estimator.decoding == "best"
             if fitting or reranking:  # decoded once: for the weight and for the answers
-                candidates = estimator._reranking_candidates(view)
+                candidates = decoder_of(estimator, net, targets, config, prototypes, rows=_checked).candidates(view)
             if fitting:
-                fitted = _choose_prototype_weight(estimator, candidates, true, type(estimator.prototypes_), held_weight)
-                estimator.prototypes_.weight, estimator.prototypes_.scale = _agreed(estimator, fitted)
-            weight = estimator.prototypes_.weight
-            if reranking:
-                from dataclasses import replace
-
-                from ..prediction._decode import decode
-
-                paths, log_prob, _ = decode(replace(estimator._decoder(), weight=weight), view, candidates=candidates)
-        if weight is None or estimator.decoding != "best":
-            paths, log_prob = estimator._decode(view, None)  # the answers predict will give
+                fitted = _choose_prototype_weight(estimator, candidates, true, type(prototypes), held_weight)
+                prototypes.weight, prototypes.scale = _agreed(estimator, fitted)
+            if not reranking:
+                candidates = None
+        decoder = decoder_of(estimator, net, targets, config, prototypes, rows=_checked)
+        if decoder.weight is None:
+            candidates = None  # no re-ranking: the model's own answers
+        paths, log_prob, _ = decode(decoder, view, candidates=candidates)  # the answers predict will give
     labelled = true >= 0
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
-    held_out = None if weight is None else (estimator.prototypes_.weight, estimator.prototypes_.scale)
+    held_out = None if prototypes is None else (prototypes.weight, prototypes.scale)
     return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct,
                               sample_weight=None if held_weight is None else held_weight[labelled]), held_out
+
+
+def _checked(X: Any) -> Any:
+    """Rows the fit already checked (``validate_X``), as they are."""
+    return X
 
 
 def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:

@@ -31,7 +31,7 @@ import torch
 
 from ..prototypes._prototypes import last_nodes, rerank_order
 
-__all__ = ["Decoded", "Decoder", "Route", "decode"]
+__all__ = ["Decoded", "Decoder", "Route", "decode", "decoder_of"]
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,30 @@ class Decoder:
         if isinstance(X, torch.Tensor):  # prototypes compare rows on the host (scipy)
             X = (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
         return paths, log_prob, self.prototypes.similarity(X, last_nodes(paths))
+
+
+def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: Any,
+               rows: Callable[[Any], Any]) -> Decoder:
+    """The :class:`Decoder` of ``net`` trained with ``config`` on ``targets``, with the class
+    ``prototypes`` (``None``: none), and the estimator's prediction settings as they are now.
+
+    The fitted estimator makes one of its fitted state; the fit makes one of the net it has
+    just trained, to fit the answer calibrator on held-out rows (``rows``: the identity for rows
+    the fit already checked), without marking the estimator fitted before it is.
+    """
+    weight = None
+    if prototypes is not None and estimator.prototypes is not None:
+        weight = prototypes.weight if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
+        weight = weight if weight > 0 else None
+    accepts_sparse = config.capabilities.accepts_sparse
+    return Decoder(
+        net=net, tree=targets.tree, partition=config.partition, stop=config.stop, path_local=config.path_local,
+        semantics=estimator.semantics, decoding=estimator.decoding, threshold=estimator.threshold,
+        top_k=estimator.top_k, prototype_candidates=estimator.prototype_candidates, batch_size=estimator.batch_size,
+        prototypes=prototypes, weight=weight,
+        scale=prototypes.scale if weight is not None and isinstance(estimator.prototypes, str) else 1.0,
+        rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse),
+    )
 
 
 def chosen_log_prob(paths: np.ndarray, log_prob: np.ndarray, chosen: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from ...tree import PAD
 from ..fitting._guards import check_decidable
 from ..fitting._validation import check_prediction_params
 from ..prototypes._prototypes import last_nodes
-from ._decode import Decoder, decode
+from ._decode import Decoder, decode, decoder_of
 
 __all__ = ["PredictMixin"]
 
@@ -76,16 +76,10 @@ class PredictMixin:
     def _decoder(self) -> Decoder:
         """The :class:`~._decode.Decoder` of the fitted state (its net, tree, prototypes) and
         the prediction settings as they are now."""
-        weight = self._prototype_weight()
+        check_prediction_params(self)
         self._decode_kwargs()  # fitted, the settings valid, the semantics possible
-        prototypes = getattr(self, "prototypes_", None)
-        return Decoder(
-            net=self.net_, tree=self.tree_, partition=self.partition_, stop=self.stop_, path_local=self.path_local_,
-            semantics=self.semantics, decoding=self.decoding, threshold=self.threshold, top_k=self.top_k,
-            prototype_candidates=self.prototype_candidates, batch_size=self.batch_size, prototypes=prototypes,
-            weight=weight, scale=prototypes.scale if weight is not None and isinstance(self.prototypes, str) else 1.0,
-            rows=lambda X: self._validate_X(X, reset=False), dataset=self._dataset,
-        )
+        return decoder_of(self, self.net_, self.targets_, self.config_, getattr(self, "prototypes_", None),
+                          rows=lambda X: self._validate_X(X, reset=False))
 
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and
