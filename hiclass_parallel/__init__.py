@@ -19,16 +19,21 @@ In :mod:`~hiclass_parallel.estimators`, the public estimators at the top: ``clas
 parts they compose in one sub-package each:
 
 - ``estimators/fitting/``: the fit pipeline (``_fit``), the resolved fit configuration
-  (``_config``) and what a network can do (``_capabilities``), building the net (``_build``) and
+  (``_config``: the one place every fit-time choice is made -- the training route, the step
+  engine and the fused update, the criterion and optimizer classes and their options, epochs,
+  threads) and what a network can do (``_capabilities``), building the net (``_build``) and
   who owns which parameter (``_params``), the label encoders (``_targets``), sample and class
   weights (``_weights``), training from torch datasets (``_streaming``), every check of what an
   estimator is given (its settings, ``X``, its labels: ``_validation``) and the guards while
   training (``_guards``);
-- ``estimators/prediction/``: prediction and the decoded answer (``_predict``);
+- ``estimators/prediction/``: the prediction methods (``_predict``) and the answer at predict
+  time, decided by one dispatcher (``_decode``: model paths, re-ranking, decoding rule, output
+  form);
 - ``estimators/prototypes/``: the class prototypes (``_prototypes``: the ``Prototypes``
   protocol both kinds follow, the cosine kind, the fitting of weight and scale;
   ``_dense_prototypes``: the Gaussian kind);
-- ``estimators/calibration/``: the answer calibrator (``_calibration``);
+- ``estimators/calibration/``: the answer calibrator (``_calibration``), fitted on a decoder of
+  the freshly trained net;
 - ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the
   batches it reads (``_data``), the ``LazyAdam`` optimizer (``_optim``), the fused training step
   (``_fused_step``) and its C kernel with LazyAdam's row update (``_path_step.c``, loaded by
