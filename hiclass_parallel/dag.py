@@ -33,25 +33,13 @@ import numpy as np
 
 from .exceptions import TreeError, UnknownLabelError, describe_some
 from .tree import PAD, Tree, check_edge_child
+from .tree._arrays import readonly
+from .tree._labels import check_label
 
 __all__ = ["Dag", "UnrolledDag", "unroll_dag"]
 
 #: Default refusal size of :meth:`Dag.unroll`: past this the unrolled tree is refused.
 MAX_NODES = 10_000_000
-
-
-def _readonly(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-def _check_hashable(value: Any) -> None:
-    try:
-        hash(value)
-    except TypeError:
-        raise TreeError(
-            f"label {value!r} is unhashable ({type(value).__name__}): labels must be hashable, e.g. str or int"
-        ) from None
 
 
 class Dag:
@@ -108,13 +96,13 @@ class Dag:
         bad = np.flatnonzero((ids < -1) | (ids >= n))
         if bad.size:
             raise TreeError(f"parent ids {describe_some(ids[bad].tolist())} are not in [-1, {n})")
-        self._offsets = _readonly(offsets)
-        self._parent_ids = _readonly(ids)
+        self._offsets = readonly(offsets)
+        self._parent_ids = readonly(ids)
         child = np.repeat(np.arange(n), counts)
         real = ids >= 0
-        self._edges = (_readonly(child[real]), _readonly(ids[real]))
+        self._edges = (readonly(child[real]), readonly(ids[real]))
         self._order = self._topological_order()
-        self._depth = _readonly(self._longest_depth())
+        self._depth = readonly(self._longest_depth())
         self._index: dict | None = None
         self._closure: Any = None
 
@@ -138,7 +126,7 @@ class Dag:
         parent_lists: list[list[int]] = []
 
         def node(label: Hashable) -> int:
-            _check_hashable(label)
+            check_label(label)
             if label not in order:
                 order[label] = len(order)
                 parent_lists.append([])
@@ -541,8 +529,8 @@ class UnrolledDag:
     def __init__(self, dag: Dag, tree: Tree, origin: np.ndarray, copy_offsets: np.ndarray):
         self._dag = dag
         self._tree = tree
-        self._origin = _readonly(origin)
-        self._copy_offsets = _readonly(copy_offsets)
+        self._origin = readonly(origin)
+        self._copy_offsets = readonly(copy_offsets)
         self._entries: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
@@ -612,7 +600,7 @@ class UnrolledDag:
         keep = entered.data > 0  # the parent's ancestors are all the child's: the rest is 0
         copy, node = entered.row[keep].astype(np.int64), entered.col[keep].astype(np.int64)
         order = np.lexsort((node, copy))
-        self._entries = (_readonly(copy[order]), _readonly(node[order]))
+        self._entries = (readonly(copy[order]), readonly(node[order]))
         return self._entries
 
     def copy_ids(self, label: Hashable) -> np.ndarray:
