@@ -30,8 +30,10 @@ parts they compose in one sub-package each:
   time, decided by one dispatcher (``_decode``: model paths, re-ranking, decoding rule, output
   form);
 - ``estimators/prototypes/``: the class prototypes (``_prototypes``: the ``Prototypes``
-  protocol both kinds follow, the cosine kind, the fitting of weight and scale;
-  ``_dense_prototypes``: the Gaussian kind);
+  protocol both kinds follow, the cosine kind, the re-ranking and the likelihood that fits a
+  weight and scale; ``_dense_prototypes``: the Gaussian kind; ``_fit_prototypes``: the
+  prototypes' fit, the one place it is decided -- built from the fit rows, weight and scale
+  chosen on the held-out rows, rows added when training continues);
 - ``estimators/calibration/``: the answer calibrator (``_calibration``), fitted on a decoder of
   the freshly trained net;
 - ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the

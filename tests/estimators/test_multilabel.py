@@ -253,6 +253,19 @@ def test_errors_name_the_problem():
         MultiLabelHierarchicalClassifier(dag).fit(TensorDataset(torch.as_tensor(X), torch.zeros(len(X))))
 
 
+def test_terminal_semantics_without_stop_scores_says_so_as_the_single_label_classifier_does():
+    """Both classifiers refuse terminal semantics on a model fitted with stop=False, with one message."""
+    dag, X, y = toy(n_per=5)
+    multi = MultiLabelHierarchicalClassifier(dag, stop=False, max_epochs=1, random_state=0).fit(X, y)
+    single = HierarchicalClassifier(Tree.from_edges([("dog", "pet"), ("cat", "pet")]), stop=False, prototypes=None,
+                                    max_epochs=1, random_state=0).fit(X[:6], ["dog", "cat", "pet"] * 2)
+    message = "semantics='terminal' needs a model trained with stop scores; this one was fitted with stop=False"
+    for clf in (multi, single):
+        clf.set_params(semantics="terminal")
+        with pytest.raises(ValueError, match=message):
+            clf.predict(X[:2])
+
+
 def test_pickles_and_refuses_the_tree_only_format(tmp_path):
     import pickle
 

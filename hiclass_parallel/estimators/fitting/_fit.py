@@ -25,7 +25,6 @@ leaves the model much worse on its own rows warns (:func:`~._guards.warn_if_wors
 from __future__ import annotations
 
 import contextlib
-import copy
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -37,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
 from ..calibration._calibration import plan_calibration
-from ..prototypes._prototypes import Prototypes, prototypes_kind
+from ..prototypes._fit_prototypes import added_prototypes, fitted_prototypes, held_out_prototypes
 from ._build import build_net, net_params
 from ._config import config_changes, resolve_config, resolve_threads
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
@@ -172,12 +171,8 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
-    prototypes = None
-    if _wants_prototypes(estimator, _rows_of(data)):
-        prototypes = _prototypes_of(estimator, targets, data.X, np.asarray(dataset.y), _fixed_weight(estimator, data.X),
-                                    sample_weight=_row_weights(data))
-        if held_out is not None:  # the weight and scale chosen on the held-out rows
-            prototypes.weight, prototypes.scale = held_out
+    prototypes = fitted_prototypes(estimator, targets, _rows_of(data), dataset, _row_weights(data),
+                                   held_out)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes)
     attach_net(estimator, net)
@@ -207,83 +202,6 @@ def _rows_of(data: Any) -> Any:
     return data.X if isinstance(data, ArrayInput) else None
 
 
-def _wants_prototypes(estimator: Any, X: Any) -> bool:
-    """Class prototypes (:mod:`._prototypes`) are kept for the rows ``X`` (sparse or dense;
-    ``None``: streamed, which keeps none) of a one-answer classifier, unless ``prototypes=None``.
-    A sparse torch tensor keeps none: its rows would be densified."""
-    if getattr(X, "layout", torch.strided) != torch.strided:
-        return False
-    return type(estimator)._reranks and estimator.prototypes is not None and getattr(X, "ndim", 0) == 2
-
-
-def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float,
-                   class_text: bool = True, sample_weight: np.ndarray | None = None) -> Prototypes:
-    """The class prototypes of the rows ``X`` (node ids ``ids``; each row counted with its
-    ``sample_weight``), with each class's text (``module__class_features``, in the space of
-    ``X``; unless ``class_text=False``, for rows added to prototypes that have it) as one more
-    row of its class, summed over the ranks of a data-parallel fit."""
-    import scipy.sparse as sp
-
-    prototypes = prototypes_kind(X).from_rows(X, ids, targets.tree, weight, sample_weight=sample_weight)
-    text = estimator._skorch_kwargs("module__").get("class_features") if class_text else None
-    if sp.issparse(X) and sp.issparse(text) and text.shape == (len(targets.classes), X.shape[1]):
-        # A class no training row has gets its name as its prototype (a class seen in training
-        # gets its name as one row more): without it the re-ranking would pass over classes
-        # the class text can place.
-        prototypes.add_sums(sp.csr_matrix(text)[targets.node_rows()])
-    group = _data_parallel_group(estimator)
-    if group is not None:
-        prototypes.sum_over_ranks(group[0])
-    return prototypes
-
-
-def _data_parallel_group(estimator: Any) -> tuple[Any] | None:
-    """``(group,)`` of the estimator's :class:`DataParallel` callback when its process group
-    has several ranks, else ``None``."""
-    from ..networks._distributed import DataParallel, _active
-
-    for callback in estimator.callbacks or []:
-        if isinstance(callback, DataParallel) and _active(callback.group):
-            return (callback.group,)
-    return None
-
-
-def _fixed_weight(estimator: Any, X: Any) -> float:
-    """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the
-    default of the prototypes of rows like ``X``."""
-    return prototypes_kind(X).DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
-
-
-def _agreed(estimator: Any, values: tuple[float, ...]) -> tuple[float, ...]:
-    """The mean of every rank's ``values`` in a data-parallel fit (each fitted them on its own
-    held-out rows), so that all ranks predict alike; ``values`` otherwise."""
-    group = _data_parallel_group(estimator)
-    if group is None:
-        return values
-    import torch.distributed as dist
-
-    parts: list[Any] = [None] * dist.get_world_size(group[0])
-    dist.all_gather_object(parts, tuple(float(v) for v in values), group=group[0])
-    return tuple(float(v) for v in np.mean(parts, axis=0))
-
-
-def _choose_prototype_weight(estimator: Any, candidates: tuple[np.ndarray, ...], true: np.ndarray,
-                             kind: type[Prototypes], sample_weight: np.ndarray | None = None) -> tuple[float, float]:
-    """``prototypes="auto"``: the weight and scale fitted on the held-out rows' ``candidates``
-    (the model's paths as trained so far, their log-probabilities and similarities) and node
-    ids ``true`` (weighted by ``sample_weight``), within the bounds of the prototypes' ``kind``."""
-    from ..calibration._calibration import answer_correct
-    from ..prototypes._prototypes import choose_weight_and_scale
-
-    paths, log_prob, similarity = candidates
-    n, k, depth = paths.shape
-    correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)
-    labelled = true >= 0
-    return choose_weight_and_scale(log_prob[labelled], similarity[labelled], correct[labelled], kind.MAX_WEIGHT,
-                                   kind.DEFAULT_WEIGHT,
-                                   sample_weight=None if sample_weight is None else sample_weight[labelled])
-
-
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
                     plan: Any, sample_weight: np.ndarray | None = None) -> tuple[Any, tuple[float, float] | None]:
     """The answer calibrator of the held-out rows (``ids``: every row's node id; each row
@@ -301,23 +219,13 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     ids = np.asarray(ids)
     true = ids[plan.held_rows]
     held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
-    fit_weight = None if sample_weight is None else sample_weight[plan.fit_rows]
     view = held_out_view(X, plan.fit_rows, plan.held_rows)
-    prototypes, candidates = None, None
     with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
-        if _wants_prototypes(estimator, X):
-            # The prototypes of the rows the model trained on so far, so that a held-out row
-            # never meets its own contribution.
-            prototypes = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows],
-                                        _fixed_weight(estimator, X), sample_weight=fit_weight)
-            fitting, reranking = isinstance(estimator.prototypes, str), estimator.decoding == "best"
-            if fitting or reranking:  # decoded once: for the weight and for the answers
-                candidates = decoder_of(estimator, net, targets, config, prototypes, rows=_checked).candidates(view)
-            if fitting:
-                fitted = _choose_prototype_weight(estimator, candidates, true, type(prototypes), held_weight)
-                prototypes.weight, prototypes.scale = _agreed(estimator, fitted)
-            if not reranking:
-                candidates = None
+        # The prototypes of the rows the model trained on so far (their weight and scale chosen
+        # on the held-out rows), and those rows' candidates decoded with them.
+        prototypes, candidates = held_out_prototypes(
+            estimator, targets, X, ids, plan,
+            lambda p: decoder_of(estimator, net, targets, config, p, rows=_checked).candidates(view), sample_weight)
         decoder = decoder_of(estimator, net, targets, config, prototypes, rows=_checked)
         if decoder.weight is None:
             candidates = None  # no re-ranking: the model's own answers
@@ -350,13 +258,9 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     dataset = data.dataset(targets, config.capabilities.accepts_sparse)
     net = estimator.net_
     X = _rows_of(data)
-    prototypes = getattr(estimator, "prototypes_", None)
-    if prototypes is not None and _wants_prototypes(estimator, X):
-        # Into a new object (add builds new arrays), which replaces the old one only once training
-        # succeeded: a failed call leaves the fitted prototypes as they were.
-        prototypes = copy.copy(prototypes)
-        prototypes.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False,
-                                      sample_weight=_row_weights(data)))
+    # A copy with the call's rows added, set only once training succeeded.
+    prototypes = added_prototypes(estimator, targets, getattr(estimator, "prototypes_", None), X,
+                                  dataset, _row_weights(data))
     # The net trains in place: a failed call (an error, a callback's, Ctrl-C) puts it back as it
     # was, up to the last line (keep_fitted_state_on_error puts back the attributes set here).
     with keep_net_on_error(net):

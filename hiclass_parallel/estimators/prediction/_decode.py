@@ -31,7 +31,17 @@ import torch
 
 from ..prototypes._prototypes import last_nodes, rerank_order
 
-__all__ = ["Decoded", "Decoder", "Route", "decode", "decoder_of"]
+__all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of"]
+
+
+def check_semantics(semantics: str, stop: bool) -> None:
+    """Terminal ``semantics`` need a model trained with stop scores (``stop``): the one check,
+    and its message, for every estimator that predicts (the multi-label one too)."""
+    if semantics == "terminal" and not stop:
+        raise ValueError(
+            "semantics='terminal' needs a model trained with stop scores; this one was fitted with stop=False. "
+            "Refit with stop=True, or predict with semantics='partial'"
+        )
 
 
 @dataclass(frozen=True)
@@ -122,12 +132,8 @@ class Decoder:
         return self.tree.n_classes if self.semantics == "terminal" else int(self.tree.is_leaf.sum())
 
     def check_semantics(self) -> None:
-        """Terminal semantics need a model trained with stop scores."""
-        if self.semantics == "terminal" and not self.stop:
-            raise ValueError(
-                "semantics='terminal' needs a model trained with stop scores; this one was fitted with stop=False. "
-                "Refit with stop=True, or predict with semantics='partial'"
-            )
+        """Terminal semantics need a model trained with stop scores (:func:`check_semantics`)."""
+        check_semantics(self.semantics, self.stop)
 
     def per_batch(self, X: Any, fn: Callable[[torch.Tensor], Any], hidden: bool = False) -> tuple[np.ndarray, ...]:
         """``fn`` of each mini-batch's scores (or hidden representation), concatenated on the host

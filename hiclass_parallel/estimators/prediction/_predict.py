@@ -25,7 +25,7 @@ from ...tree import PAD
 from ..fitting._guards import check_decidable
 from ..fitting._validation import check_prediction_params
 from ..prototypes._prototypes import last_nodes
-from ._decode import Decoder, decode, decoder_of
+from ._decode import Decoder, check_semantics, decode, decoder_of
 
 __all__ = ["PredictMixin"]
 
@@ -52,11 +52,7 @@ class PredictMixin:
     def _decode_kwargs(self) -> dict[str, Any]:
         check_is_fitted(self)
         check_prediction_params(self)  # set_params after fit validates nothing
-        if self.semantics == "terminal" and not self.stop_:
-            raise ValueError(
-                "semantics='terminal' needs a model trained with stop scores; this one was fitted with stop=False. "
-                "Refit with stop=True, or predict with semantics='partial'"
-            )
+        check_semantics(self.semantics, self.stop_)
         return {"partition": self.partition_, "stop": self.stop_, "semantics": self.semantics}
 
     def _n_candidates(self) -> int:
