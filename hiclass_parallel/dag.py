@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from .exceptions import TreeError, UnknownLabelError, describe_some
-from .tree import PAD, Tree, check_edge_child
+from .tree import PAD, Tree
 from .tree._arrays import readonly
-from .tree._labels import check_label
+from .tree._labels import check_label, edge_pair
 
 __all__ = ["Dag", "UnrolledDag", "unroll_dag"]
 
@@ -133,11 +133,7 @@ class Dag:
             return order[label]
 
         for edge in edges:
-            try:
-                child, parent = edge
-            except (TypeError, ValueError):
-                raise TreeError(f"an edge must be a (child, parent) pair, got {edge!r}") from None
-            check_edge_child(edge, child)
+            child, parent = edge_pair(edge)
             c = node(child)
             parent_lists[c].append(PAD if parent is None else node(parent))
         if not order:

@@ -23,7 +23,6 @@ Where each part lives:
 """
 
 from ._arrays import PAD, PARTITIONS
-from ._labels import check_edge_child
 from ._tree import Tree
 
-__all__ = ["PAD", "PARTITIONS", "Tree", "check_edge_child"]
+__all__ = ["PAD", "PARTITIONS", "Tree"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..exceptions import TreeError, describe_some
 from ._arrays import PAD
-from ._labels import check_edge_child, check_label, hashable
+from ._labels import check_label, edge_pair, hashable
 
 __all__ = ["TreeParts", "parts_from_dict", "parts_from_edges", "parts_from_networkx", "parts_from_paths"]
 
@@ -30,11 +30,7 @@ def parts_from_edges(edges: Iterable[tuple[Hashable, Hashable | None]]) -> TreeP
     parent_of: dict = {}
     order: dict = {}
     for edge in edges:
-        try:
-            child, parent = edge
-        except (TypeError, ValueError):
-            raise TreeError(f"an edge must be a (child, parent) pair, got {edge!r}") from None
-        check_edge_child(edge, child)
+        child, parent = edge_pair(edge)
         check_label(child)
         check_label(parent)
         order.setdefault(child, len(order))

@@ -21,7 +21,7 @@ from ._arrays import readonly
 if TYPE_CHECKING:
     from ._tree import Tree
 
-__all__ = ["NONE_IS_PAD", "as_label_array", "check_edge_child", "check_label", "hashable",
+__all__ = ["NONE_IS_PAD", "as_label_array", "check_label", "edge_pair", "hashable",
            "ids_of_labels", "ids_of_names", "labels_of_ids", "path_of_names"]
 
 #: Why ``None`` cannot name a class: targets use it for "no label at this level".
@@ -43,14 +43,19 @@ def check_label(value: Any) -> None:
         ) from None
 
 
-def check_edge_child(edge: Any, child: Any) -> None:
-    """A :class:`TreeError` naming an edge whose child is ``None`` (the padding of ``y``).
+def edge_pair(edge: Any) -> tuple[Any, Any]:
+    """``(child, parent)`` of one edge, or a :class:`TreeError` naming the edge.
 
-    A ``None`` parent marks a top-level class and is fine; a ``None`` child would be a class
-    that ``y`` could never name apart from a missing level.
+    The edge must be a pair. A ``None`` parent marks a top-level class and is fine; a ``None``
+    child would be a class that ``y`` could never name apart from a missing level.
     """
+    try:
+        child, parent = edge
+    except (TypeError, ValueError):
+        raise TreeError(f"an edge must be a (child, parent) pair, got {edge!r}") from None
     if child is None:
         raise TreeError(f"edge {tuple(edge)!r}: {NONE_IS_PAD}")
+    return child, parent
 
 
 def as_label_array(labels: Sequence[Hashable]) -> np.ndarray:
