@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._hierarchical import _path_counts
 from ._paths import InputType, check_paths
 from ._scorers import make_hierarchical_scorer
 
@@ -99,10 +100,7 @@ def _covered(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
 
 def _distance_to_subtree(pred: np.ndarray, true: np.ndarray, n_levels: int) -> np.ndarray:
     """Edges from the true node to the answer's subtree, over ``2 * n_levels``: 0 when covered."""
-    n_pred = (pred >= 0).sum(axis=1)
-    n_true = (true >= 0).sum(axis=1)
-    # Ancestral paths: equal at a column means equal at every column before it.
-    n_common = ((pred == true) & (pred >= 0)).sum(axis=1)
+    n_true, n_pred, n_common = _path_counts(true, pred)
     distance = np.where(n_common == n_pred, 0, n_pred + n_true - 2 * n_common)
     return distance.astype(np.float64) / (2.0 * max(int(n_levels), 1))
 
