@@ -107,6 +107,21 @@ typedef struct {
     Buf sw, tw;
     int has_w;
     double RW, LRW;
+    /* Sampled softmax of wide groups (ps_sampling, read by the next ps_prepare): a used group
+     * wider than samp_above columns is scored on one candidate set shared by the batch, in the
+     * group's own column order: the group's columns that are targets of the batch's rows in it
+     * (in-batch positives) and uniformly drawn others, up to samp_size candidates in all. A drawn
+     * column's logit gets + log(1 / Q), Q the chance that it was drawn (the sampled-softmax
+     * correction; the positives are always in, + 0). set_off (parallel to set_col) and pair_off
+     * (to the pairs) hold the corrections, set_corr (per set) and row_corr (per listed row) 1
+     * where one is not 0 (only those rows read them, so a sample that covers the whole group is
+     * the exact softmax, operation for operation). n_samp sampled groups of the last step: samp_group
+     * their ids, samp_ptr (n_samp + 1) their candidates samp_col and corrections samp_off. */
+    int64_t samp_above, samp_size, n_samp;
+    uint64_t rng;
+    int64_t *group_samp;       /* (C + 1) -1, or (during prepare) a sampled group's index */
+    uint64_t *pos_bits, *draw_bits;
+    Buf set_off, set_corr, pair_off, row_corr, samp_group, samp_ptr, samp_col, samp_off, samp_scratch;
 } Work;
 
 void *ps_new(int64_t C, int64_t N, int64_t F) {
@@ -121,15 +136,20 @@ void *ps_new(int64_t C, int64_t N, int64_t F) {
     w->dense_bits = calloc((size_t)(N / 64 + 1), 8);
     w->group_count = calloc((size_t)(C + 1), sizeof(int64_t));  /* groups: at most C + 1 */
     w->group_set = malloc(sizeof(int64_t) * (size_t)(C + 1));
+    w->group_samp = malloc(sizeof(int64_t) * (size_t)(C + 1));
+    w->pos_bits = calloc((size_t)(N / 64 + 1), 8);
+    w->draw_bits = calloc((size_t)(N / 64 + 1), 8);
     if (!w->col_mark || !w->node_mark || !w->feat_mark || !w->col_bits || !w->feat_bits || !w->dense_bits
-        || !w->group_count || !w->group_set) {
+        || !w->group_count || !w->group_set || !w->group_samp || !w->pos_bits || !w->draw_bits) {
         free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
         free(w->dense_bits); free(w->group_count); free(w->group_set);
+        free(w->group_samp); free(w->pos_bits); free(w->draw_bits);
         free(w);
         return NULL;
     }
     for (int64_t i = 0; i < N; i++) w->col_mark[i] = -1;
     for (int64_t i = 0; i <= C; i++) w->group_set[i] = -1;
+    for (int64_t i = 0; i <= C; i++) w->group_samp[i] = -1;
     for (int64_t i = 0; i < C; i++) w->node_mark[i] = -1;
     for (int64_t i = 0; i < F; i++) w->feat_mark[i] = -1;
     return w;
@@ -144,17 +164,43 @@ void ps_free(void *handle) {
                    &w->pair_entry, &w->s_mark, &w->dense_u, &w->e_at,
                    &w->sparse_u, &w->sparse_w, &w->sbuf, &w->gbuf, &w->set_ptr, &w->set_col, &w->set_k,
                    &w->d_ptr, &w->d_set, &w->d_tpos, &w->d_level, &w->d_cost, &w->d_tmp, &w->used_groups, &w->gscratch,
-                   &w->v_mark, &w->slot_v, &w->xv, &w->tgrad, &w->dense_rows, &w->sw, &w->tw};
+                   &w->v_mark, &w->slot_v, &w->xv, &w->tgrad, &w->dense_rows, &w->sw, &w->tw,
+                   &w->set_off, &w->set_corr, &w->pair_off, &w->row_corr, &w->samp_group, &w->samp_ptr,
+                   &w->samp_col, &w->samp_off, &w->samp_scratch};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
     free(w->col_mark); free(w->node_mark); free(w->feat_mark); free(w->col_bits); free(w->feat_bits);
     free(w->dense_bits); free(w->group_count); free(w->group_set);
+    free(w->group_samp); free(w->pos_bits); free(w->draw_bits);
     free(w);
+}
+
+/* ps_sampling: the next ps_prepare's sampled softmax (see Work): groups wider than `above`
+ * columns (0: none, every softmax exact) train on `size` candidates (at least their in-batch
+ * positives), drawn with a generator seeded by `seed`. */
+void ps_sampling(void *handle, int64_t above, int64_t size, int64_t seed) {
+    Work *w = handle;
+    w->samp_above = above > 0 ? above : 0;
+    w->samp_size = size > 0 ? size : 0;
+    w->rng = (uint64_t)seed;
+}
+
+/* splitmix64: the sampler's generator (the state advances by a constant; the output mixed) */
+static inline uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A uniform integer in [0, n) (n >= 1; the multiply-shift map, bias below 2^-40 for n < 2^24) */
+static inline int64_t random_below(uint64_t *state, int64_t n) {
+    return (int64_t)(((unsigned __int128)next_random(state) * (uint64_t)n) >> 64);
 }
 
 #define I64(buf) ((int64_t *)(buf).p)
 
 /* Append a softmax row: its candidates become pairs (sample, column). */
-static int add_pairs(Work *w, int64_t sample, const int64_t *cols, int64_t n, int64_t target_pos) {
+static int add_pairs(Work *w, int64_t sample, const int64_t *cols, int64_t n, int64_t target_pos, const float *off) {
     int64_t P = w->P;
     if (reserve(&w->pair_sample, 8 * (size_t)(P + n)) || reserve(&w->pair_u, 8 * (size_t)(P + n))) return -1;
     int64_t *ps = I64(w->pair_sample), *pu = I64(w->pair_u);
@@ -168,14 +214,28 @@ static int add_pairs(Work *w, int64_t sample, const int64_t *cols, int64_t n, in
     if (reserve(&w->row_start, 8 * (size_t)(r + 2)) || reserve(&w->row_target, 8 * (size_t)(r + 1))) return -1;
     I64(w->row_start)[r] = P;
     I64(w->row_target)[r] = P + target_pos;
+    if (w->samp_above) { /* the row's sampled-softmax corrections (0: none) */
+        if (reserve(&w->pair_off, 4 * (size_t)(P + n)) || reserve(&w->row_corr, 8 * (size_t)(r + 1))) return -1;
+        float *po = (float *)w->pair_off.p + P;
+        int64_t corr = 0;
+        for (int64_t i = 0; i < n; i++) { po[i] = off ? off[i] : 0.0f; corr |= po[i] != 0.0f; }
+        I64(w->row_corr)[r] = corr;
+    }
     w->P = P + n;
     return 0;
 }
 
 /* A new dense set over n columns (marked distinct and dense); returns its id, -1 out of memory. */
-static int64_t add_set(Work *w, const int64_t *cols, int64_t n) {
+static int64_t add_set(Work *w, const int64_t *cols, int64_t n, const float *off) {
     const int64_t q = w->NS, at = q ? I64(w->set_ptr)[q] : 0;
     if (reserve(&w->set_ptr, 8 * (size_t)(q + 2)) || reserve(&w->set_col, 8 * (size_t)(at + n + 1))) return -1;
+    if (w->samp_above) { /* the set's sampled-softmax corrections (0: none) */
+        if (reserve(&w->set_off, 4 * (size_t)(at + n + 1)) || reserve(&w->set_corr, 8 * (size_t)(q + 1))) return -1;
+        float *so = (float *)w->set_off.p + at;
+        int64_t corr = 0;
+        for (int64_t i = 0; i < n; i++) { so[i] = off ? off[i] : 0.0f; corr |= so[i] != 0.0f; }
+        I64(w->set_corr)[q] = corr;
+    }
     int64_t *sp = I64(w->set_ptr), *sc = I64(w->set_col);
     sp[0] = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -214,6 +274,66 @@ static int64_t drain_bits(uint64_t *bits, int64_t n_bits, int64_t *out) {
     return k;
 }
 
+/* The candidate set of sampled group g (n columns, its positives' bits set in pos_bits): the
+ * positives and samp_size - k of the n - k others drawn uniformly without replacement (a
+ * partial Fisher-Yates shuffle), in the group's column order; each drawn column's correction
+ * log((n - k) / m) (0 when all are drawn: the exact softmax). Marks each positive's candidate
+ * position in col_mark and clears its bit. Returns the group's sampled index, -1 out of memory. */
+static int64_t sample_group(Work *w, int64_t g, const int64_t *group_ptr, const int64_t *group_cols) {
+    const int64_t lo = group_ptr[g], n = group_ptr[g + 1] - lo, j = w->n_samp;
+    const int64_t at = j ? I64(w->samp_ptr)[j] : 0;
+    if (reserve(&w->samp_scratch, 8 * (size_t)(n + 1)) || reserve(&w->samp_group, 8 * (size_t)(j + 1))
+        || reserve(&w->samp_ptr, 8 * (size_t)(j + 2)))
+        return -1;
+    int64_t *others = I64(w->samp_scratch), k = 0, n_other = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = group_cols[lo + i];
+        if ((w->pos_bits[c >> 6] >> (c & 63)) & 1) k++;
+        else others[n_other++] = c;
+    }
+    int64_t m = w->samp_size - k;
+    m = m < 0 ? 0 : (m > n_other ? n_other : m);
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t r = i + random_below(&w->rng, n_other - i), c = others[r];
+        others[r] = others[i]; others[i] = c;
+        w->draw_bits[c >> 6] |= 1ull << (c & 63);
+    }
+    const float corr = m < n_other ? (float)log((double)n_other / (double)m) : 0.0f;
+    if (reserve(&w->samp_col, 8 * (size_t)(at + k + m + 1)) || reserve(&w->samp_off, 4 * (size_t)(at + k + m + 1)))
+        return -1;
+    int64_t *sc = I64(w->samp_col) + at, got = 0;
+    float *so = (float *)w->samp_off.p + at;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = group_cols[lo + i];
+        const uint64_t bit = 1ull << (c & 63);
+        if (w->pos_bits[c >> 6] & bit) {
+            w->pos_bits[c >> 6] &= ~bit;
+            w->col_mark[c] = got;
+            sc[got] = c; so[got++] = 0.0f;
+        } else if (w->draw_bits[c >> 6] & bit) {
+            w->draw_bits[c >> 6] &= ~bit;
+            sc[got] = c; so[got++] = corr;
+        }
+    }
+    I64(w->samp_group)[j] = g;
+    I64(w->samp_ptr)[0] = 0;
+    I64(w->samp_ptr)[j + 1] = at + got;
+    w->n_samp = j + 1;
+    return j;
+}
+
+/* Sample b's softmax row over group g whose target is column `col` (position `pos` in the
+ * group): a dense row of the group's set, or the group's (or its sample's) columns as pairs. */
+static int path_row(Work *w, int64_t b, int64_t g, int64_t col, int64_t pos, const int64_t *group_ptr,
+                    const int64_t *group_cols) {
+    const int64_t j = w->group_samp[g];
+    if (j >= 0) pos = w->col_mark[col]; /* the target's position among the sampled candidates */
+    if (w->group_set[g] >= 0) return add_dense_row(w, b, w->group_set[g], pos, 0);
+    if (j < 0) return add_pairs(w, b, group_cols + group_ptr[g], group_ptr[g + 1] - group_ptr[g], pos, NULL);
+    const int64_t a = I64(w->samp_ptr)[j];
+    return add_pairs(w, b, I64(w->samp_col) + a, I64(w->samp_ptr)[j + 1] - a, pos, (const float *)w->samp_off.p + a);
+}
+
 /* ps_prepare: the structure of one step from the batch's targets and input columns.
  *   target (B) node ids, -1 unlabelled; weight (B) the samples' weights (finite, >= 0; NULL:
  *   all 1; a zero-weight sample is read as unlabelled); xptr (B + 1), xidx (nnz) the batch's
@@ -233,7 +353,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
     Work *w = handle;
     const int64_t C = w->C;
     w->B = B; w->R = 0; w->LR = 0; w->SR = 0; w->RS = 0; w->P = 0; w->NS = 0; w->DR = 0; w->DP = 0;
-    w->RW = 0.0; w->LRW = 0.0; w->has_w = weight != NULL;
+    w->RW = 0.0; w->LRW = 0.0; w->has_w = weight != NULL; w->n_samp = 0;
     for (int64_t b = 0; b < B; b++)
         if (target[b] < -1 || target[b] >= C) return -2;
     if (weight) { /* the weights kept for ps_backward; zero-weight samples unlabelled */
@@ -259,6 +379,10 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
             else if (stop_rows && child_group[t] >= 0) g = child_group[t];
             else break;
             if (w->group_count[g]++ == 0) used[n_used++] = g;
+            if (w->samp_above && group_ptr[g + 1] - group_ptr[g] > w->samp_above) { /* an in-batch positive */
+                const int64_t c = d < L && path[d] >= 0 ? path[d] : C + g - 1;
+                w->pos_bits[c >> 6] |= 1ull << (c & 63);
+            }
             if (d == L || path[d] < 0) break; /* the stop row's group, once */
         }
     }
@@ -266,8 +390,17 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
         const int64_t *used = I64(w->used_groups);
         for (int64_t i = 0; i < n_used; i++) {
             const int64_t g = used[i];
+            if (w->samp_above && group_ptr[g + 1] - group_ptr[g] > w->samp_above) {
+                const int64_t j = sample_group(w, g, group_ptr, group_cols);
+                if (j < 0) return -1;
+                w->group_samp[g] = j;
+            }
             if (w->group_count[g] >= dense_min) {
-                const int64_t q = add_set(w, group_cols + group_ptr[g], group_ptr[g + 1] - group_ptr[g]);
+                const int64_t j = w->group_samp[g];
+                const int64_t q = j < 0 ? add_set(w, group_cols + group_ptr[g], group_ptr[g + 1] - group_ptr[g], NULL)
+                                        : add_set(w, I64(w->samp_col) + I64(w->samp_ptr)[j],
+                                                  I64(w->samp_ptr)[j + 1] - I64(w->samp_ptr)[j],
+                                                  (const float *)w->samp_off.p + I64(w->samp_ptr)[j]);
                 if (q < 0) return -1;
                 w->group_set[g] = q;
             }
@@ -281,18 +414,13 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
         const int64_t *path = paths + t * L;
         for (int64_t d = 0; d < L && path[d] >= 0; d++) {
             int64_t node = path[d], g = group_of[node];
-            int64_t lo = group_ptr[g], n = group_ptr[g + 1] - lo;
-            int rc = w->group_set[g] >= 0 ? add_dense_row(w, b, w->group_set[g], col_pos[node], 0)
-                                          : add_pairs(w, b, group_cols + lo, n, col_pos[node]);
-            if (rc) return -1;
+            if (path_row(w, b, g, node, col_pos[node], group_ptr, group_cols)) return -1;
             w->R++;
             w->RW += weight ? (double)weight[b] : 1.0;
         }
         if (stop_rows && child_group[t] >= 0) {
-            int64_t g = child_group[t], lo = group_ptr[g], n = group_ptr[g + 1] - lo;
-            int rc = w->group_set[g] >= 0 ? add_dense_row(w, b, w->group_set[g], col_pos[C + g - 1], 0)
-                                          : add_pairs(w, b, group_cols + lo, n, col_pos[C + g - 1]);
-            if (rc) return -1;
+            int64_t g = child_group[t];
+            if (path_row(w, b, g, C + g - 1, col_pos[C + g - 1], group_ptr, group_cols)) return -1;
             w->R++;
             w->RW += weight ? (double)weight[b] : 1.0;
         }
@@ -300,7 +428,9 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
     w->RS = w->SR;
     {
         const int64_t *used = I64(w->used_groups);
-        for (int64_t i = 0; i < n_used; i++) w->group_set[used[i]] = -1;
+        for (int64_t i = 0; i < n_used; i++) { w->group_set[used[i]] = -1; w->group_samp[used[i]] = -1; }
+        const int64_t n_cand = w->n_samp ? I64(w->samp_ptr)[w->n_samp] : 0, *sc = I64(w->samp_col);
+        for (int64_t i = 0; i < n_cand; i++) w->col_mark[sc[i]] = -1;
     }
     /* level rows: the distinct ancestors of each depth, in order of first appearance */
     if (level) {
@@ -323,7 +453,7 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
                 }
             }
             lset[d] = -1;
-            if (reach >= dense_min && (lset[d] = add_set(w, nodes + lptr[d], n - lptr[d])) < 0) return -1;
+            if (reach >= dense_min && (lset[d] = add_set(w, nodes + lptr[d], n - lptr[d], NULL)) < 0) return -1;
         }
         lptr[L] = n;
         for (int64_t b = 0; b < B; b++) {
@@ -332,7 +462,8 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
             const int64_t *path = paths + t * L;
             for (int64_t d = 0; d < L && path[d] >= 0; d++) {
                 int rc = lset[d] >= 0 ? add_dense_row(w, b, lset[d], w->node_mark[path[d]], 1)
-                                      : add_pairs(w, b, nodes + lptr[d], lptr[d + 1] - lptr[d], w->node_mark[path[d]]);
+                                      : add_pairs(w, b, nodes + lptr[d], lptr[d + 1] - lptr[d], w->node_mark[path[d]],
+                                                  NULL);
                 if (rc) return -1;
                 w->LR++;
                 w->LRW += weight ? (double)weight[b] : 1.0;
@@ -476,6 +607,25 @@ int64_t ps_prepare(void *handle, int64_t B, const int64_t *target, const float *
     w->NF = NF;
     sizes[0] = U; sizes[1] = NF; sizes[2] = P + w->DP; sizes[3] = w->R; sizes[4] = w->LR; sizes[5] = nnz; sizes[6] = w->D;
     return 0;
+}
+
+/* ps_sampled: what the last ps_prepare sampled. sizes (out, 2): the sampled groups and their
+ * candidates in all; with groups not NULL, also groups (n_groups) their ids, ptr (n_groups + 1)
+ * each one's candidates cols and their corrections off (added to the logits; 0 for the batch's
+ * own targets). For tests and diagnostics. */
+void ps_sampled(void *handle, int64_t *sizes, int64_t *groups, int64_t *ptr, int64_t *cols, float *off) {
+    const Work *w = handle;
+    const int64_t n = w->n_samp, total = n ? I64(w->samp_ptr)[n] : 0;
+    sizes[0] = n; sizes[1] = total;
+    if (!groups) return;
+    if (n) {
+        memcpy(groups, w->samp_group.p, 8 * (size_t)n);
+        memcpy(ptr, w->samp_ptr.p, 8 * (size_t)(n + 1));
+        memcpy(cols, w->samp_col.p, 8 * (size_t)total);
+        memcpy(off, w->samp_off.p, 4 * (size_t)total);
+    } else {
+        ptr[0] = 0;
+    }
 }
 
 /* ---------------------------------------------------------------- threads */
@@ -805,7 +955,8 @@ CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     Step *m = (Step *)s;
     const Work *w = s->w;
     const int64_t *start = w->row_start.p, *tgt = w->row_target.p, *pe = w->pair_entry.p, *eat = w->e_at.p;
-    const int64_t *psample = w->pair_sample.p;
+    const int64_t *psample = w->pair_sample.p, *corr = w->n_samp ? w->row_corr.p : NULL;
+    const float *poff = w->pair_off.p;
     double path = 0.0, level = 0.0;
     int bad = 0;
     for (int64_t r = lo; r < hi; r++) {
@@ -814,6 +965,8 @@ CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
         int odd = 0;
         for (int64_t i = 0; i < z - a; i++) { x[i] = s->sbuf[eat[pe[a + i]]]; odd |= is_nonfinite(x[i]); }
         if (odd) { bad = 1; continue; }
+        if (corr && corr[r]) /* a sampled row: the drawn columns' corrections (the target's is 0) */
+            for (int64_t i = 0; i < z - a; i++) x[i] += poff[a + i];
         float top = x[0];
         for (int64_t i = 1; i < z - a; i++) top = x[i] > top ? x[i] : top;
         float total = 0.0f;
@@ -832,6 +985,27 @@ CLONES static void loss_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     m->nonfinite[tid] = bad;
 }
 
+/* One dense row over a sampled set (positions k in the sample's block row S, corrections off):
+ * d loss / d score, times `scale`, added into G; returns lse - the target's logit (unweighted),
+ * or 0 with *bad set when a score is not finite (the step's loss is then NaN). */
+INLINE double sampled_row(const float *restrict S, float *restrict G, const int64_t *restrict k,
+                          const float *restrict off, int64_t n, int64_t tpos, float scale, int *bad) {
+    int odd = 0;
+    float top = S[k[0]] + off[0];
+    for (int64_t i = 0; i < n; i++) {
+        const float v = S[k[i]];
+        odd |= is_nonfinite(v);
+        top = v + off[i] > top ? v + off[i] : top;
+    }
+    if (odd) { *bad = 1; return 0.0; }
+    float total = 0.0f;
+    for (int64_t i = 0; i < n; i++) total += expf(S[k[i]] + off[i] - top);
+    const float lse = logf(total) + top;
+    for (int64_t i = 0; i < n; i++) G[k[i]] += scale * expf(S[k[i]] + off[i] - lse);
+    G[k[tpos]] -= scale;
+    return (double)lse - (double)(S[k[tpos]] + off[tpos]);
+}
+
 /* The dense rows of samples [lo, hi): their loss, and d loss / d score added into the dense
  * block's gradient G (after gsum_task: a sample's rows are all in one thread, and two of its
  * rows may share a column: a path row's group and a level row's ancestors). */
@@ -839,7 +1013,7 @@ CLONES static void dense_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     Step *m = (Step *)s;
     const Work *w = s->w;
     const int64_t D = w->D, *dptr = w->d_ptr.p, *dset = w->d_set.p, *dtpos = w->d_tpos.p, *dlev = w->d_level.p;
-    const int64_t *sp = w->set_ptr.p, *sk = w->set_k.p;
+    const int64_t *sp = w->set_ptr.p, *sk = w->set_k.p, *corr = w->n_samp ? w->set_corr.p : NULL;
     double path = 0.0, level = 0.0;
     int bad = 0;
     for (int64_t b = lo; b < hi; b++) {
@@ -848,6 +1022,13 @@ CLONES static void dense_task(const Step *s, int tid, int64_t lo, int64_t hi) {
         const float weight = s->sw ? s->sw[b] : 1.0f;
         for (int64_t r = dptr[b]; r < dptr[b + 1]; r++) {
             const int64_t *restrict k = sk + sp[dset[r]], n = sp[dset[r] + 1] - sp[dset[r]];
+            if (corr && corr[dset[r]]) { /* a sampled group's set: the drawn columns' corrections */
+                const float *restrict off = (const float *)w->set_off.p + sp[dset[r]];
+                const double row_loss = (double)weight * sampled_row(S, G, k, off, n, dtpos[r],
+                                                                     (dlev[r] ? s->level_scale : s->path_scale) * weight, &bad);
+                if (dlev[r]) level += row_loss; else path += row_loss;
+                continue;
+            }
             int odd = 0;
             float top = S[k[0]];
             for (int64_t i = 0; i < n; i++) { const float v = S[k[i]]; odd |= is_nonfinite(v); top = v > top ? v : top; }
