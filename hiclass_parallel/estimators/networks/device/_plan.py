@@ -1,0 +1,334 @@
+"""A training step's plan: the batch as fixed-shape, padded index tensors, built on the host.
+
+The torch route of :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` plans every step on
+the device it trains on: the rows of each labelled path (:func:`~hiclass_parallel.ops.sibling_paths.path_rows`),
+their candidate columns (:func:`~hiclass_parallel.ops.sibling_paths.expand_rows`), the distinct
+columns scored, the label checks. Their sizes depend on the data, so on a GPU each of them asks
+the host for a size: a synchronisation. :class:`StepPlanner` does the same planning with NumPy on
+the host (where the batch already is, so the label checks cost no round trip) and pads every
+array to a size that depends only on the batch size, the tree's depth and a few power-of-two
+buckets (the widest group of the batch, its distinct groups, columns, features and input
+entries); the whole plan is one ``int32`` buffer, so it goes to the device in one copy.
+
+The plan holds two blocks of *softmax rows* of the same form: the sibling rows (one per
+``(sample, depth)`` of each labelled path, plus a stop row under terminal semantics) and, with
+the in-batch level term, the level rows (one per ``(sample, depth)``, whose candidates are the
+batch's distinct ancestors at that depth). A row names its sample, a slot of its block's table
+(the candidate columns of a group, or of a depth), its target's position among them and its
+weight, the normalisation of the mean already in it: the step's loss is then the plain sum of
+``weight * (logsumexp(candidates) - score(target))`` over the rows. Candidates are positions in
+the plan's distinct columns ``out_rows``, which are also the output rows the step updates;
+``in_rows`` are the input rows (features) it updates.
+
+A planner is a plain callable, ``planner(X, y, sample_weight) -> StepPlan``, so a data-loader
+worker can run it while the previous step trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ....ops.sibling_paths import SiblingPlan
+from ....tree import PAD
+
+__all__ = ["StepPlan", "StepPlanner", "bucket"]
+
+#: The integer arrays of a plan, and the float ones (stored bit for bit in the same buffer).
+_INT_FIELDS = ("row_ptr", "entry_pos", "in_rows", "out_rows",
+               "sib_sample", "sib_slot", "sib_target", "sib_table",
+               "lvl_sample", "lvl_slot", "lvl_target", "lvl_table")
+_FLOAT_FIELDS = ("entry_value", "sib_weight", "lvl_weight", "n_samples")
+_ALIGN = 4  # int32 elements: every array starts on a 16-byte boundary
+
+
+def bucket(n: int, floor: int = 16) -> int:
+    """The padded size of ``n``: the next power of two at least ``max(n, floor)``.
+
+    Examples
+    --------
+    >>> from hiclass_parallel.estimators.networks.device import _plan
+    >>> _plan.bucket(3), _plan.bucket(17), _plan.bucket(64)
+    (16, 32, 64)
+    """
+    n = max(int(n), int(floor), 1)
+    return 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True, eq=False)
+class StepPlan:
+    """One step's padded index tensors, all views of one ``int32`` buffer.
+
+    Attributes
+    ----------
+    buffer : torch.Tensor of int32
+        Every array, back to back (floats stored bit for bit).
+    fields : dict
+        ``name -> (offset, shape, is_float)`` of each array in ``buffer``.
+    n_samples : int
+        Rows of the batch (before padding to ``batch_rows``).
+    key : tuple of int
+        The shapes of the plan: two plans with the same key have arrays of the same shapes (a
+        CUDA graph captured for one replays for the other).
+
+    Notes
+    -----
+    The arrays (``plan["name"]``):
+
+    - ``row_ptr (batch_rows + 1,)``: each sample's input entries ``[row_ptr[b], row_ptr[b + 1])``;
+      ``entry_pos (Z,)`` the position of each entry's feature in ``in_rows``, ``entry_value (Z,)``
+      its value; ``in_rows (UF,)`` the distinct features (``-1`` pads);
+    - ``out_rows (U,)``: the distinct output columns the rows score (``-1`` pads);
+    - per block ``sib`` and ``lvl``: ``*_sample (R,)``, ``*_slot (R,)``, ``*_target (R,)`` (the
+      target's position in the slot's candidates), ``*_weight (R,)`` (0 for a padding row) and
+      ``*_table (T, K)`` (candidates as positions in ``out_rows``, ``-1`` pads);
+    - ``n_samples (1,)``: the batch's real rows, as a float (the loss accumulator weighs each step's
+      loss by it, as skorch averages batch losses).
+    """
+
+    buffer: torch.Tensor
+    fields: dict
+    n_samples: int
+    key: tuple
+    _views: dict = field(default_factory=dict, repr=False)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        view = self._views.get(name)
+        if view is None:
+            offset, shape, is_float = self.fields[name]
+            size = int(np.prod(shape))
+            view = self.buffer[offset:offset + size].view(shape)
+            if is_float:
+                view = view.view(torch.float32)
+            self._views[name] = view
+        return view
+
+    def to(self, device: Any, non_blocking: bool = True) -> StepPlan:
+        """The plan on ``device``, in one copy (from pinned memory for CUDA, so it does not wait)."""
+        device = torch.device(device)
+        if self.buffer.device == device:
+            return self
+        buffer = self.buffer
+        if device.type == "cuda" and buffer.device.type == "cpu" and not buffer.is_pinned():
+            buffer = buffer.pin_memory()
+        return StepPlan(buffer.to(device, non_blocking=non_blocking), self.fields, self.n_samples, self.key)
+
+
+def _pad(values: np.ndarray, size: int, fill: int | float) -> np.ndarray:
+    out = np.full(size, fill, dtype=values.dtype)
+    out[:values.size] = values
+    return out
+
+
+def _table(members: list[np.ndarray] | np.ndarray, n_slots: int, width: int, out_rows: np.ndarray) -> np.ndarray:
+    """``(n_slots, width)`` positions in ``out_rows`` of each slot's columns, ``-1``-padded."""
+    table = np.full((n_slots, width), PAD, dtype=np.int64)
+    for i, cols in enumerate(members):
+        table[i, :cols.size] = np.searchsorted(out_rows, cols)
+    return table
+
+
+class StepPlanner:
+    """Turns a batch into a :class:`StepPlan`: ``planner(X, y, sample_weight=None)``.
+
+    Parameters
+    ----------
+    plan : SiblingPlan
+        The tree's sibling groups (:func:`~hiclass_parallel.ops.sibling_paths.sibling_plan`).
+    terminal : bool
+        Terminal semantics: an internal target adds its stop row (with stop columns).
+    level_contrast : float, default=0.0
+        Weight of the in-batch level term (0: no level rows).
+    batch_rows : int, default=None
+        Pad every batch to this many rows (the net's batch size: the last, shorter batch then
+        gets the same shapes); ``None``: each batch's own size.
+    floor : int, default=16
+        The smallest bucket of each padded size.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.ops.sibling_paths import sibling_plan
+    >>> from hiclass_parallel.estimators.networks.device import StepPlanner
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> planner = StepPlanner(sibling_plan(tree, stop=False), terminal=False)
+    >>> step = planner(sp.csr_matrix(np.eye(2, 5, dtype=np.float32)), np.array([6, -1]))
+    >>> step["sib_weight"][:4].tolist()  # node 6's path 0 > 3 > 6: three rows, mean over them
+    [0.3333333432674408, 0.3333333432674408, 0.3333333432674408, 0.0]
+    """
+
+    def __init__(self, plan: SiblingPlan, terminal: bool, level_contrast: float = 0.0,
+                 batch_rows: int | None = None, floor: int = 16):
+        if not isinstance(plan, SiblingPlan):
+            raise TypeError(f"plan must be a SiblingPlan (ops.sibling_paths.sibling_plan), got {type(plan).__name__}")
+        level_contrast = float(level_contrast)
+        if not np.isfinite(level_contrast) or level_contrast < 0:
+            raise ValueError(f"level_contrast must be a finite number >= 0, got {level_contrast!r}")
+        if batch_rows is not None and int(batch_rows) <= 0:
+            raise ValueError(f"batch_rows must be a positive int or None, got {batch_rows!r}")
+        self.plan = plan
+        self.terminal = bool(terminal)
+        self.level_contrast = level_contrast
+        self.batch_rows = None if batch_rows is None else int(batch_rows)
+        self.floor = int(floor)
+
+    # ------------------------------------------------------------------ checks
+    def _targets(self, y: Any, n: int, sample_weight: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        y = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+        if y.shape != (n,) or y.dtype.kind not in "iu":
+            raise ValueError(f"y must be integer node ids of shape ({n},), got {y.dtype} {y.shape}")
+        y = y.astype(np.int64)
+        bad = (y < PAD) | (y >= self.plan.n_classes)
+        if bad.any():
+            raise IndexError(f"target ids {sorted(set(y[bad].tolist()))[:5]} are out of range "
+                             f"[0, {self.plan.n_classes}) (-1: unlabelled)")
+        if sample_weight is None:
+            return y, None
+        w = np.asarray(sample_weight.cpu() if isinstance(sample_weight, torch.Tensor) else sample_weight,
+                       dtype=np.float64)
+        if w.shape != (n,):
+            raise ValueError(f"sample_weight has shape {w.shape}; expected one weight per sample ({n},)")
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("sample_weight must hold finite, non-negative weights")
+        return np.where(w > 0, y, PAD), w
+
+    @staticmethod
+    def _csr(X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        if isinstance(X, torch.Tensor):
+            if X.layout != torch.sparse_csr:
+                raise TypeError(f"X must be a torch sparse CSR tensor or a scipy sparse matrix, got layout {X.layout}")
+            return (X.crow_indices().cpu().numpy(), X.col_indices().cpu().numpy(),
+                    X.values().detach().cpu().numpy(), X.shape[0])
+        import scipy.sparse as sp
+
+        if not sp.issparse(X):
+            raise TypeError(f"X must be a torch sparse CSR tensor or a scipy sparse matrix, got {type(X).__name__}")
+        X = sp.csr_matrix(X)
+        return X.indptr, X.indices, X.data, X.shape[0]
+
+    # ------------------------------------------------------------------ planning
+    def __call__(self, X: Any, y: Any, sample_weight: Any = None) -> StepPlan:
+        """The plan of one batch: ``X`` a sparse batch (torch CSR or scipy), ``y`` node ids ``(B,)``
+        (``-1``: unlabelled), ``sample_weight`` ``(B,)`` or ``None``."""
+        sp_plan, floor = self.plan, self.floor
+        indptr, indices, values, n = self._csr(X)
+        nodes, weight = self._targets(y, n, sample_weight)
+        rows = n if self.batch_rows is None else self.batch_rows
+        if n > rows:
+            raise ValueError(f"the batch has {n} rows, more than the planner's batch_rows={rows}")
+        C, L = sp_plan.n_classes, sp_plan.n_levels
+        labelled = nodes >= 0
+        safe = np.where(labelled, nodes, C)
+        path = sp_plan.paths[safe]  # (n, L), -1 beyond each label's depth
+        stop_rows = self.terminal and sp_plan.stop
+        D = L + int(stop_rows)
+        target = np.full((n, D), PAD, dtype=np.int64)
+        group = np.full((n, D), PAD, dtype=np.int64)
+        target[:, :L] = path
+        group[:, :L] = np.where(path >= 0, sp_plan.group_of[np.maximum(path, 0)], PAD)
+        if stop_rows:
+            child = sp_plan.child_group[np.minimum(safe, C - 1)]
+            has = labelled & (child >= 0)
+            group[has, L] = child[has]
+            target[has, L] = C + child[has] - 1
+        valid = group >= 0
+        # the batch's distinct groups, their columns, and the distinct columns of all
+        groups, slot = np.unique(group[valid], return_inverse=True)
+        ptr, cols = sp_plan.group_ptr, sp_plan.group_cols
+        members = [cols[ptr[g]:ptr[g + 1]] for g in groups.tolist()]
+        out_rows = np.unique(np.concatenate(members)) if members else np.zeros(0, dtype=np.int64)
+        width = max((m.size for m in members), default=1)
+        T, K, U = bucket(groups.size, floor), bucket(width, floor), bucket(out_rows.size, floor)
+        sib_table = _table(members, T, K, out_rows)
+        R = rows * D
+        sib_sample = np.zeros(R, dtype=np.int64)
+        sib_slot = np.zeros(R, dtype=np.int64)
+        sib_target = np.zeros(R, dtype=np.int64)
+        sib_weight = np.zeros(R, dtype=np.float64)
+        flat = np.flatnonzero(valid.reshape(-1))
+        sib_sample[flat] = flat // D
+        sib_slot[flat] = slot
+        sib_target[flat] = sp_plan.col_pos[target.reshape(-1)[flat]]
+        if weight is None:
+            sib_weight[flat] = 1.0 / max(flat.size, 1)
+        else:
+            w_rows = weight[flat // D]
+            total = w_rows.sum()
+            sib_weight[flat] = w_rows / (total if total > 0 else 1.0)
+        blocks = {"sib": (sib_sample, sib_slot, sib_target, sib_weight, sib_table)}
+        key = [rows, D, T, K, U]
+        if self.level_contrast > 0:
+            lvl = self._level_rows(path, labelled, weight, rows, out_rows)
+            blocks["lvl"] = lvl
+            key += [lvl[4].shape[1]]
+        else:
+            empty = np.zeros(0, dtype=np.int64)
+            blocks["lvl"] = (empty, empty, empty, np.zeros(0), np.zeros((0, 1), dtype=np.int64))
+            key += [0]
+        # the input: entries in row order, features as positions among the distinct ones
+        nnz = int(indptr[n])
+        in_rows = np.unique(indices[:nnz])
+        Z, UF = bucket(nnz, floor), bucket(in_rows.size, floor)
+        row_ptr = np.concatenate([indptr[:n + 1], np.full(rows - n, nnz)]).astype(np.int64)
+        arrays = {
+            "row_ptr": row_ptr,
+            "entry_pos": _pad(np.searchsorted(in_rows, indices[:nnz]).astype(np.int64), Z, 0),
+            "entry_value": _pad(np.asarray(values[:nnz], dtype=np.float32), Z, 0.0),
+            "in_rows": _pad(in_rows.astype(np.int64), UF, PAD),
+            "out_rows": _pad(out_rows.astype(np.int64), U, PAD),
+            "n_samples": np.array([n], dtype=np.float32),
+        }
+        for name, (sample, slot_, tpos, w, table) in blocks.items():
+            arrays.update({f"{name}_sample": sample, f"{name}_slot": slot_, f"{name}_target": tpos,
+                           f"{name}_weight": w.astype(np.float32), f"{name}_table": table})
+        key += [Z, UF]
+        return _pack(arrays, n, tuple(key))
+
+    def _level_rows(self, path: np.ndarray, labelled: np.ndarray, weight: np.ndarray | None, rows: int,
+                    out_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The in-batch level term's rows: per (sample, depth) of a labelled path, the batch's
+        distinct ancestors at that depth (the slot is the depth), weighted by ``level_contrast``
+        over the term's own (weighted) row count."""
+        L = path.shape[1]
+        anc = path[labelled]
+        candidates = [np.unique(anc[:, d][anc[:, d] >= 0]) for d in range(L)]
+        KL = bucket(max((c.size for c in candidates), default=1), self.floor)
+        table = _table(candidates, L, KL, out_rows)
+        R = rows * L
+        sample = np.zeros(R, dtype=np.int64)
+        slot = np.zeros(R, dtype=np.int64)
+        tpos = np.zeros(R, dtype=np.int64)
+        w = np.zeros(R, dtype=np.float64)
+        valid = (path >= 0) & labelled[:, None]
+        flat = np.flatnonzero(valid.reshape(-1))
+        b, d = flat // L, flat % L
+        sample[flat], slot[flat] = b, d
+        for depth in range(L):
+            here = d == depth
+            tpos[flat[here]] = np.searchsorted(candidates[depth], path[b[here], depth])
+        if weight is None:
+            w[flat] = self.level_contrast / max(flat.size, 1)
+        else:
+            total = weight[b].sum()
+            w[flat] = self.level_contrast * weight[b] / (total if total > 0 else 1.0)
+        return sample, slot, tpos, w, table
+
+
+def _pack(arrays: dict[str, np.ndarray], n: int, key: tuple) -> StepPlan:
+    """All arrays in one ``int32`` buffer (floats bit for bit), each aligned."""
+    fields, offset = {}, 0
+    for name, a in arrays.items():
+        fields[name] = (offset, tuple(a.shape), name in _FLOAT_FIELDS)
+        offset += -(-max(a.size, 1) // _ALIGN) * _ALIGN
+    buffer = np.zeros(offset, dtype=np.int32)
+    for name, a in arrays.items():
+        start = fields[name][0]
+        if name in _FLOAT_FIELDS:
+            buffer[start:start + a.size] = a.astype(np.float32).view(np.int32).reshape(-1)
+        else:
+            buffer[start:start + a.size] = a.reshape(-1)
+    return StepPlan(torch.from_numpy(buffer), fields, n, key)

@@ -1,0 +1,230 @@
+"""The device-resident training step (Triton kernels reading a host plan) against the torch route.
+
+On the CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1``, set here before
+Triton is imported): loss, gradients and the rows LazyAdam updates equal those of the torch route
+(``SparseMLP.encode``/``scorer``, ``PathLocalCrossEntropy``, autograd, ``LazyAdam.step``) on random
+trees with shuffled ids, both semantics, stop rows, sample weights and the in-batch level term;
+the plan equal to the torch route's per-step planning. With CUDA, steps 2..N run under
+``torch.cuda.set_sync_debug_mode("error")``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported: the kernels run on the CPU
+
+from hiclass_parallel.estimators import LazyAdam, SparseMLP
+from hiclass_parallel.estimators.networks._data import csr_tensor
+from hiclass_parallel.estimators.networks.device import StepPlanner
+from hiclass_parallel.losses import PathLocalCrossEntropy
+from hiclass_parallel.ops.groups import n_outputs
+from hiclass_parallel.ops.sibling_paths import expand_rows, path_rows, sibling_plan
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="Triton is not installed (pip install triton, or the 'test' extra)")
+
+
+def _model(random_tree, seed: int, stop: bool, semantics: str, level: float, n: int = 30, H: int = 8,
+           device: str = "cpu"):
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, n)
+    torch.manual_seed(seed)
+    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H).to(device)
+    with torch.no_grad():
+        module.head.bias.weight.normal_()  # zero at the start: give the bias something to check
+    criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level).to(device)
+    module.train()
+    criterion.train()
+    return rng, tree, module, criterion
+
+
+def _optimizer(module: SparseMLP, lr: float = 0.05, weight_decay: float = 0.0) -> LazyAdam:
+    """LazyAdam with the classifier's groups for SparseMLP (per-row second moment, bfloat16 first moments)."""
+    groups = [{"params": [module.input.embedding.weight], "second_moment": "row", "lr_scale": 3.0,
+               "first_moment": "bfloat16"},
+              {"params": [module.head.weight.weight], "first_moment": "bfloat16"},
+              {"params": [module.input.bias, module.head.bias.weight]}]
+    return LazyAdam(groups, lr=lr, weight_decay=weight_decay)
+
+
+def _batch(rng, n_classes: int, B: int, seed: int, weighted: bool):
+    X = sp.random(B, 30, density=0.2, random_state=seed, format="csr", dtype=np.float32)
+    y = rng.integers(-1, n_classes, B)  # -1: unlabelled rows
+    w = None
+    if weighted:
+        w = rng.uniform(0.2, 3.0, B)
+        w[rng.random(B) < 0.2] = 0.0  # zero weights count as dropped
+    return X, y, w
+
+
+def _torch_step(module, criterion, optimizer, X, y, w):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch calls sparse CSR tensors beta
+        Xt = csr_tensor(X)
+    optimizer.zero_grad()
+    weighted = {} if w is None else {"sample_weight": torch.as_tensor(w, dtype=torch.float32)}
+    loss = criterion(module.scorer(module.encode(Xt)), torch.as_tensor(y), **weighted)
+    loss.backward()
+    grads = {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).clone() for k, p in module.named_parameters()}
+    optimizer.step()
+    return float(loss.detach()), grads
+
+
+CASES = [  # (seed, stop, semantics, level contrast, weighted, steps)
+    (0, False, "partial", 0.0, False, 1),
+    (1, True, "terminal", 0.0, False, 2),
+    (2, True, "partial", 0.1, True, 1),
+    (3, True, "terminal", 0.3, True, 2),
+    (4, False, "partial", 0.1, False, 1),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("seed, stop, semantics, level, weighted, steps", CASES)
+def test_loss_gradients_and_updated_rows_equal_the_torch_route(random_tree, seed, stop, semantics, level, weighted,
+                                                               steps):
+    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+
+    rng, tree, module, criterion = _model(random_tree, seed, stop, semantics, level)
+    reference = copy.deepcopy(module)
+    ref_opt, opt = _optimizer(reference), _optimizer(module)
+    step = DeviceStep(module, criterion, opt, batch_rows=8)
+    names = dict(module.named_parameters())
+    for i in range(steps):  # a second step reads the first's moments and bias corrections (a short batch)
+        X, y, w = _batch(rng, tree.n_classes, 6 if i else 8, seed * 10 + i, weighted)
+        loss, grads = _torch_step(reference, criterion, ref_opt, X, y, w)
+        plan = step.planner(X, y, w)
+        work = step.forward_backward(plan)
+        assert float(work["loss"]) == pytest.approx(loss, rel=1e-5, abs=1e-6)
+        out_rows = plan["out_rows"][plan["out_rows"] >= 0]
+        in_rows = plan["in_rows"][plan["in_rows"] >= 0]
+        g_out = torch.zeros_like(grads["head.weight.weight"])
+        g_out[out_rows] = work["g_out"][:out_rows.numel()]
+        torch.testing.assert_close(g_out, grads["head.weight.weight"], rtol=1e-4, atol=1e-6)
+        g_bout = torch.zeros_like(grads["head.bias.weight"][:, 0])
+        g_bout[out_rows] = work["g_bout"][:out_rows.numel()]
+        torch.testing.assert_close(g_bout, grads["head.bias.weight"][:, 0], rtol=1e-4, atol=1e-6)
+        g_in = torch.zeros_like(grads["input.embedding.weight"])
+        g_in[in_rows] = work["g_in"][:in_rows.numel()]
+        torch.testing.assert_close(g_in, grads["input.embedding.weight"], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(work["g_bin"], grads["input.bias"], rtol=1e-4, atol=1e-6)
+        # the sparse gradients touch the same rows as the plan's
+        assert set(out_rows.tolist()) == set(reference.head.weight.weight.grad.coalesce().indices()[0].tolist())
+        step.update(plan, work)
+        for name, p in reference.named_parameters():
+            torch.testing.assert_close(names[name].detach(), p.detach(), rtol=1e-4, atol=2e-5)
+            torch.testing.assert_close(opt.state[names[name]]["exp_avg"].float(),
+                                       ref_opt.state[p]["exp_avg"].float(), rtol=1e-2, atol=1e-6)
+    assert not step.read()[1]
+    assert float(opt.state[names["head.weight.weight"]]["step"]) == steps
+
+
+@needs_triton
+def test_weight_decay_and_the_step_loop_equal_the_torch_route(random_tree):
+    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+
+    rng, tree, module, criterion = _model(random_tree, 7, True, "terminal", 0.1)
+    reference = copy.deepcopy(module)
+    ref_opt, opt = _optimizer(reference, weight_decay=0.01), _optimizer(module, weight_decay=0.01)
+    step = DeviceStep(module, criterion, opt)
+    losses = []
+    for i in range(2):
+        X, y, w = _batch(rng, tree.n_classes, 8, 70 + i, False)
+        losses.append(_torch_step(reference, criterion, ref_opt, X, y, w)[0])
+        step.step(step.planner(X, y, w))
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(dict(module.named_parameters())[name].detach(), p.detach(), rtol=1e-4, atol=2e-5)
+    mean, bad = step.read()
+    assert mean == pytest.approx(np.mean(losses), rel=1e-5) and not bad
+
+
+@needs_triton
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's NaN arithmetic, on purpose
+def test_a_non_finite_loss_sets_the_flag_and_stops_the_updates(random_tree):
+    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+
+    rng, tree, module, criterion = _model(random_tree, 8, False, "partial", 0.0)
+    opt = _optimizer(module)
+    step = DeviceStep(module, criterion, opt)
+    with torch.no_grad():
+        module.head.weight.weight[:] = float("nan")
+    X, y, w = _batch(rng, tree.n_classes, 8, 80, False)
+    y[0] = int(tree.paths[:, 0][tree.paths[:, 0] >= 0][0])  # at least one labelled row
+    before = module.input.embedding.weight.detach().clone()
+    step.step(step.planner(X, y, w))
+    assert step.read()[1]  # read once, after the step
+    torch.testing.assert_close(module.input.embedding.weight.detach(), before)  # no update applied
+
+
+@pytest.mark.parametrize("seed, stop, semantics", [(0, False, "partial"), (1, True, "terminal"), (2, True, "partial"),
+                                                   (5, True, "terminal")])
+def test_the_plan_equals_the_torch_routes_per_step_planning(random_tree, seed, stop, semantics):
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, 50)
+    splan = sibling_plan(tree, stop)
+    X, y, _ = _batch(rng, tree.n_classes, 21, seed, False)
+    plan = StepPlanner(splan, semantics == "terminal", batch_rows=32)(X, y)
+    # the torch route: rows (sample, group, target column), their candidates
+    sample, group, column = path_rows(splan, torch.as_tensor(y), semantics == "terminal")
+    row, cand, start = expand_rows(splan, group)
+    expected = sorted((int(s), tuple(sorted(cand[row == r].tolist())), int(c))
+                      for r, (s, c) in enumerate(zip(sample.tolist(), column.tolist())))
+    out_rows = plan["out_rows"]
+    live = (plan["sib_weight"] > 0).nonzero().squeeze(1)
+    got = []
+    for r in live.tolist():
+        members = plan["sib_table"][plan["sib_slot"][r]]
+        cols = out_rows[members[members >= 0]]
+        got.append((int(plan["sib_sample"][r]), tuple(sorted(cols.tolist())),
+                    int(cols[plan["sib_target"][r]])))
+    assert sorted(got) == expected
+    assert torch.allclose(plan["sib_weight"][live], torch.full((len(expected),), 1.0 / len(expected)))
+    assert sorted(out_rows[out_rows >= 0].tolist()) == sorted(set(cand.tolist()))
+    assert plan["in_rows"][plan["in_rows"] >= 0].tolist() == np.unique(X.indices).tolist()
+
+
+def test_plan_shapes_follow_buckets_and_bad_labels_are_refused(random_tree):
+    tree = random_tree(3, 30)
+    planner = StepPlanner(sibling_plan(tree, True), True, level_contrast=0.1, batch_rows=16)
+    rng = np.random.default_rng(0)
+    keys = {planner(*_batch(rng, tree.n_classes, B, B, False)[:2]).key for B in (16, 15, 9)}
+    assert len(keys) <= 3 and all(key[0] == 16 for key in keys)
+    with pytest.raises(IndexError, match="out of range"):
+        planner(sp.csr_matrix((2, 30), dtype=np.float32), np.array([0, tree.n_classes]))
+    with pytest.raises(ValueError, match="sample_weight"):
+        planner(sp.csr_matrix((2, 30), dtype=np.float32), np.array([0, 1]), np.array([1.0, -1.0]))
+    with pytest.raises(ValueError, match="batch_rows"):
+        planner(sp.csr_matrix((17, 30), dtype=np.float32), np.zeros(17, dtype=np.int64))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the sync-debug mode is CUDA's)")
+@needs_triton
+@pytest.mark.parametrize("graph", [False, True])
+def test_steps_after_the_first_never_synchronise(random_tree, graph):
+    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+
+    rng, tree, module, criterion = _model(random_tree, 9, True, "terminal", 0.1, device="cuda")
+    step = DeviceStep(module, criterion, _optimizer(module), batch_rows=32)
+    plans = [step.planner(*_batch(rng, tree.n_classes, 32, i, True)) for i in range(6)]
+    step.step(plans[0], graph=graph)  # the first step compiles (and captures)
+    step.step(plans[0], graph=graph)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for plan in plans[1:]:
+            if plan.key in step._graphs or not graph:
+                step.step(plan, graph=graph)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert not step.read()[1]
