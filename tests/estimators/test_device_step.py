@@ -228,3 +228,33 @@ def test_steps_after_the_first_never_synchronise(random_tree, graph):
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert not step.read()[1]
+
+
+@needs_triton
+def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoch():
+    """The net's glue, on the CPU (the configuration picks the device step only on CUDA, so it is
+    forced here): the same fit as the torch route, epoch losses from the device accumulator."""
+    from hiclass_parallel import Tree
+    from hiclass_parallel.estimators import HierarchicalClassifier
+    from hiclass_parallel.estimators.fitting import _config
+
+    rng = np.random.default_rng(0)
+    tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 6), rng.integers(2, 8, 12)])
+    X = sp.random(32, 30, density=0.15, random_state=0, format="csr", dtype=np.float32)
+    y = rng.integers(0, tree.n_classes, 32)
+    runs = {}
+    for engine in ("device", "torch"):
+        forced = (engine, f"forced {engine}", "device" if engine == "device" else "optimizer", "forced")
+        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+            warnings.simplefilter("ignore")
+            mp.setattr(_config, "resolve_engines", lambda *args, **kwargs: forced)
+            runs[engine] = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=16,
+                                                  module__hidden_units=8).fit(X, y)
+    device, reference = runs["device"].net_, runs["torch"].net_
+    assert device.step_engine_ == "device" and device.update_engine_ == "device" and device.step_fallbacks_ == 0
+    assert reference.step_engine_ == "torch"
+    np.testing.assert_allclose(device.history[:, "train_loss"], reference.history[:, "train_loss"], rtol=1e-4)
+    np.testing.assert_allclose(device.history[-1, "batches", :, "train_loss"],
+                               reference.history[-1, "batches", :, "train_loss"], rtol=1e-4)
+    step = device.optimizer_.state[device.module_.head.weight.weight]["step"]
+    assert float(step) == 4  # written back from the device at the end of each epoch

@@ -1,0 +1,97 @@
+"""The device step inside skorch's loop: what :class:`~hiclass_parallel.estimators.networks._net.TreeNet`
+calls when the configuration chose ``step_engine="device"``.
+
+- :func:`device_train_begin`: at the start of a training call, the built net's check
+  (:func:`~._step.device_step_refusal`, and no callback reading gradients: the device step never
+  writes ``.grad``); the net falls back to torch with the reason when it refuses;
+- :func:`device_train_step`: one training batch, planned on the host from the loader's CPU batch
+  (before anything goes to the device), stepped on the device; ``None`` for a batch it cannot take
+  (not sparse), which the net then runs through torch and counts;
+- :func:`device_epoch`: skorch's epoch loop for the device route. Per-batch callbacks get
+  ``loss=None`` (reading it would cost a synchronisation per step; ``y_pred`` is the hidden
+  batch, on the device); the batch losses are read back once, at the end of the epoch, into the
+  history (so the epoch's ``train_loss`` is what skorch reports), with the non-finite flag: a
+  non-finite loss raises :class:`~hiclass_parallel.exceptions.NonFiniteLossError` then (no update
+  is applied after it; the fit puts the model back as before the call).
+
+``HICLASS_PARALLEL_CUDA_GRAPH=1`` replays each plan shape's step as a CUDA graph (not yet run on
+a GPU: off by default).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import weakref
+from typing import Any
+
+import torch
+
+__all__ = ["device_epoch", "device_train_begin", "device_train_step"]
+
+#: The device step of each net (weakly held: it goes with the net, and is never pickled).
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def device_train_begin(net: Any) -> str | None:
+    """Build the net's :class:`~._step.DeviceStep` for this training call, or return why the built
+    net cannot train on it (the net then trains through torch)."""
+    from .._fused_step import fused_update_refusal
+    from ._step import DeviceStep, device_step_refusal
+
+    _STEPS.pop(net, None)
+    refusal = device_step_refusal(net.module_, net.criterion_, getattr(net, "optimizer_", None)) \
+        or fused_update_refusal(net)
+    if refusal is None:
+        _STEPS[net] = DeviceStep(net.module_, net.criterion_, net.optimizer_, batch_rows=net.batch_size)
+    return refusal
+
+
+def device_train_step(net: Any, batch: Any) -> dict[str, Any] | None:
+    """One training step of ``batch`` on the device, or ``None`` when the batch is not sparse."""
+    import scipy.sparse as sp
+    from skorch.dataset import unpack_data
+
+    from .._data import split_target
+
+    step = _STEPS.get(net)
+    Xi, yi = unpack_data(batch)
+    if step is None or not ((isinstance(Xi, torch.Tensor) and Xi.layout == torch.sparse_csr) or sp.issparse(Xi)):
+        return None
+    ids, weight = split_target(yi)
+    plan = step.planner(Xi, ids, weight)
+    loss = step.step(plan, graph=os.environ.get("HICLASS_PARALLEL_CUDA_GRAPH", "0") == "1")
+    return {"loss": loss.clone(), "y_pred": step._work(plan)["h"]}
+
+
+def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_params: Any) -> None:
+    """skorch's ``run_single_epoch`` for training on the device step: the batch losses are read
+    back once, at the end (see the module's docstring)."""
+    from skorch.dataset import get_len
+
+    from ....exceptions import NonFiniteLossError
+
+    losses, rows = [], []
+    for batch in iterator:
+        net.notify("on_batch_begin", batch=batch, training=True)
+        step = step_fn(batch, **fit_params)
+        rows.append(net.history[-1]["batches"][-1])
+        losses.append(step["loss"])
+        net.history.record_batch(prefix + "_batch_size",
+                                 get_len(batch[0]) if isinstance(batch, (tuple, list)) else get_len(batch))
+        net.notify("on_batch_end", batch=batch, training=True, **{**step, "loss": None})
+    net.history.record(prefix + "_batch_count", len(rows))
+    values = [float(v) for v in torch.stack([v.reshape(()) for v in losses]).tolist()] if losses else []
+    for row, value in zip(rows, values):
+        row[prefix + "_loss"] = value
+    device_step = _STEPS.get(net)
+    bad = device_step.read()[1] if device_step is not None else False
+    first = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad or first is not None:
+        batch = "?" if first is None else first + 1
+        value = "non-finite" if first is None else values[first]
+        raise NonFiniteLossError(
+            f"the training loss became {value} at epoch {len(net.history)}, batch {batch} (lr={getattr(net, 'lr', None)}): "
+            "training diverged (the device step applied no update after it). Lower lr (e.g. by 10x), scale X, or "
+            "check X for NaN/inf; the model was put back as it was before this call"
+        )
