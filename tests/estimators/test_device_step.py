@@ -240,15 +240,15 @@ def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoc
 
     rng = np.random.default_rng(0)
     tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 6), rng.integers(2, 8, 12)])
-    X = sp.random(32, 30, density=0.15, random_state=0, format="csr", dtype=np.float32)
-    y = rng.integers(0, tree.n_classes, 32)
+    X = sp.random(16, 30, density=0.15, random_state=0, format="csr", dtype=np.float32)
+    y = rng.integers(0, tree.n_classes, 16)
     runs = {}
     for engine in ("device", "torch"):
         forced = (engine, f"forced {engine}", "device" if engine == "device" else "optimizer", "forced")
         with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
             warnings.simplefilter("ignore")
             mp.setattr(_config, "resolve_engines", lambda *args, **kwargs: forced)
-            runs[engine] = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=16,
+            runs[engine] = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=8,
                                                   module__hidden_units=8).fit(X, y)
     device, reference = runs["device"].net_, runs["torch"].net_
     assert device.step_engine_ == "device" and device.update_engine_ == "device" and device.step_fallbacks_ == 0
@@ -258,3 +258,46 @@ def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoc
                                reference.history[-1, "batches", :, "train_loss"], rtol=1e-4)
     step = device.optimizer_.state[device.module_.head.weight.weight]["step"]
     assert float(step) == 4  # written back from the device at the end of each epoch
+
+
+def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_why_not(monkeypatch):
+    from skorch.callbacks import Callback
+
+    from hiclass_parallel.estimators.fitting import _config
+    from hiclass_parallel.estimators.networks.device import _step
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the choice only: nothing runs on CUDA
+    monkeypatch.setattr(_step, "triton_available", lambda: True)
+
+    class Estimator:
+        device, callbacks, module_args = "cuda", None, {}
+
+        def _skorch_kwargs(self, prefix):
+            return self.module_args if prefix == "module__" else {}
+
+    def engines(estimator, optimizer=LazyAdam):
+        return _config.resolve_engines(estimator, SparseMLP, "path_local", PathLocalCrossEntropy,
+                                       {"level_contrast": 0.1}, optimizer, True)
+
+    estimator = Estimator()
+    step, why, update, _ = engines(estimator)
+    assert (step, update) == ("device", "device") and "CUDA with Triton" in why
+    assert engines(estimator, torch.optim.Adam)[:2] == ("torch", "on CUDA the device step cannot run: the optimizer "
+                                                               "is Adam, not LazyAdam")
+    estimator.module_args = {"class_features": sp.eye(3, 30, format="csr")}
+    assert "class text" in engines(estimator)[1]
+    estimator.module_args = {"activation": torch.nn.ReLU}
+    assert "activation" in engines(estimator)[1]
+
+    class Reader(Callback):
+        def on_grad_computed(self, net, named_parameters, **kwargs):
+            pass
+
+    estimator.module_args, estimator.callbacks = {}, [Reader()]
+    assert "reads gradients" in engines(estimator)[1]
+    monkeypatch.setattr(_step, "triton_available", lambda: False)
+    estimator.callbacks = None
+    assert engines(estimator)[:2] == ("torch", "on CUDA the device step cannot run: Triton is not installed "
+                                               "(or HICLASS_PARALLEL_TRITON=0)")
+    estimator.device = "cpu"  # the CPU's engines, as before
+    assert engines(estimator)[0] in ("fused", "torch")

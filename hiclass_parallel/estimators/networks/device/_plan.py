@@ -43,6 +43,7 @@ _INT_FIELDS = ("row_ptr", "entry_pos", "in_rows", "out_rows",
                "lvl_sample", "lvl_slot", "lvl_target", "lvl_table")
 _FLOAT_FIELDS = ("entry_value", "sib_weight", "lvl_weight", "n_samples")
 _ALIGN = 4  # int32 elements: every array starts on a 16-byte boundary
+_INT32_LIMIT = 2**31
 
 
 def bucket(n: int, floor: int = 16) -> int:
@@ -170,6 +171,9 @@ class StepPlanner:
             raise ValueError(f"level_contrast must be a finite number >= 0, got {level_contrast!r}")
         if batch_rows is not None and int(batch_rows) <= 0:
             raise ValueError(f"batch_rows must be a positive int or None, got {batch_rows!r}")
+        if plan.n_outputs >= _INT32_LIMIT:
+            raise ValueError(f"the tree has {plan.n_outputs:,} outputs: a step plan holds int32 column ids "
+                             f"(fewer than {_INT32_LIMIT:,})")
         self.plan = plan
         self.terminal = bool(terminal)
         self.level_contrast = level_contrast
@@ -272,6 +276,8 @@ class StepPlanner:
         # the input: entries in row order, features as positions among the distinct ones
         nnz = int(indptr[n])
         in_rows = np.unique(indices[:nnz])
+        if in_rows.size and in_rows[-1] >= _INT32_LIMIT:
+            raise ValueError(f"feature id {int(in_rows[-1]):,} does not fit a step plan's int32 ids")
         Z, UF = bucket(nnz, floor), bucket(in_rows.size, floor)
         row_ptr = np.concatenate([indptr[:n + 1], np.full(rows - n, nnz)]).astype(np.int64)
         arrays = {
