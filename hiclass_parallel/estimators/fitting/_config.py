@@ -78,15 +78,18 @@ class FitConfig:
         Its options besides the tree (without the ``criterion__`` prefix; the user's
         ``criterion__*`` parameters win over them): ``level_contrast`` for path-local training
         (:data:`LEVEL_CONTRAST`, :data:`DAG_LEVEL_CONTRAST`), ``partition`` and ``validate``.
-    step_engine : {"fused", "torch"}
-        How training steps run: the fused C step of the default text model
+    step_engine : {"fused", "device", "torch"}
+        How training steps run: ``"device"``, on CUDA with Triton, the default text model's
+        device step (:mod:`~hiclass_parallel.estimators.networks.device`: host-planned steps,
+        Triton kernels that also apply LazyAdam's update, the losses read back once per epoch);
+        else the fused C step of the default text model
         (:mod:`~hiclass_parallel.estimators.networks._fused_step`), or torch (autograd; full
         training always). Under ``"fused"`` a batch the fused step cannot take (not a sparse
         CSR batch, weights made untrainable, the kernel missing where a saved model continues)
         runs through torch: the documented fallback, counted by the net as ``step_fallbacks_``.
     step_engine_reason : str
         Why the engine is what it is.
-    update_engine : {"fused", "optimizer"}
+    update_engine : {"fused", "device", "optimizer"}
         Whether the fused step also applies LazyAdam's update of the input and output layers
         (``"fused"``), or the optimizer's ``step`` does.
     update_engine_reason : str
@@ -205,6 +208,17 @@ def resolve_engines(estimator: Any, module: type, training: str, criterion: type
     if training != "path_local":
         return "torch", "full training runs skorch's step", "optimizer", "the step is not fused"
     module_args = estimator._skorch_kwargs("module__")
+    if str(estimator.device).startswith("cuda"):  # the device step, or torch
+        from ..networks.device._step import device_engine_refusal
+
+        refusal = device_engine_refusal(module, module_args, criterion,
+                                        {**criterion_options, **estimator._skorch_kwargs("criterion__")}, optimizer,
+                                        estimator.device, sparse_input)
+        refusal = refusal or fused_update_plan_refusal(optimizer, estimator.callbacks, TreeNet)
+        if refusal is None:
+            return ("device", "the default linear text model on CUDA with Triton: host-planned steps, no "
+                    "synchronisation per step", "device", "the device step updates the touched rows itself")
+        return "torch", f"on CUDA the device step cannot run: {refusal}", "optimizer", "the step is not fused"
     refusal = fused_engine_refusal(module, module_args, criterion,
                                    {**criterion_options, **estimator._skorch_kwargs("criterion__")},
                                    estimator.device, sparse_input)

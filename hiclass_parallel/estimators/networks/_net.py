@@ -117,11 +117,25 @@ class TreeNet(NeuralNet):
         self.update_engine_ = "fused" if fused and self.update_engine == "fused" and self.update_fallback_ is None \
             else "optimizer"
         self.step_fallbacks_, self.step_fallback_reason_, self.update_fallbacks_ = 0, None, 0
+        if self.path_local and self.step_engine == "device":  # the device step, unless the built net refuses it
+            from .device._train import device_train_begin
+
+            refusal = device_train_begin(self)
+            self.step_engine_, self.update_engine_ = ("torch", "optimizer") if refusal else ("device", "device")
+            self.step_fallback_reason_ = self.update_fallback_ = refusal
 
     def _path_local_step(self, batch: Any, training: bool) -> dict[str, Any]:
         # The module scores only the columns the loss asks for (the groups on each labelled
         # path), instead of producing all n_scores scores; y_pred is the hidden representation.
         self._set_training(training)
+        if training and self.step_engine_ == "device":  # planned from the loader's CPU batch
+            from .device._train import device_train_step
+
+            step = device_train_step(self, batch)
+            if step is not None:
+                return step
+            self.step_fallbacks_ += 1
+            self.step_fallback_reason_ = "the batch is not sparse"
         Xi, yi = unpack_data(batch)
         X, y = to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device)
         y, weight = split_target(y)
@@ -146,6 +160,15 @@ class TreeNet(NeuralNet):
         if training:
             loss.backward()
         return {"loss": loss, "y_pred": hidden}
+
+    def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any, **fit_params: Any) -> None:
+        """skorch's epoch; on the device step, the epoch of :func:`~.device._train.device_epoch`
+        (the batch losses read back once, at its end)."""
+        if training and iterator is not None and getattr(self, "step_engine_", None) == "device":
+            from .device._train import device_epoch
+
+            return device_epoch(self, iterator, prefix, step_fn, **fit_params)
+        return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
 
     def fit_loop(self, X: Any, y: Any = None, epochs: int | None = None, **fit_params: Any) -> Any:
         try:
