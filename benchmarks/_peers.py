@@ -14,7 +14,9 @@ scores every method with the same functions of :mod:`hiclass_parallel.metrics`.
 - ``hiclass-lcppn`` / ``hiclass-lcpn`` / ``hiclass-flat``: HiClass
   ``LocalClassifierPerParentNode``, ``LocalClassifierPerNode`` and ``FlatClassifier`` with
   scikit-learn's ``LogisticRegression`` (default settings), ``y`` in HiClass's 2-D padded
-  string format. HiClass is an optional, benchmark-only dependency.
+  string format; ``hiclass-lcppn-svc``: ``LocalClassifierPerParentNode(LinearSVC())``, the
+  per-parent linear models of many rows per class. HiClass is an optional, benchmark-only
+  dependency.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 HC_METHODS = ("hc-auto", "hc-level", "hc-sibling")
-HICLASS_METHODS = ("hiclass-lcppn", "hiclass-lcpn", "hiclass-flat")
+HICLASS_METHODS = ("hiclass-lcppn", "hiclass-lcpn", "hiclass-flat", "hiclass-lcppn-svc")
 TORCH_METHODS = (*HC_METHODS, "flat-torch")
 ALL_METHODS = (*HC_METHODS, "flat-torch", *HICLASS_METHODS)
 
@@ -77,7 +79,7 @@ def hiclass_to_ids(pred: np.ndarray, n_levels: int) -> np.ndarray:
 
 
 class HiClassMethod:
-    """A HiClass model with ``LogisticRegression`` local classifiers, on node ids."""
+    """A HiClass model with ``LogisticRegression`` (``LinearSVC`` for ``-svc``) local classifiers, on node ids."""
 
     def __init__(self, kind: str, tree: Any, n_jobs: int = 2, **lr_params: Any):
         self.kind = kind
@@ -88,8 +90,11 @@ class HiClassMethod:
     def _model(self) -> Any:
         import hiclass
         from sklearn.linear_model import LogisticRegression
+        from sklearn.svm import LinearSVC
 
         lr = LogisticRegression(**self.lr_params)
+        if self.kind == "hiclass-lcppn-svc":
+            return hiclass.LocalClassifierPerParentNode(local_classifier=LinearSVC(**self.lr_params), n_jobs=self.n_jobs)
         if self.kind == "hiclass-lcppn":
             return hiclass.LocalClassifierPerParentNode(local_classifier=lr, n_jobs=self.n_jobs)
         if self.kind == "hiclass-lcpn":
