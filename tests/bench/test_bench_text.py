@@ -50,3 +50,20 @@ def test_end_to_end_on_a_small_subtree(tmp_path, monkeypatch):
     assert results["sgd"]["status"] == "skipped" and "GiB" in results["sgd"]["reason"]
     assert results["xr-linear"]["status"] == "skipped" and "PECOS_PYTHON" in results["xr-linear"]["reason"]
     assert "| hc-text |" in bench_text.markdown(report)
+
+
+def test_cut_to_depth_relabels_deep_targets_and_keeps_their_paths():
+    from hiclass_parallel import Tree
+
+    # 0 -> 1 -> 2 -> 3 and 0 -> 4; ids shuffled by building from names in another order
+    tree = Tree.from_edges([("d", "c"), ("a", None), ("e", "a"), ("b", "a"), ("c", "b")])
+    ids = tree.to_ids(np.array(["d", "c", "e", "a"]))
+    own = ids.copy()
+    cut_tree, cut, cut_own = bench_text.cut_to_depth(tree, ids, own, depth=1)
+    # targets deeper than 1 become their depth-1 ancestor; the cut tree holds only used paths
+    assert cut_tree.to_labels(cut).tolist() == ["b", "b", "e", "a"]
+    assert sorted(cut_tree.labels.tolist()) == ["a", "b", "e"]
+    assert cut_tree.n_levels == 2
+    # a row's own synset outside the cut tree is -1, inside it keeps its (new) id
+    assert cut_own[0] == -1 and cut_own[1] == -1
+    assert cut_tree.to_labels(cut_own[2:]).tolist() == ["e", "a"]
