@@ -236,9 +236,12 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         from .fitting._capabilities import module_capabilities
         from .networks._modules import MLP, SparseMLP
 
+        from .multilabel import MultiLabelHierarchicalClassifier
+
         module = classifier.get_params(deep=False).get("module")
-        if module is None:
-            module = SparseMLP if sp.issparse(features) else MLP
+        if module is None:  # the classifier's default (fitting/_fit._default_module)
+            dense_label_sets = isinstance(classifier, MultiLabelHierarchicalClassifier) and not sp.issparse(features)
+            module = MLP if dense_label_sets else SparseMLP
         if not isinstance(module, type) or not module_capabilities(module).class_features:
             name = getattr(module, "__name__", type(module).__name__)
             raise TypeError(

@@ -48,8 +48,9 @@ __all__ = ["HierarchicalClassifier"]
 class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, BaseEstimator):
     """A neural hierarchical classifier: one network, labels at any depth, valid paths out.
 
-    The module (by default :class:`MLP` for dense ``X``, :class:`SparseMLP` for sparse ``X``)
-    produces one score per class of the tree (plus one "stop" score per group with
+    The module (by default :class:`SparseMLP` for sparse ``X`` and for dense ``X`` of
+    normalised rows, :class:`MLP` for other dense ``X``) produces one score per class of the
+    tree (plus one "stop" score per group with
     ``stop=True``). Training minimises the tree cross-entropy at every labelled level of every
     sample in parallel: by default under the sibling partition and path-locally (each sample
     scores only the softmax groups on its labelled path,
@@ -72,8 +73,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         (:meth:`Tree.from_paths <hiclass_parallel.Tree.from_paths>`).
     module : type of torch.nn.Module, default=None
         The network class (not an instance); ``None`` means :class:`SparseMLP` for a scipy
-        sparse ``X`` (text features: cost per row follows its non-zeros) and :class:`MLP`
-        otherwise. It is built with
+        sparse ``X`` (text features: cost per row follows its non-zeros) and for a dense ``X``
+        whose rows all have length 1 (normalised sentence embeddings, fed as dense rows to the
+        fused C training step), and :class:`MLP` for any other dense ``X`` (and for dense
+        label sets); ``config_.step_engine_reason`` says which rule chose it. It is built with
         the ``module__*`` parameters, plus ``n_features`` (from ``X``) and ``n_outputs``
         (from the tree) when its ``__init__`` accepts them. It must map a float32 batch
         ``(batch, n_features)`` to scores ``(batch, n_scores_)``. A module whose class has
@@ -293,8 +296,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     without ``accepts_sparse`` gets it dense one mini-batch at a time). The defaults (the
     sibling partition trained path-locally and decoded best-first; for dense input
     :class:`MLP`, Adam, lr 0.003, batch 256, one hidden layer of 256 units, 10 epochs; for
-    sparse input :class:`SparseMLP` with LazyAdam and lr 0.005) favour speed on CPU for trees
-    of up to 100,000 classes.
+    sparse input and normalised embeddings :class:`SparseMLP` with LazyAdam and lr 0.005, on
+    the fused C step) favour speed on CPU for trees of up to 100,000 classes.
 
     Outputs are batch-invariant: in evaluation mode the module treats rows independently and
     decoding runs per row, so one sample's prediction does not depend on the rest of the

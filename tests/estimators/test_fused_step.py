@@ -167,7 +167,7 @@ def test_out_of_range_targets_are_a_named_error(random_tree):
 def test_the_fused_step_refuses_what_it_was_not_written_for(random_tree):
     module, criterion, X, _y = _case(random_tree, 2, True, "terminal", 0.3)
     assert "dropout" in fused_step_refusal(SparseMLP(30, module.n_outputs, dropout=0.5), criterion, X)
-    dense = X.to_dense()
+    dense = X.to_dense().double()  # a dense float32 batch is taken (tests/estimators/test_fused_dense.py)
     assert "sparse CSR" in fused_step_refusal(module, criterion, dense)
     summed = PathLocalCrossEntropy(criterion.tree, stop=True, reduction="sum")
     assert "reduction 'sum'" in fused_step_refusal(module, summed, X)

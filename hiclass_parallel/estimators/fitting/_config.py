@@ -84,8 +84,9 @@ class FitConfig:
         Triton kernels that also apply LazyAdam's update, the losses read back once per epoch);
         else the fused C step of the default text model
         (:mod:`~hiclass_parallel.estimators.networks._fused_step`), or torch (autograd; full
-        training always). Under ``"fused"`` a batch the fused step cannot take (not a sparse
-        CSR batch, weights made untrainable, the kernel missing where a saved model continues)
+        training always); dense ``X`` reaches the fused step too, each batch as CSR with every
+        column. Under ``"fused"`` a batch the fused step cannot take (neither a sparse CSR batch
+        nor a dense float32 one, weights made untrainable, the kernel missing where a saved model continues)
         runs through torch: the documented fallback, counted by the net as ``step_fallbacks_``.
     step_engine_reason : str
         Why the engine is what it is.
@@ -224,10 +225,13 @@ def resolve_engines(estimator: Any, module: type, training: str, criterion: type
                                    estimator.device, sparse_input)
     if refusal is not None:
         return "torch", refusal, "optimizer", "the step is not fused"
+    why = {True: "the linear model (SparseMLP) on CPU sparse batches",
+           False: "the linear model (SparseMLP) on CPU dense batches, each reaching the kernel as CSR with every column",
+           None: "the linear model (SparseMLP) on CPU batches, sparse or dense"}[sparse_input]
     update = fused_update_plan_refusal(optimizer, estimator.callbacks, TreeNet)
     if update is not None:
-        return "fused", "the default linear text model on CPU sparse batches", "optimizer", update
-    return "fused", "the default linear text model on CPU sparse batches", "fused", "LazyAdam, no gradient readers"
+        return "fused", why, "optimizer", update
+    return "fused", why, "fused", "LazyAdam, no gradient readers"
 
 
 def resolve_partition(requested: str, capabilities: ModuleCapabilities, forced: str | None = None) -> str:
@@ -263,7 +267,7 @@ def resolve_training(requested: str, partition: str, module: type, capabilities:
 
 def resolve_config(
     estimator: Any, module: type, tree: Tree, n_features: int, n_rows: int | None, forced_partition: str | None = None,
-    label_sets: bool = False, sparse_input: bool | None = None,
+    label_sets: bool = False, sparse_input: bool | None = None, module_reason: str | None = None,
 ) -> FitConfig:
     """The :class:`FitConfig` of a new fit.
 
@@ -286,6 +290,9 @@ def resolve_config(
         The targets are label sets (the multi-label classifier's criterion).
     sparse_input : bool or None, default=None
         Whether ``X`` is sparse (``None``: a stream, unknown until its batches come).
+    module_reason : str, default=None
+        Why ``module`` is the default for this ``X``, where the data chose it (dense ``X``:
+        ``fitting._fit._default_module``); it leads ``step_engine_reason``.
     """
     from ...ops.groups import n_outputs
 
@@ -297,6 +304,8 @@ def resolve_config(
     criterion, criterion_options = resolve_criterion(training == "path_local", partition, label_sets)
     step_engine, step_why, update_engine, update_why = resolve_engines(
         estimator, module, training, criterion, criterion_options, optimizer, sparse_input)
+    if module_reason:
+        step_why = f"{module_reason}; {step_why}"
     return FitConfig(
         module_class=module,
         capabilities=capabilities,

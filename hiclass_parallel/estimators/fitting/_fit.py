@@ -129,15 +129,53 @@ def _draw_seed(estimator: Any) -> int | None:
     return int(check_random_state(estimator.random_state).randint(np.iinfo(np.int32).max))
 
 
-def _default_module(estimator: Any, X: Any) -> type:
-    """The network class: the user's, else SparseMLP for sparse X and MLP otherwise."""
+#: How far from 1 the squared length of every row of a dense X may be for the rows to count as
+#: normalised (float32 rounding of a normalised vector is far below it).
+UNIT_ROWS_TOLERANCE = 2e-3
+
+
+def unit_length_rows(X: Any) -> bool:
+    """Whether every row of a dense ``X`` (NumPy or torch) has length 1: embeddings normalised
+    for cosine similarity, as sentence encoders give them. ``False`` for an empty ``X``."""
+    if isinstance(X, torch.Tensor):
+        if X.ndim != 2 or not X.shape[0]:
+            return False
+        squares = torch.linalg.vector_norm(X.detach().float(), dim=1) ** 2
+        return bool(((squares - 1).abs() <= UNIT_ROWS_TOLERANCE).all())
+    X = np.asarray(X)
+    if X.ndim != 2 or not X.shape[0] or not np.issubdtype(X.dtype, np.floating):
+        return False
+    squares = np.einsum("ij,ij->i", X, X)
+    return bool((np.abs(squares - 1) <= UNIT_ROWS_TOLERANCE).all())
+
+
+def _default_module(estimator: Any, X: Any, label_sets: bool = False) -> tuple[type, str | None]:
+    """The network class (the user's, else the default for ``X``), and why a default was
+    chosen for a dense ``X`` (``None`` otherwise), which the configuration's
+    ``step_engine_reason`` reports.
+
+    Sparse X: :class:`SparseMLP`. Dense X whose rows all have length 1 (normalised sentence
+    embeddings): :class:`SparseMLP` too, a linear model through the 256-wide layer, which the
+    fused C step trains; on such embeddings it was more accurate than the ReLU :class:`MLP`
+    and several times faster (``docs/performance.md``). Any other dense X (numeric features,
+    unnormalised representations), and dense label sets (a criterion the fused step does not
+    serve): :class:`MLP`, whose ReLU layer a linear model cannot replace where classes are not
+    linear in ``X`` (``docs/classifier.md``, dense input).
+    """
     import scipy.sparse as sp
 
     from ..networks._modules import MLP, SparseMLP
 
     if estimator.module is not None:
-        return estimator.module
-    return SparseMLP if sp.issparse(X) else MLP
+        return estimator.module, None
+    if sp.issparse(X):
+        return SparseMLP, None
+    if label_sets:
+        return MLP, "dense X with label sets: the ReLU MLP (the fused step does not serve their criterion)"
+    if unit_length_rows(X):
+        return SparseMLP, "dense X, every row of length 1 (normalised embeddings): the linear SparseMLP"
+    return MLP, ("dense X, rows not all of length 1: the ReLU MLP (normalised embeddings, or module=SparseMLP, "
+                 "get the linear model on the fused step)")
 
 
 def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any:
@@ -147,9 +185,10 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     targets = type(estimator)._targets(estimator.tree, estimator.pad_label, type(estimator).__name__,
                                        sep=getattr(estimator, "path_sep", None))
     data.fit_targets(targets, classes)
-    config = resolve_config(estimator, _default_module(estimator, data.X), targets.tree, estimator.n_features_in_,
+    module, module_reason = _default_module(estimator, data.X, targets.label_sets)
+    config = resolve_config(estimator, module, targets.tree, estimator.n_features_in_,
                             data.n_rows, targets.forced_partition, label_sets=targets.label_sets,
-                            sparse_input=_sparse_input(data))
+                            sparse_input=_sparse_input(data), module_reason=module_reason)
     dataset = data.dataset(targets, config.capabilities.accepts_sparse, advise_semantics=estimator.semantics)
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)

@@ -11,12 +11,16 @@ fused step serves exactly the model it was written for:
 - the module is :class:`~hiclass_parallel.estimators.SparseMLP` itself (not a subclass), linear
   (``activation=None``), without dropout or input dropout (with or without class text);
 - the criterion is :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` itself, ``"mean"``;
-- the batch is a torch sparse CSR tensor, the weights float32 on the CPU, all trainable;
+- the batch is a torch sparse CSR tensor, or a dense float32 ``(B, F)`` tensor (dense input:
+  :func:`dense_csr` passes it to the kernel as CSR with every column of every row, so each
+  input row's gradient is the dense one torch computes), the weights float32 on the CPU, all
+  trainable;
 - the C kernel was built and ``HICLASS_PARALLEL_NATIVE`` is not ``0``.
 
 :func:`fused_step_refusal` checks one batch and the built module: it is the net's documented
 fallback for what the configuration cannot see (a batch that is not CSR, weights made
-non-trainable or of another dtype, a kernel missing where a saved model is loaded); the net
+non-trainable or of another dtype, a kernel missing where a saved model is loaded, a dense
+batch of another dtype); the net
 counts such batches (``TreeNet.step_fallbacks_``). Anything else trains through torch, which stays the reference the fused step is tested equal to
 (``tests/estimators/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
 COO, already coalesced, for the input and output rows) and leaves the update to the optimizer,
@@ -39,7 +43,7 @@ from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
 
-__all__ = ["fused_engine_refusal", "fused_step", "fused_step_refusal", "fused_update_plan_refusal",
+__all__ = ["dense_csr", "fused_engine_refusal", "fused_step", "fused_step_refusal", "fused_update_plan_refusal",
            "fused_update_refusal"]
 
 #: One workspace per module (weakly held: it goes with the module).
@@ -51,7 +55,8 @@ def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: t
     """Why the path-local steps of a fit cannot run fused, or ``None`` when they can: what the
     configuration knows before the net is built (the module class and its ``module__*``
     arguments, the criterion and its ``criterion__*`` ones, the device, whether ``X`` is sparse:
-    ``None`` for a stream, whose batches the net checks)."""
+    ``None`` for a stream, whose batches the net checks). Dense ``X`` does not refuse: its
+    batches reach the kernel through :func:`dense_csr`."""
     import inspect
 
     from ...losses import PathLocalCrossEntropy
@@ -68,8 +73,6 @@ def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: t
         return f"the criterion is {criterion.__name__} (reduction {reduction!r})"
     if torch.device(device).type != "cpu":
         return f"the device is {device!r}, not the CPU"
-    if sparse_input is False:
-        return "X is not sparse (the batches would not be torch sparse CSR tensors)"
     if not native.available():
         return "the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)"
     return None
@@ -106,8 +109,9 @@ def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str |
         return "the module has an activation or dropout"
     if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
         return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
-    if not isinstance(X, torch.Tensor) or X.layout != torch.sparse_csr or X.device.type != "cpu":
-        return "the batch is not a torch sparse CSR tensor on the CPU"
+    if not isinstance(X, torch.Tensor) or X.device.type != "cpu" or not (
+            X.layout == torch.sparse_csr or (X.layout == torch.strided and X.dim() == 2 and X.dtype == torch.float32)):
+        return "the batch is neither a torch sparse CSR tensor nor a dense float32 matrix on the CPU"
     params = _params(module) + ((module.match_weight,) if module.head.has_text else ())
     if any(p.dtype != torch.float32 or p.device.type != "cpu" or not p.is_contiguous() or not p.requires_grad
            for p in params):
@@ -128,6 +132,22 @@ def _workspace(module: nn.Module, criterion: nn.Module) -> native.PathLocalStep:
     if step is None or step.plan is not plan or step.n_features != module.n_features:
         step = _WORKSPACES[module] = native.PathLocalStep(plan, module.n_features)
     return step
+
+
+def dense_csr(X: torch.Tensor) -> torch.Tensor:
+    """A dense ``(B, F)`` float32 batch as a torch sparse CSR tensor that lists every column of
+    every row, zeros included: the kernel then reads and writes every input row, as torch's
+    dense product does (dropping the zeros would leave the rows of a feature that is zero in the
+    whole batch without the gradient, zero, and so without the optimizer's update, that the
+    torch route gives them). The values are the batch's own memory when it is contiguous."""
+    import warnings
+
+    B, F = (int(n) for n in X.shape)
+    crow = torch.arange(0, B * F + 1, F, dtype=torch.int64) if F else torch.zeros(B + 1, dtype=torch.int64)
+    col = torch.arange(F, dtype=torch.int64).repeat(B)
+    with warnings.catch_warnings():  # torch flags sparse CSR as beta; the kernel reads only its parts
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, col, X.detach().reshape(-1), size=(B, F), check_invariants=False)
 
 
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
@@ -155,6 +175,8 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
 
     ``sample_weight`` (``(B,)``, ``None``: all 1) weighs each sample's loss rows as
     ``criterion(..., sample_weight=...)`` does on the torch route."""
+    if X.layout == torch.strided:
+        X = dense_csr(X)
     W_in, b_in, W_out, b_out = _params(module)
     level = criterion.level_contrast if criterion.training else 0.0
     update = optimizer.fused_row_updates(W_in, W_out) if optimizer is not None else None

@@ -6,7 +6,9 @@ writes every row of the parameter and both moments at every step; ``torch.optim.
 takes only sparse gradients. ``LazyAdam`` takes both: sparse gradients update only the rows
 present (their moments decay only when touched, as in SparseAdam and TensorFlow's LazyAdam),
 in one pass per row in C where the kernel was built (``estimators/networks/_path_step.c``, ``adam_rows``), else
-in torch operations; dense ones get Adam's update in torch operations.
+in torch operations; dense ones get Adam's update in torch operations (a dense gradient of a
+parameter that keeps one second moment per row steps as a sparse gradient of every row, so that
+the torch route of a model fed dense rows updates it as the fused step does).
 
 A parameter group may keep one second moment per row instead of one per entry
 (``second_moment="row"``: the mean of the row's squared gradient, as the row-wise optimizers of
@@ -57,6 +59,12 @@ def _check_group_options(group: dict[str, Any]) -> None:
     scale = group.get("lr_scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"lr_scale must be a positive number, got {scale!r}")
+
+
+def _every_row(grad: torch.Tensor) -> torch.Tensor:
+    """A dense gradient as a coalesced sparse one that lists every row (zero rows included)."""
+    rows = torch.arange(grad.shape[0], device=grad.device).unsqueeze(0)
+    return torch.sparse_coo_tensor(rows, grad, grad.shape, is_coalesced=True, check_invariants=False)
 
 
 class LazyAdam(torch.optim.Optimizer):
@@ -185,6 +193,11 @@ class LazyAdam(torch.optim.Optimizer):
                     continue
                 if p.grad.is_sparse:
                     self._sparse_step(p, group)
+                elif self._row_moment(p, group):
+                    # A dense gradient of a parameter with one second moment per row (SparseMLP's
+                    # input layer fed dense rows, on the torch route): every row was touched, so it
+                    # steps as the fused step's gradient of every row does.
+                    self._sparse_step(p, group, _every_row(p.grad))
                 else:
                     dense.append(p)
             if dense:
@@ -243,9 +256,16 @@ class LazyAdam(torch.optim.Optimizer):
             state["exp_avg_sq"] = p.new_zeros(p.shape[0], 1) if by_row else torch.zeros_like(p)
         return state
 
-    def _sparse_step(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+    def _row_moment(self, p: torch.Tensor, group: dict[str, Any]) -> bool:
+        """Whether ``p`` keeps (or, without a state yet, will keep) one second moment per row."""
+        state = self.state[p]
+        if state:
+            return state["exp_avg_sq"].shape != p.shape
+        return group.get("second_moment", "entry") == "row" and p.dim() >= 2
+
+    def _sparse_step(self, p: torch.Tensor, group: dict[str, Any], grad: torch.Tensor | None = None) -> None:
         u = self._row_update(p, group)
-        grad = p.grad.coalesce()
+        grad = (p.grad if grad is None else grad).coalesce()
         rows, values = grad.indices()[0], grad.values()
         m, v, b1, b2, wd = u.exp_avg, u.exp_avg_sq, u.beta1, u.beta2, u.weight_decay
         if _native_rows(p, m, v, values):
