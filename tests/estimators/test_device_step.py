@@ -20,8 +20,11 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported: the kernels run on the CPU
+#: Where the kernels run: on CUDA where there is one (compiled), else on the CPU under Triton's
+#: interpreter, set before Triton is imported.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from hiclass_parallel.estimators import LazyAdam, SparseMLP
 from hiclass_parallel.estimators.networks._data import csr_tensor
@@ -35,7 +38,7 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 
 def _model(random_tree, seed: int, stop: bool, semantics: str, level: float, n: int = 30, H: int = 8,
-           device: str = "cpu"):
+           device: str = DEVICE):
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, n)
     torch.manual_seed(seed)
@@ -70,12 +73,12 @@ def _batch(rng, n_classes: int, B: int, seed: int, weighted: bool):
 def _torch_step(module, criterion, optimizer, X, y, w):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch calls sparse CSR tensors beta
-        Xt = csr_tensor(X)
+        Xt = csr_tensor(X).to(DEVICE)
     optimizer.zero_grad()
-    weighted = {} if w is None else {"sample_weight": torch.as_tensor(w, dtype=torch.float32)}
-    loss = criterion(module.scorer(module.encode(Xt)), torch.as_tensor(y), **weighted)
+    weighted = {} if w is None else {"sample_weight": torch.as_tensor(w, dtype=torch.float32, device=DEVICE)}
+    loss = criterion(module.scorer(module.encode(Xt)), torch.as_tensor(y, device=DEVICE), **weighted)
     loss.backward()
-    grads = {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).clone() for k, p in module.named_parameters()}
+    grads = {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).cpu() for k, p in module.named_parameters()}
     optimizer.step()
     return float(loss.detach()), grads
 
@@ -103,24 +106,26 @@ def test_loss_gradients_and_updated_rows_equal_the_torch_route(random_tree, seed
     for i in range(steps):  # a second step reads the first's moments and bias corrections (a short batch)
         X, y, w = _batch(rng, tree.n_classes, 6 if i else 8, seed * 10 + i, weighted)
         loss, grads = _torch_step(reference, criterion, ref_opt, X, y, w)
-        plan = step.planner(X, y, w)
-        work = step.forward_backward(plan)
+        plan = step.planner(X, y, w)  # on the host
+        on_device = plan.to(DEVICE)
+        work = step.forward_backward(on_device)
         assert float(work["loss"]) == pytest.approx(loss, rel=1e-5, abs=1e-6)
+        computed = {name: value.cpu() for name, value in work.items()}
         out_rows = plan["out_rows"][plan["out_rows"] >= 0]
         in_rows = plan["in_rows"][plan["in_rows"] >= 0]
         g_out = torch.zeros_like(grads["head.weight.weight"])
-        g_out[out_rows] = work["g_out"][:out_rows.numel()]
+        g_out[out_rows] = computed["g_out"][:out_rows.numel()]
         torch.testing.assert_close(g_out, grads["head.weight.weight"], rtol=1e-4, atol=1e-6)
         g_bout = torch.zeros_like(grads["head.bias.weight"][:, 0])
-        g_bout[out_rows] = work["g_bout"][:out_rows.numel()]
+        g_bout[out_rows] = computed["g_bout"][:out_rows.numel()]
         torch.testing.assert_close(g_bout, grads["head.bias.weight"][:, 0], rtol=1e-4, atol=1e-6)
         g_in = torch.zeros_like(grads["input.embedding.weight"])
-        g_in[in_rows] = work["g_in"][:in_rows.numel()]
+        g_in[in_rows] = computed["g_in"][:in_rows.numel()]
         torch.testing.assert_close(g_in, grads["input.embedding.weight"], rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(work["g_bin"], grads["input.bias"], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(computed["g_bin"], grads["input.bias"], rtol=1e-4, atol=1e-6)
         # the sparse gradients touch the same rows as the plan's
-        assert set(out_rows.tolist()) == set(reference.head.weight.weight.grad.coalesce().indices()[0].tolist())
-        step.update(plan, work)
+        assert set(out_rows.tolist()) == set(reference.head.weight.weight.grad.coalesce().indices()[0].cpu().tolist())
+        step.update(on_device, work)
         for name, p in reference.named_parameters():
             torch.testing.assert_close(names[name].detach(), p.detach(), rtol=1e-4, atol=2e-5)
             torch.testing.assert_close(opt.state[names[name]]["exp_avg"].float(),
@@ -232,8 +237,9 @@ def test_steps_after_the_first_never_synchronise(random_tree, graph):
 
 @needs_triton
 def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoch():
-    """The net's glue, on the CPU (the configuration picks the device step only on CUDA, so it is
-    forced here): the same fit as the torch route, epoch losses from the device accumulator."""
+    """The net's glue (the engines forced, so that it runs on the CPU too, where the configuration
+    would not pick the device step): the same fit as the torch route, epoch losses from the
+    device accumulator."""
     from hiclass_parallel import Tree
     from hiclass_parallel.estimators import HierarchicalClassifier
     from hiclass_parallel.estimators.fitting import _config
@@ -249,7 +255,7 @@ def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoc
             warnings.simplefilter("ignore")
             mp.setattr(_config, "resolve_engines", lambda *args, **kwargs: forced)
             runs[engine] = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=8,
-                                                  module__hidden_units=8).fit(X, y)
+                                                  module__hidden_units=8, device=DEVICE).fit(X, y)
     device, reference = runs["device"].net_, runs["torch"].net_
     assert device.step_engine_ == "device" and device.update_engine_ == "device" and device.step_fallbacks_ == 0
     assert reference.step_engine_ == "torch"

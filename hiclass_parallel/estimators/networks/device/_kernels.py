@@ -4,16 +4,18 @@ Kept apart so that importing the package never imports Triton. Each kernel reads
 arrays of a :class:`~._plan.StepPlan`; every size it loops over is read on the device (a
 sample's entries from ``row_ptr``) or is a padded width (``K``), so nothing asks the host.
 
-- ``hidden``: one program per sample (its entries in tiles of ``BLOCK_E``), ``h[b] = b_in + sum_j value_j * W_in[feature_j]``;
+- ``hidden``: one program per sample (its entries in tiles of ``BLOCK_E``),
+  ``h[b] = b_in + sum_j value_j * W_in[feature_j]``;
 - ``softmax_rows``: one program per softmax row; an online log-sum-exp over the row's
   candidates in tiles of ``BLOCK_K`` (any group width), the weighted loss added to the step's
   accumulator, then the candidates' gradients ``w * (softmax - onehot)`` added to the output
   rows' gradients, the biases' and the sample's ``dh``; a non-finite loss sets the flag;
 - ``input_grad``: one program per sample, ``dh[b] * value_j`` added to its features' gradients
   and ``dh[b]`` to the input bias's;
-- ``adam_rows``: one program per ``BLOCK_R`` distinct touched rows, LazyAdam's update of that row (per-row or
-  per-entry second moment, a float32 or bfloat16 first moment), its step numbers read from the
-  device; no update once the non-finite flag is set.
+- ``adam_rows``: one program per ``BLOCK_R`` distinct touched rows, LazyAdam's update of those
+  rows (per-row or per-entry second moment, a float32 or bfloat16 first moment rounded to the
+  nearest even), its step numbers read from the device; no update once the non-finite flag is
+  set.
 """
 
 import triton

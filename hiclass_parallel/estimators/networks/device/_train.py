@@ -91,7 +91,8 @@ def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_param
         batch = "?" if first is None else first + 1
         value = "non-finite" if first is None else values[first]
         raise NonFiniteLossError(
-            f"the training loss became {value} at epoch {len(net.history)}, batch {batch} (lr={getattr(net, 'lr', None)}): "
+            f"the training loss became {value} at epoch {len(net.history)}, batch {batch} "
+            f"(lr={getattr(net, 'lr', None)}): "
             "training diverged (the device step applied no update after it). Lower lr (e.g. by 10x), scale X, or "
             "check X for NaN/inf; the model was put back as it was before this call"
         )
