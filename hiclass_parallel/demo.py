@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build_demo_pipeline", "estimate_training_seconds", "prepare_out_dir", "run_demo"]
+__all__ = ["build_demo_pipeline", "estimate_training_seconds", "prepare_out_dir", "run_demo", "wide_columns"]
 
 #: The recorded main job, the base of the time estimate printed before training: all noun
 #: synsets with a parent (82,115 classes), 80% of them trained on, the classifier's default of
@@ -32,6 +32,14 @@ RECORDED_TRAIN_ROWS = 65_691
 RECORDED_CLASSES = 82_115
 RECORDED_EPOCHS = 2
 RECORDED_SECONDS = (18.0, 19.5)
+
+#: Sibling groups wider than this cost a row more than the recorded job's rows pay (its widest
+#: group is well under it): WIDE_COLUMN_SECONDS per training row, epoch and column of such a
+#: group on the row's path (the sampled candidates, for a group the classifier samples: see
+#: ``softmax_sample``). Fitted to the recorded full tree's training time without sampling,
+#: against this estimate without the term (docs/performance.md, "Wide sibling groups").
+WIDE_GROUP = 1024
+WIDE_COLUMN_SECONDS = 1.2e-8
 
 
 def build_demo_pipeline(tree: Any, *, epochs: int | None = None, device: str = "cpu", partition: str = "auto",
@@ -142,7 +150,48 @@ def _planned_epochs(n_rows: int, epochs: int | None, batch_size: int = 256) -> i
     return module_capabilities(SparseMLP).default_max_epochs(n_rows, batch_size)
 
 
-def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDED_CLASSES) -> tuple[float, float]:
+def wide_columns(tree: Any, labels: Any, stop: bool = True, softmax_sample: int | None = None) -> float:
+    """The mean, over training rows, of the columns of sibling groups wider than
+    :data:`WIDE_GROUP` on each row's path: what a row pays beyond the recorded job. A group
+    wider than ``softmax_sample`` (``None``: the classifier's default) counts the candidates it
+    is sampled to.
+
+    Parameters
+    ----------
+    tree : Tree
+        The class tree.
+    labels : array-like
+        The training rows' labels (the tree's labels).
+    stop : bool, default=True
+        Whether the groups have stop columns (terminal semantics).
+    softmax_sample : int, default=None
+        The sampled softmax's limit.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from hiclass_parallel import Tree
+    >>> wide_columns(Tree.from_edges([("dog", "animal")]), ["dog", "animal"])
+    0.0
+    """
+    from .estimators.fitting._config import SOFTMAX_SAMPLE
+    from .ops.sibling_paths import sibling_plan
+
+    plan = sibling_plan(tree, stop)
+    widths = np.diff(plan.group_ptr)
+    cost = np.where(widths > WIDE_GROUP, np.minimum(widths, SOFTMAX_SAMPLE if softmax_sample is None else softmax_sample),
+                    0).astype(np.float64)
+    ids = tree.to_ids(np.asarray(labels, dtype=object))
+    paths = plan.paths[ids]
+    on_path = np.where(paths >= 0, cost[plan.group_of[np.maximum(paths, 0)]], 0.0)
+    return float(on_path.sum(axis=1).mean()) if len(ids) else 0.0
+
+
+def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDED_CLASSES,
+                              wide: float = 0.0) -> tuple[float, float]:
     """A rough range of the demo's training time on 2 idle CPU cores.
 
     The recorded main job (:data:`RECORDED_SECONDS` for :data:`RECORDED_TRAIN_ROWS` rows,
@@ -151,7 +200,8 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
     output rows to update): the fourth root fits the cost per row and epoch of the recorded
     text benchmark (``docs/performance.md``) across subtrees of very different sizes.
     Rough all the same: a small subtree is dominated by fixed costs, and other processes on
-    the same cores make it several times slower.
+    the same cores make it several times slower. Groups wider than the recorded job's add
+    :data:`WIDE_COLUMN_SECONDS` per row, epoch and column of ``wide`` (:func:`wide_columns`).
 
     Parameters
     ----------
@@ -161,6 +211,8 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
         Epochs.
     n_classes : int, default=RECORDED_CLASSES
         Classes of the tree.
+    wide : float, default=0.0
+        Columns of wide groups per row (:func:`wide_columns`).
 
     Returns
     -------
@@ -176,7 +228,8 @@ def estimate_training_seconds(n_rows: int, epochs: int, n_classes: int = RECORDE
     """
     scale = (n_rows * epochs) / (RECORDED_TRAIN_ROWS * RECORDED_EPOCHS) * (n_classes / RECORDED_CLASSES) ** 0.25
     low, high = RECORDED_SECONDS
-    return low * scale, high * scale
+    extra = WIDE_COLUMN_SECONDS * n_rows * epochs * wide
+    return low * scale + extra, high * scale + extra
 
 
 def _span(low: float, high: float) -> str:
@@ -188,7 +241,7 @@ def _span(low: float, high: float) -> str:
     return f"about {low / 60:.1f}-{high / 60:.1f} min"
 
 
-def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str) -> str:
+def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str, wide: float = 0.0) -> str:
     """What is about to be trained, and for how long, printed before training starts."""
     from .estimators.calibration._calibration import MIN_AUTO_ROWS, held_out_size, rejoins
 
@@ -201,10 +254,11 @@ def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str) -> str:
         line += f"; {held:,} of the rows {when}, to calibrate predict_confidence"
     if not str(device).startswith("cpu"):
         return line + f"; no time estimate for device {device!r} (the recorded times are on a CPU)"
-    low, high = estimate_training_seconds(n_rows, planned, n_classes)
+    low, high = estimate_training_seconds(n_rows, planned, n_classes, wide)
     return (
         f"{line}\nrough estimate: {_span(low, high)} of training on 2 idle cores (all nouns took "
-        f"{RECORDED_SECONDS[0]:g}-{RECORDED_SECONDS[1]:g} s, scaled here by rows x epochs x classes ** (1/4)); "
+        f"{RECORDED_SECONDS[0]:g}-{RECORDED_SECONDS[1]:g} s, scaled here by rows x epochs x classes ** (1/4)"
+        + (f", plus {wide:,.0f} columns of wide sibling groups per row" if wide else "") + "); "
         "several times longer, or more, when other processes share the cores"
     )
 
@@ -332,7 +386,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     task = root or ("the full tree (nouns and verbs)" if full_tree else "all nouns")
     say(f"WordNet glosses under {task}: {len(data.data):,} synsets, tree of "
         f"{tree.n_classes:,} classes in {tree.n_levels} levels; {len(X_train):,} train, {len(X_test):,} held out")
-    say(_plan(len(X_train), tree.n_classes, epochs, device))
+    say(_plan(len(X_train), tree.n_classes, epochs, device, wide_columns(tree, y_train)))
 
     pipe = build_demo_pipeline(tree, epochs=epochs, device=device, partition=partition, seed=seed, verbose=verbose)
     start = time.perf_counter()

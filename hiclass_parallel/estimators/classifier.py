@@ -110,6 +110,19 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``criterion__level_weights`` and the other parameters of that loss). ``"auto"``:
         ``"path_local"`` where possible, else ``"full"``. A ``criterion__*`` parameter the
         chosen route's loss does not take is an error naming it.
+    softmax_sample : int, "auto" or None, default="auto"
+        Training cost of wide sibling groups. A group wider than this many columns (a flat
+        level with thousands of classes, such as a forest's roots) is trained, in each
+        mini-batch, on a sampled softmax of this many candidates shared by the batch: the
+        batch's own target columns in the group, and others drawn uniformly at random, whose
+        scores get the sampled-softmax correction ``log(1 / Q)`` (``Q``: their chance of being
+        drawn), so that a row's cost follows its path rather than the widest group on it.
+        Prediction is always exact (every column of every group it expands). ``"auto"``:
+        1024 (:data:`~hiclass_parallel.estimators.fitting._config.SOFTMAX_SAMPLE`); ``None``:
+        every softmax exact. It applies to the fused training step of the default text model
+        (``config_.step_engine == "fused"``); the torch route is always exact.
+        ``config_.softmax_sample`` is the limit used (0: exact) and
+        ``config_.softmax_sample_reason`` says why.
     decoding : {"best", "threshold", "hf1"}, default="best"
         ``"best"``: the valid path with the highest joint log-probability (the most
         probable answer: best for exact accuracy). ``"threshold"``: the path cut at its
@@ -344,6 +357,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "module": "no_validation",  # checked in fit, with a message about classes vs instances
         "partition": [StrOptions({"auto", *PARTITIONS})],
         "training": [StrOptions(set(TRAINING))],
+        "softmax_sample": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "stop": ["boolean", None],
         "semantics": [StrOptions({"partial", "terminal"})],
         "decoding": [StrOptions({"best", "threshold", "hf1"})],
@@ -394,6 +408,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         stop: bool | None = None,
         semantics: str = "partial",
         training: str = "auto",
+        softmax_sample: int | str | None = "auto",
         decoding: str = "best",
         threshold: float = 0.5,
         top_k: int = 5,
@@ -426,6 +441,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.stop = stop
         self.semantics = semantics
         self.training = training
+        self.softmax_sample = softmax_sample
         self.decoding = decoding
         self.threshold = threshold
         self.top_k = top_k

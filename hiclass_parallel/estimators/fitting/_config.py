@@ -6,7 +6,7 @@ and the size of the data into a frozen :class:`FitConfig`, kept as the fitted at
 (path-local or full), the step engine (the fused C step or torch, and why), whether the fused
 step also applies the optimizer's update, the criterion class and its options (the
 level-contrast default), the optimizer class and its options (fused Adam, LazyAdam's groups),
-the epochs and the thread count. Everything downstream (building the net, the net's training
+the epochs, the thread count and the sampled softmax of wide groups. Everything downstream (building the net, the net's training
 step, the decoding route, persistence) reads it; nothing decides these again. The one
 data-dependent exception is named in the configuration's docstring: a batch the fused step
 cannot take runs through torch and is counted by the net.
@@ -17,14 +17,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
-__all__ = ["TRAINING", "LEVEL_CONTRAST", "DAG_LEVEL_CONTRAST", "FitConfig", "config_changes", "resolve_config",
-           "resolve_lr", "resolve_max_epochs", "resolve_threads"]
+__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FitConfig", "config_changes",
+           "resolve_config", "resolve_lr", "resolve_max_epochs", "resolve_softmax_sample", "resolve_threads"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
+
+#: ``softmax_sample="auto"``: the fused step trains a sibling group wider than this many
+#: columns on a sampled softmax of this many candidates (the batch's targets in the group and
+#: uniform draws, corrected). Above WordNet's widest noun group, so the all-nouns fit stays
+#: exact; on the full WordNet tree (a top-level group of tens of thousands of classes) a sample
+#: of this size trains as accurately as the exact softmax, at a fraction of its cost
+#: (docs/performance.md, "Wide sibling groups").
+SOFTMAX_SAMPLE = 1024
 
 #: ``level_contrast`` of path-local training (the in-batch level softmax term of
 #: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`). 0.1: a larger weight favours
@@ -97,6 +107,12 @@ class FitConfig:
         Why.
     threads : int or None
         torch's intra-op threads while training (``None``: torch's own count, left as it is).
+    softmax_sample : int
+        The fused step trains a sibling group wider than this many columns on a sampled
+        softmax of this many candidates (``HierarchicalClassifier``'s ``softmax_sample``);
+        0: every softmax exact.
+    softmax_sample_reason : str
+        Why.
     """
 
     module_class: type
@@ -118,6 +134,8 @@ class FitConfig:
     update_engine: str
     update_engine_reason: str
     threads: int | None
+    softmax_sample: int = 0
+    softmax_sample_reason: str = "not resolved (a configuration saved without it): every softmax exact"
 
     @property
     def path_local(self) -> bool:
@@ -234,6 +252,27 @@ def resolve_engines(estimator: Any, module: type, training: str, criterion: type
     return "fused", why, "fused", "LazyAdam, no gradient readers"
 
 
+def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: Tree, stop: bool) -> tuple[int, str]:
+    """``(limit, why)`` of the sampled softmax of wide groups: the groups wider than ``limit``
+    columns train on that many sampled candidates; 0: every softmax exact."""
+    if requested is None:
+        return 0, "softmax_sample=None: every softmax exact"
+    if step_engine != "fused":
+        return 0, "the torch step is exact (the sampled softmax is the fused step's)"
+    from ...ops.sibling_paths import sibling_plan
+
+    limit = SOFTMAX_SAMPLE if requested == "auto" else int(requested)
+    widths = np.diff(sibling_plan(tree, stop).group_ptr)
+    widest = int(widths.max()) if widths.size else 0
+    source = "the default" if requested == "auto" else "softmax_sample"
+    if widest <= limit:
+        return 0, (f"no sibling group is wider than {limit:,} columns ({source}; the widest has {widest:,}): "
+                   "every softmax exact")
+    wide = int((widths > limit).sum())
+    return limit, (f"{wide:,} sibling group{'s' * (wide != 1)} wider than {limit:,} columns ({source}; the widest has "
+                   f"{widest:,}) {'train' if wide != 1 else 'trains'} on {limit:,} sampled candidates per batch")
+
+
 def resolve_partition(requested: str, capabilities: ModuleCapabilities, forced: str | None = None) -> str:
     """``"auto"``: the sibling partition for modules that score columns on demand (both default
     modules, MLP and SparseMLP: each row then pays only for the groups on its path), else the
@@ -326,6 +365,8 @@ def resolve_config(
         update_engine=update_engine,
         update_engine_reason=update_why,
         threads=resolve_threads(estimator),
+        **dict(zip(("softmax_sample", "softmax_sample_reason"),
+                   resolve_softmax_sample(getattr(estimator, "softmax_sample", "auto"), step_engine, tree, stop))),
     )
 
 

@@ -45,9 +45,10 @@ RESOLVED = frozenset({"module", "optimizer", "train_split", "callbacks", "warm_s
 
 #: Parameters the built network, its optimizer or its training loop are made of: a trained net
 #: cannot take a change (a new module, optimizer class, device or callback list is a new
-#: net), so continuing ignores it and says so. ``module__*`` parameters too.
+#: net), so continuing ignores it and says so. ``module__*`` parameters too, and the sampled
+#: softmax of wide groups (resolved into the configuration the net was built from).
 BUILT = frozenset({"module", "optimizer", "device", "callbacks", "early_stopping", "train_split",
-                   "validation_fraction", "n_iter_no_change", "tol"})
+                   "validation_fraction", "n_iter_no_change", "tol", "softmax_sample"})
 
 #: Prefixes of the parameters a trained net takes through skorch: ``optimizer__*`` (set on the
 #: optimizer), ``criterion__*`` (the criterion and optimizer re-initialised), ``callbacks__*``

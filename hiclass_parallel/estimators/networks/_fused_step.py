@@ -150,6 +150,15 @@ def dense_csr(X: torch.Tensor) -> torch.Tensor:
         return torch.sparse_csr_tensor(crow, col, X.detach().reshape(-1), size=(B, F), check_invariants=False)
 
 
+def _draw_sample(workspace: native.PathLocalStep, softmax_sample: int | tuple[int, int]) -> tuple[int, int, int] | None:
+    """``(above, size, seed)`` of a step's sampled softmax, or ``None`` when no group of the
+    plan is wider than ``above`` (no seed is drawn: torch's generator is left as it is)."""
+    above, size = (softmax_sample, softmax_sample) if isinstance(softmax_sample, int) else softmax_sample
+    if above <= 0 or workspace.widest_group <= above:
+        return None
+    return int(above), int(size), int(torch.randint(0, 2**62, ()).item())
+
+
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
     # skorch zeroes gradients (to None) before each step; a callback that accumulates over
     # batches finds them set and gets the sum, as with autograd.
@@ -162,7 +171,8 @@ def _rows_grad(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) ->
 
 
 def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torch.Tensor,
-               optimizer: LazyAdam | None = None, sample_weight: torch.Tensor | None = None) -> dict[str, Any]:
+               optimizer: LazyAdam | None = None, sample_weight: torch.Tensor | None = None,
+               softmax_sample: int | tuple[int, int] = 0) -> dict[str, Any]:
     """One training step's loss and gradients (in ``p.grad``): ``{"loss", "y_pred"}`` as skorch's
     ``train_step_single`` returns (``y_pred`` is the hidden representation), and
     ``"fused_update"``, whether the step also applied the update of the big layers.
@@ -174,7 +184,13 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     ``step`` then applies. The weights come out as after the unfused step and ``step``.
 
     ``sample_weight`` (``(B,)``, ``None``: all 1) weighs each sample's loss rows as
-    ``criterion(..., sample_weight=...)`` does on the torch route."""
+    ``criterion(..., sample_weight=...)`` does on the torch route.
+
+    ``softmax_sample`` (0: every softmax exact): groups wider than this many columns train on a
+    sampled softmax of this many candidates (a pair ``(above, size)``: groups wider than
+    ``above`` on ``size``), shared by the batch (``PathLocalStep``'s ``sample``); the sampler is
+    seeded from torch's generator, one draw per step that samples, so ``random_state``
+    reproduces a fit."""
     if X.layout == torch.strided:
         X = dense_csr(X)
     W_in, b_in, W_out, b_out = _params(module)
@@ -185,10 +201,12 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
         head = module.head
         text = native.ClassText(module.vocabulary_position, head.text_ptr, head.text_idx, head.text_val,
                                 module.class_feature_scale * module.match_weight.detach())
-    out = _workspace(module, criterion)(
+    workspace = _workspace(module, criterion)
+    sample = _draw_sample(workspace, softmax_sample)
+    out = workspace(
         X, y, W_in.detach(), b_in.detach(), W_out.detach(), b_out.detach().reshape(-1),
         stop_rows=criterion.semantics == "terminal", level_weight=level, threads=torch.get_num_threads(),
-        update=tuple(update) if update else None, text=text, sample_weight=sample_weight,
+        update=tuple(update) if update else None, text=text, sample_weight=sample_weight, sample=sample,
     )
     if text is not None:  # the kernel's gradient is of the scaled weights
         _accumulate(module.match_weight, module.class_feature_scale * out.text_grad)

@@ -73,6 +73,14 @@ def _text_grad() -> Any:
     return _lib(("ps_text_grad",), _i, (_p, _i, _p, _p, _p, _p, _i, _p))
 
 
+def _sampling() -> Any:
+    return _lib(("ps_sampling",), None, (_p, _i, _i, _i))
+
+
+def _sampled() -> Any:
+    return _lib(("ps_sampled",), None, (_p, _p, _p, _p, _p, _p))
+
+
 def _merge() -> Any:
     return _lib(("rows_merge",), _i, (_i, _p, _p, _p, _i, _f, _p, _p))
 
@@ -188,6 +196,12 @@ class PathLocalStep:
         The last step's sizes: distinct ``columns`` and input ``features``, softmax ``pairs``,
         ``path_rows``, ``level_rows``, input ``nonzeros``, ``dense_columns`` (the block scored
         through BLAS), ``batch`` and ``width`` (what ``benchmarks/bench_roofline.py`` counts).
+    widest_group : int
+        Columns of the plan's widest sibling group (whether a ``sample`` setting samples any).
+    last_sample : dict or None
+        What the last step with ``sample`` drew: ``{group: (columns, corrections)}``, the
+        candidate columns of each sampled group (in the group's order) and the correction added
+        to each one's logit (0 for the batch's own targets); ``None`` after a step without.
     """
 
     def __init__(self, plan: SiblingPlan, n_features: int):
@@ -200,6 +214,8 @@ class PathLocalStep:
         if not self._handle:
             raise MemoryError("could not allocate the fused step's workspace")
         self._lock = threading.Lock()  # one workspace, one step at a time
+        self.widest_group = int(np.diff(plan.group_ptr).max()) if plan.n_groups else 0
+        self.last_sample: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
         self._buffers: dict[str, torch.Tensor] = {}
         # host copies of the plan, contiguous int64 (the plan's arrays are read-only views)
         self._arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=np.int64)
@@ -225,7 +241,7 @@ class PathLocalStep:
         self, X: torch.Tensor, target: torch.Tensor, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor,
         b_out: torch.Tensor, *, stop_rows: bool, level_weight: float, threads: int,
         update: tuple[RowUpdate, RowUpdate] | None = None, text: ClassText | None = None,
-        sample_weight: torch.Tensor | None = None,
+        sample_weight: torch.Tensor | None = None, sample: tuple[int, int, int] | None = None,
     ) -> StepResult:
         """One step on a torch sparse CSR float32 batch ``X (B, F)`` and node ids ``target (B,)``
         (``-1``: unlabelled). Weights are float32, C-contiguous, on the CPU; ``b_out`` has
@@ -244,7 +260,15 @@ class PathLocalStep:
         weights are the same as after :func:`adam_rows` on the returned gradients.
 
         ``text``: add the class-text match to every score (:class:`ClassText`); its gradient
-        comes back as ``text_grad``."""
+        comes back as ``text_grad``.
+
+        ``sample``: ``(above, size, seed)``, the sampled softmax of wide groups (``None``: every
+        softmax exact). Each used group wider than ``above`` columns is scored, for the whole
+        batch, on ``size`` candidates: the columns that are targets of the batch's rows in it,
+        and others drawn uniformly without replacement (seeded by ``seed``), whose logits get
+        ``log(1 / Q)`` added, ``Q`` their chance of being drawn (the sampled-softmax correction of
+        the normaliser). A sample that covers the group is its exact softmax. What was drawn:
+        ``last_sample``."""
         crow = X.crow_indices().to(torch.int64).contiguous()
         col = X.col_indices().to(torch.int64).contiguous()
         val = X.values().to(torch.float32).contiguous()
@@ -260,6 +284,8 @@ class PathLocalStep:
         T = max(1, int(threads))
         f32 = {"dtype": torch.float32}
         with self._lock:
+            # the sampled softmax of wide groups (off: every softmax exact), set on this workspace
+            _sampling().ps_sampling(self._handle, *(int(v) for v in (sample or (0, 0, 0))))
             rc = _prepare().ps_prepare(
                 self._handle, B, _ptr(target), _ptr(weight), _ptr(crow), _ptr(col), self.plan.n_levels, _ptr(a["paths"]),
                 _ptr(a["group_of"]), _ptr(a["child_group"]), _ptr(a["group_ptr"]), _ptr(a["group_cols"]),
@@ -303,8 +329,20 @@ class PathLocalStep:
             _check(_finish().ps_finish(self._handle, T, _ptr(crow), _ptr(val), H, _ptr(dh_dense), _ptr(dW_dense),
                                        _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),
                                        _ptr(output_rows), *up_in, *up_out))
+            self.last_sample = _read_sample(self._handle) if sample else None
         return StepResult(float(loss[0]), float(loss[1]), float(loss[2]), hidden, input_rows, input_grad,
                           input_bias, output_rows, output_grad, output_bias, text_grad)
+
+
+def _read_sample(handle: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """What a workspace's last plan sampled: ``{group: (columns, corrections)}``."""
+    sizes = np.zeros(2, dtype=np.int64)
+    _sampled().ps_sampled(handle, _ptr(sizes), None, None, None, None)
+    n, total = int(sizes[0]), int(sizes[1])
+    groups, ptr = np.zeros(n, dtype=np.int64), np.zeros(n + 1, dtype=np.int64)
+    cols, off = torch.zeros(total, dtype=torch.int64), torch.zeros(total, dtype=torch.float32)
+    _sampled().ps_sampled(handle, _ptr(sizes), _ptr(groups), _ptr(ptr), _ptr(cols), _ptr(off))
+    return {int(g): (cols[ptr[i]:ptr[i + 1]], off[ptr[i]:ptr[i + 1]]) for i, g in enumerate(groups)}
 
 
 def _text_args(text: ClassText, n_features: int, n_outputs: int) -> tuple[torch.Tensor, ...]:

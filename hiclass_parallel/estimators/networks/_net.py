@@ -88,15 +88,19 @@ class TreeNet(NeuralNet):
         Train and validate path-locally: the module's ``encode`` gives the hidden
         representation and its ``scorer`` is handed to the criterion, which scores only the
         groups on each labelled path.
+    softmax_sample : int
+        The fused step's sampled softmax: groups wider than this many columns train on this
+        many sampled candidates (0: every softmax exact; ``FitConfig.softmax_sample``).
     """
 
     def __init__(self, *args: Any, n_scores: int | None = None, path_local: bool = False, step_engine: str = "torch",
-                 update_engine: str = "optimizer", **kwargs: Any):
+                 update_engine: str = "optimizer", softmax_sample: int = 0, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.n_scores = n_scores
         self.path_local = path_local
         self.step_engine = step_engine
         self.update_engine = update_engine
+        self.softmax_sample = softmax_sample
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         """The engines of this training call, as the configuration chose them (``step_engine``,
@@ -148,7 +152,7 @@ class TreeNet(NeuralNet):
                 # the update of the big layers inside the step too, as decided at train begin
                 fuse_update = self.update_engine_ == "fused"
                 step = fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None,
-                                  **weighted)
+                                  softmax_sample=int(self.softmax_sample), **weighted)
                 if fuse_update and not step["fused_update"]:  # the optimizer could not hand over this step's update
                     self.update_fallbacks_ += 1
                 return step
