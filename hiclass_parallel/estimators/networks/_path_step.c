@@ -298,7 +298,7 @@ static int64_t sample_group(Work *w, int64_t g, const int64_t *group_ptr, const 
         others[r] = others[i]; others[i] = c;
         w->draw_bits[c >> 6] |= 1ull << (c & 63);
     }
-    const float corr = m < n_other ? (float)log((double)n_other / (double)m) : 0.0f;
+    const float corr = m > 0 && m < n_other ? (float)log((double)n_other / (double)m) : 0.0f;
     if (reserve(&w->samp_col, 8 * (size_t)(at + k + m + 1)) || reserve(&w->samp_off, 4 * (size_t)(at + k + m + 1)))
         return -1;
     int64_t *sc = I64(w->samp_col) + at, got = 0;
