@@ -4,7 +4,9 @@ The fused step plans each batch (``ps_prepare``) before it runs it; with plannin
 (``config_.plan_ahead``) the next batch is planned on a thread while the step runs. On shared
 cores the load drifts over minutes, so the two settings are fitted alternately, in one process,
 on the same data, ``--rounds`` times each (``HICLASS_PARALLEL_PLAN_AHEAD`` switches it), and
-the load average is recorded beside every fit. Also reported per fit: the seconds spent planning
+the load average is recorded beside every fit. Also reported per fit: the median training step
+period (from one step's start to the next one's, everything of the loop included: a median is
+less moved by a burst of another process's load than a total), the seconds spent planning
 (``prepare``) and, with planning ahead, the seconds the steps still waited for their plan.
 
 The data are a split written by ``benchmarks.bench_text`` (its ``--work`` folder, one
@@ -27,6 +29,26 @@ from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _period_timer() -> Any:
+    from skorch.callbacks import Callback
+
+    class Periods(Callback):
+        """The start time of every training step."""
+
+        def initialize(self) -> Any:
+            self.starts_: list[float] = []
+            return self
+
+        def on_batch_begin(self, net: Any, batch: Any = None, training: bool = False, **kw: Any) -> None:
+            if training:
+                self.starts_.append(time.perf_counter())
+
+        def on_epoch_begin(self, net: Any, **kw: Any) -> None:
+            self.starts_.append(float("nan"))  # no period across epochs (validation, calibration)
+
+    return Periods()
 
 
 def _fit_once(tree: Any, data: dict[str, Any], ahead: bool, seed: int) -> dict[str, Any]:
@@ -57,14 +79,17 @@ def _fit_once(tree: Any, data: dict[str, Any], ahead: bool, seed: int) -> dict[s
     native.PathLocalStep.prepare, _plan_ahead.PlanAhead.plan_for = timed_prepare, timed_plan_for
     try:
         load = os.getloadavg()[0]
-        model = HierarchicalClassifier(tree, semantics="terminal", random_state=seed)
+        model = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, callbacks=[_period_timer()])
         start = time.perf_counter()
         model.fit(data["X_train"], np.asarray(data["y_train"]))
         fit_s = time.perf_counter() - start
+        starts = np.asarray(dict(model.net_.callbacks_)["Periods"].starts_)
+        periods = np.diff(starts)
     finally:
         native.PathLocalStep.prepare, _plan_ahead.PlanAhead.plan_for = prepare, plan_for
     config = model.config_
     return {"plan_ahead": config.plan_ahead, "reason": config.plan_ahead_reason, "fit_s": fit_s,
+            "step_period_ms": 1e3 * float(np.nanmedian(periods)), "steps": int(np.isfinite(periods).sum()),
             "load_before": load, "load_after": os.getloadavg()[0], "epochs": config.max_epochs, **spent}
 
 
@@ -90,16 +115,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for ahead in ((True, False) if r % 2 == 0 else (False, True)):
                 fits.append(_fit_once(tree, data, ahead, args.seed))
                 f = fits[-1]
-                print(f"{name} round {r} plan_ahead={f['plan_ahead']}: fit {f['fit_s']:.2f}s prepare "
+                print(f"{name} round {r} plan_ahead={f['plan_ahead']}: fit {f['fit_s']:.2f}s step "
+                      f"{f['step_period_ms']:.1f}ms prepare "
                       f"{f['prepare_s']:.2f}s waited {f['wait_s']:.2f}s load {f['load_before']:.1f}", flush=True)
-        on = [f["fit_s"] for f in fits if f["plan_ahead"]]
-        off = [f["fit_s"] for f in fits if not f["plan_ahead"]]
-        report["subsets"][name] = {"n_classes": tree.n_classes, "n_train": int(data["X_train"].shape[0]),
-                                   "fits": fits, "median_on_s": float(np.median(on)),
-                                   "median_off_s": float(np.median(off)), "min_on_s": min(on), "min_off_s": min(off)}
-        s = report["subsets"][name]
-        print(f"{name}: median {s['median_off_s']:.2f}s off, {s['median_on_s']:.2f}s on; "
-              f"min {s['min_off_s']:.2f}s off, {s['min_on_s']:.2f}s on", flush=True)
+        summary: dict[str, Any] = {"n_classes": tree.n_classes, "n_train": int(data["X_train"].shape[0]), "fits": fits}
+        for key, flag in (("on", True), ("off", False)):
+            mine = [f for f in fits if f["plan_ahead"] is flag]
+            summary[f"median_fit_{key}_s"] = float(np.median([f["fit_s"] for f in mine]))
+            summary[f"median_step_{key}_ms"] = float(np.median([f["step_period_ms"] for f in mine]))
+        report["subsets"][name] = summary
+        print(f"{name}: median fit {summary['median_fit_off_s']:.2f}s off, {summary['median_fit_on_s']:.2f}s on; "
+              f"median step {summary['median_step_off_ms']:.1f}ms off, {summary['median_step_on_ms']:.1f}ms on",
+              flush=True)
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=1))
     return report

@@ -127,6 +127,7 @@ def build_net(estimator: Any, config: FitConfig, targets: Any, seed: int | None)
         path_local=config.path_local,
         step_engine=config.step_engine,
         update_engine=config.update_engine,
+        plan_ahead=config.plan_ahead,
         softmax_sample=config.softmax_sample,
         **kwargs,
     )

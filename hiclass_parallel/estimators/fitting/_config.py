@@ -6,8 +6,9 @@ and the size of the data into a frozen :class:`FitConfig`, kept as the fitted at
 (path-local or full), the step engine (the fused C step or torch, and why), whether the fused
 step also applies the optimizer's update, the criterion class and its options (the
 level-contrast default), the optimizer class and its options (fused Adam, LazyAdam's groups),
-the epochs, the thread count and the sampled softmax of wide groups. Everything downstream (building the net, the net's training
-step, the decoding route, persistence) reads it; nothing decides these again. The one
+the epochs, the thread count, whether the fused step is planned ahead and the sampled softmax
+of wide groups. Everything downstream (building the net, the net's training step, the decoding
+route, persistence) reads it; nothing decides these again. The one
 data-dependent exception is named in the configuration's docstring: a batch the fused step
 cannot take runs through torch and is counted by the net.
 """
@@ -23,7 +24,8 @@ from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FitConfig", "config_changes",
-           "resolve_config", "resolve_lr", "resolve_max_epochs", "resolve_softmax_sample", "resolve_threads"]
+           "resolve_config", "resolve_lr", "resolve_max_epochs", "resolve_plan_ahead", "resolve_softmax_sample",
+           "resolve_threads"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
@@ -107,6 +109,12 @@ class FitConfig:
         Why.
     threads : int or None
         torch's intra-op threads while training (``None``: torch's own count, left as it is).
+    plan_ahead : bool
+        Whether each training batch's fused step is planned on a thread of its own while the
+        step before it runs (:mod:`~hiclass_parallel.estimators.networks._plan_ahead`): with the
+        fused engine and more than one thread, unless ``HICLASS_PARALLEL_PLAN_AHEAD=0``.
+    plan_ahead_reason : str
+        Why.
     softmax_sample : int
         The fused step trains a sibling group wider than this many columns on a sampled
         softmax of this many candidates (``HierarchicalClassifier``'s ``softmax_sample``);
@@ -134,6 +142,8 @@ class FitConfig:
     update_engine: str
     update_engine_reason: str
     threads: int | None
+    plan_ahead: bool = False
+    plan_ahead_reason: str = "not resolved (a configuration saved without it)"
     softmax_sample: int = 0
     softmax_sample_reason: str = "not resolved (a configuration saved without it): every softmax exact"
 
@@ -181,6 +191,28 @@ def resolve_threads(estimator: Any) -> int | None:
     if os.environ.get("OMP_WAIT_POLICY") or torch.get_num_threads() == 1 or torch.device(estimator.device).type != "cpu":
         return None
     return 1
+
+
+def resolve_plan_ahead(step_engine: str, threads: int | None) -> tuple[bool, str]:
+    """Whether the fused step's planning runs ahead on a thread of its own, and why.
+
+    Only for the fused engine (the torch route plans nothing), and only with more than one
+    thread: the planning thread runs beside the step's, so a fit allowed one thread (one
+    joblib worker per core, say) would use two. ``HICLASS_PARALLEL_PLAN_AHEAD=0`` turns it off
+    (``1``, or unset: as decided here).
+    """
+    import os
+
+    import torch
+
+    if step_engine != "fused":
+        return False, "the step is not fused"
+    if os.environ.get("HICLASS_PARALLEL_PLAN_AHEAD", "").strip() == "0":
+        return False, "HICLASS_PARALLEL_PLAN_AHEAD=0"
+    n = torch.get_num_threads() if threads is None else int(threads)
+    if n <= 1:
+        return False, "one thread: planning ahead would run a second one beside the step"
+    return True, f"{n} threads: the next batch is planned while the step runs"
 
 
 def resolve_criterion(path_local: bool, partition: str, label_sets: bool) -> tuple[type, dict[str, Any]]:
@@ -345,6 +377,8 @@ def resolve_config(
         estimator, module, training, criterion, criterion_options, optimizer, sparse_input)
     if module_reason:
         step_why = f"{module_reason}; {step_why}"
+    threads = resolve_threads(estimator)
+    plan_ahead, plan_ahead_why = resolve_plan_ahead(step_engine, threads)
     return FitConfig(
         module_class=module,
         capabilities=capabilities,
@@ -364,7 +398,9 @@ def resolve_config(
         step_engine_reason=step_why,
         update_engine=update_engine,
         update_engine_reason=update_why,
-        threads=resolve_threads(estimator),
+        threads=threads,
+        plan_ahead=plan_ahead,
+        plan_ahead_reason=plan_ahead_why,
         **dict(zip(("softmax_sample", "softmax_sample_reason"),
                    resolve_softmax_sample(getattr(estimator, "softmax_sample", "auto"), step_engine, tree, stop))),
     )

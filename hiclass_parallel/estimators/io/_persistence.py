@@ -597,7 +597,9 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
 
     saved = fitted["config_"]
     fields = {f.name for f in dataclasses.fields(FitConfig)}
-    if not isinstance(saved, dict) or set(saved) != fields:
+    # fields with a default (added since the format's version) may be missing
+    required = {f.name for f in dataclasses.fields(FitConfig) if f.default is dataclasses.MISSING}
+    if not isinstance(saved, dict) or not required <= set(saved) <= fields:
         raise ModelFileError(f"{folder / CONFIG}: config_ must hold exactly the fields {sorted(fields)}")
     problems = []
     if saved["partition"] not in PARTITIONS:

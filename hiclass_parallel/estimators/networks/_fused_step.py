@@ -34,6 +34,7 @@ it, as it would torch's in-place accumulated ``.grad``.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,8 +44,8 @@ from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
 
-__all__ = ["dense_csr", "fused_engine_refusal", "fused_step", "fused_step_refusal", "fused_update_plan_refusal",
-           "fused_update_refusal"]
+__all__ = ["FusedPlan", "dense_csr", "fused_engine_refusal", "fused_planner", "fused_step", "fused_step_refusal",
+           "fused_update_plan_refusal", "fused_update_refusal"]
 
 #: One workspace per module (weakly held: it goes with the module).
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -170,9 +171,53 @@ def _rows_grad(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) ->
                                    is_coalesced=True, check_invariants=False)
 
 
+class FusedPlan:
+    """A training batch's fused step planned ahead (:func:`fused_planner`): the batch ``X`` as
+    the net hands it to the step, the CSR batch the kernel reads, the sampler setting, and the
+    planned workspace (:class:`~._native_path_step.StepPlan`)."""
+
+    __slots__ = ("X", "csr", "sample", "step")
+
+    def __init__(self, X: torch.Tensor, csr: torch.Tensor, sample: tuple[int, int, int] | None,
+                 step: native.StepPlan):
+        self.X, self.csr, self.sample, self.step = X, csr, sample, step
+
+    def release(self) -> None:
+        """Free the planned workspace (a plan no step ran)."""
+        self.step.release()
+
+
+def fused_planner(module: nn.Module, criterion: nn.Module,
+                  softmax_sample: int | tuple[int, int] = 0) -> Callable[..., Callable[[], FusedPlan] | None]:
+    """The planner of training batches for :class:`~._plan_ahead.PlanAhead`:
+    ``planner(X, y, sample_weight=None)``, called on the training thread in the batches' order,
+    returns ``None`` for a batch the fused step refuses, else the job that plans its step
+    (:meth:`~._native_path_step.PathLocalStep.prepare`, on the planning thread) into a
+    :class:`FusedPlan` for ``fused_step(..., plan=)``. The options are those of a training
+    step (the level term on when ``level_contrast > 0``); the sampler's seed is drawn by the
+    planner, where and as the step would draw it. Errors of a bad batch are raised by the job
+    (the step then plans the batch again, and raises them itself)."""
+    workspace = _workspace(module, criterion)
+    stop_rows, level = criterion.semantics == "terminal", float(criterion.level_contrast) > 0
+
+    def planner(X: torch.Tensor, y: torch.Tensor, sample_weight: torch.Tensor | None = None
+                ) -> Callable[[], FusedPlan] | None:
+        if fused_step_refusal(module, criterion, X) is not None:
+            return None
+        sample = _draw_sample(workspace, softmax_sample)
+
+        def job() -> FusedPlan:
+            csr = dense_csr(X) if X.layout == torch.strided else X
+            step = workspace.prepare(csr, y, stop_rows=stop_rows, level=level, sample_weight=sample_weight,
+                                     sample=sample)
+            return FusedPlan(X, csr, sample, step)
+        return job
+    return planner
+
+
 def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torch.Tensor,
                optimizer: LazyAdam | None = None, sample_weight: torch.Tensor | None = None,
-               softmax_sample: int | tuple[int, int] = 0) -> dict[str, Any]:
+               softmax_sample: int | tuple[int, int] = 0, plan: FusedPlan | None = None) -> dict[str, Any]:
     """One training step's loss and gradients (in ``p.grad``): ``{"loss", "y_pred"}`` as skorch's
     ``train_step_single`` returns (``y_pred`` is the hidden representation), and
     ``"fused_update"``, whether the step also applied the update of the big layers.
@@ -190,8 +235,16 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     sampled softmax of this many candidates (a pair ``(above, size)``: groups wider than
     ``above`` on ``size``), shared by the batch (``PathLocalStep``'s ``sample``); the sampler is
     seeded from torch's generator, one draw per step that samples, so ``random_state``
-    reproduces a fit."""
-    if X.layout == torch.strided:
+    reproduces a fit.
+
+    ``plan``: this batch's step planned ahead (:func:`fused_planner`; its sampler seed drawn
+    when it was planned); a plan of another batch is released and the step plans itself."""
+    planned = plan if plan is not None and plan.X is X else None
+    if plan is not None and planned is None:
+        plan.release()
+    if planned is not None:
+        X = planned.csr
+    elif X.layout == torch.strided:
         X = dense_csr(X)
     W_in, b_in, W_out, b_out = _params(module)
     level = criterion.level_contrast if criterion.training else 0.0
@@ -202,11 +255,12 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
         text = native.ClassText(module.vocabulary_position, head.text_ptr, head.text_idx, head.text_val,
                                 module.class_feature_scale * module.match_weight.detach())
     workspace = _workspace(module, criterion)
-    sample = _draw_sample(workspace, softmax_sample)
+    sample = planned.sample if planned is not None else _draw_sample(workspace, softmax_sample)
     out = workspace(
         X, y, W_in.detach(), b_in.detach(), W_out.detach(), b_out.detach().reshape(-1),
         stop_rows=criterion.semantics == "terminal", level_weight=level, threads=torch.get_num_threads(),
         update=tuple(update) if update else None, text=text, sample_weight=sample_weight, sample=sample,
+        plan=planned.step if planned is not None else None,
     )
     if text is not None:  # the kernel's gradient is of the scaled weights
         _accumulate(module.match_weight, module.class_feature_scale * out.text_grad)

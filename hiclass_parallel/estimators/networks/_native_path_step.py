@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +31,8 @@ import torch
 from ...ops.engine._native import load_library
 from ...ops.sibling_paths import SiblingPlan
 
-__all__ = ["ClassText", "PathLocalStep", "RowUpdate", "StepResult", "adam_rows", "available", "rows_merge"]
+__all__ = ["ClassText", "PathLocalStep", "RowUpdate", "StepPlan", "StepResult", "adam_rows", "available",
+           "rows_merge"]
 
 _MODULE = "hiclass_parallel.estimators.networks._path_step_c"
 #: What ``ps_prepare`` counts, in its order (``PathLocalStep.last_counts``, for the roofline).
@@ -179,6 +182,38 @@ class StepResult:
     text_grad: torch.Tensor | None = None
 
 
+class StepPlan:
+    """A batch's step planned in a workspace of a :class:`PathLocalStep` and not yet run
+    (:meth:`PathLocalStep.prepare`). The step's call runs it and frees the workspace;
+    :meth:`release` frees it unrun. A plan is run only for the very objects it was planned
+    from (``X``, ``target``, ``sample_weight``), with the same options, in the process that
+    planned it."""
+
+    __slots__ = ("step", "handle", "pid", "sources", "crow", "col", "val", "stop_rows", "level", "sizes", "sample")
+
+    def __init__(self, step: PathLocalStep, handle: int, pid: int, sources: tuple, crow: torch.Tensor,
+                 col: torch.Tensor, val: torch.Tensor, stop_rows: bool, level: bool, sizes: np.ndarray,
+                 sample: tuple[int, int, int] | None):
+        self.step, self.handle, self.pid, self.sources = step, handle, pid, sources
+        self.crow, self.col, self.val = crow, col, val  # what the kernel read, kept for the run
+        self.stop_rows, self.level, self.sizes, self.sample = stop_rows, level, sizes, sample
+
+    def matches(self, step: PathLocalStep, X: Any, target: Any, sample_weight: Any, stop_rows: bool,
+                level: bool, sample: tuple[int, int, int] | None = None) -> bool:
+        """Whether this plan is the step of ``(X, target, sample_weight)`` in ``step`` with
+        these options."""
+        return (self.handle is not None and step is self.step and self.pid == os.getpid()
+                and all(a is b for a, b in zip(self.sources, (X, target, sample_weight)))
+                and self.stop_rows == (bool(stop_rows) and step.plan.stop) and self.level == bool(level)
+                and self.sample == sample)
+
+    def release(self) -> None:
+        """Free the workspace (once; later calls do nothing)."""
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            self.step._checkin(handle, self.pid)
+
+
 class PathLocalStep:
     """The fused step's workspace for one ``(plan, n_features)``: marks sized to the columns,
     classes and features, kept between steps so a step costs what its batch touches.
@@ -210,12 +245,16 @@ class PathLocalStep:
         self.plan = plan
         self.n_features = int(n_features)
         self._free = _free().ps_free  # held: at interpreter exit the module's globals may be gone
-        self._handle = _new().ps_new(plan.n_classes, plan.n_outputs, self.n_features)
-        if not self._handle:
-            raise MemoryError("could not allocate the fused step's workspace")
-        self._lock = threading.Lock()  # one workspace, one step at a time
+        # The C workspaces (ps_new handles): one per step planned and not yet run, so a batch
+        # can be planned in one while the step before it runs in another; made as needed.
+        self._handles: list[int] = []
+        self._idle: list[int] = []
+        self._pool_lock = threading.Lock()  # guards the two lists
+        self._idle.append(self._checkout())  # allocated now: a failure is this constructor's
         self.widest_group = int(np.diff(plan.group_ptr).max()) if plan.n_groups else 0
         self.last_sample: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._lock = threading.Lock()  # one step runs at a time (the reused gradient buffers)
+        _STEPS.add(self)
         self._buffers: dict[str, torch.Tensor] = {}
         # host copies of the plan, contiguous int64 (the plan's arrays are read-only views)
         self._arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=np.int64)
@@ -233,15 +272,90 @@ class PathLocalStep:
         return buf[:need].view(rows, width)
 
     def __del__(self) -> None:
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
+        handles, self._handles = getattr(self, "_handles", []), []
+        for handle in handles:
             self._free(handle)
+
+    def _checkout(self) -> int:
+        """An idle C workspace, or a new one."""
+        with self._pool_lock:
+            if self._idle:
+                return self._idle.pop()
+        handle = _new().ps_new(self.plan.n_classes, self.plan.n_outputs, self.n_features)
+        if not handle:
+            raise MemoryError("could not allocate the fused step's workspace")
+        with self._pool_lock:
+            self._handles.append(handle)
+        return handle
+
+    def _checkin(self, handle: int, pid: int) -> None:
+        """A workspace back to the idle ones (one of another process's: dropped, see _after_fork)."""
+        if pid != os.getpid():
+            return
+        with self._pool_lock:
+            self._idle.append(handle)
+
+    def _after_fork(self) -> None:
+        # In a forked child the threads that held these locks or were planning in a workspace
+        # do not exist: fresh locks, and only the workspaces idle at the fork are used again
+        # (one being planned in may be half-written; it is left allocated, never read).
+        self._pool_lock, self._lock = threading.Lock(), threading.Lock()
+        self._handles = list(self._idle)
+
+    def prepare(self, X: torch.Tensor, target: torch.Tensor, *, stop_rows: bool, level: bool,
+                sample_weight: torch.Tensor | None = None, sample: tuple[int, int, int] | None = None) -> StepPlan:
+        """Plan the step of a batch (``ps_prepare``: the softmax rows on each labelled path, the
+        distinct columns and input features, the batch's columns by feature) in a workspace of
+        its own, without running it: the call with ``plan=`` runs it. Arguments as the call's
+        (``level``: whether the in-batch level term is on, ``level_weight > 0``); the errors
+        of a bad batch (target ids or feature indices out of range, a ``sample_weight`` of
+        another shape) are raised here. Thread-safe, and ctypes releases the GIL while the
+        kernel plans, so a batch can be planned on another thread while a step runs."""
+        crow = X.crow_indices().to(torch.int64).contiguous()
+        col = X.col_indices().to(torch.int64).contiguous()
+        val = X.values().to(torch.float32).contiguous()
+        ids = target.to(torch.int64).contiguous()
+        B = int(X.shape[0])
+        weight = None
+        if sample_weight is not None:
+            weight = torch.as_tensor(sample_weight).to(device="cpu", dtype=torch.float32).contiguous()
+            if weight.shape != (B,):
+                raise ValueError(f"sample_weight has shape {tuple(weight.shape)}; expected one weight per sample "
+                                 f"({B},)")
+        a = self._arrays
+        sizes = np.zeros(7, dtype=np.int64)
+        stop = bool(stop_rows) and self.plan.stop
+        pid, handle = os.getpid(), self._checkout()
+        try:
+            # the sampled softmax of wide groups (off: every softmax exact), set on this workspace
+            _sampling().ps_sampling(handle, *(int(v) for v in (sample or (0, 0, 0))))
+            rc = _prepare().ps_prepare(
+                handle, B, _ptr(ids), _ptr(weight), _ptr(crow), _ptr(col), self.plan.n_levels, _ptr(a["paths"]),
+                _ptr(a["group_of"]), _ptr(a["child_group"]), _ptr(a["group_ptr"]), _ptr(a["group_cols"]),
+                _ptr(a["col_pos"]), int(stop), int(bool(level)), _ptr(sizes),
+            )
+        except BaseException:
+            self._checkin(handle, pid)
+            raise
+        if rc != 0:
+            if rc != -1:  # out of memory: the workspace's marks may be left set; it is not used again
+                self._checkin(handle, pid)
+            if rc == -2:
+                bad = ids[(ids < -1) | (ids >= self.plan.n_classes)]
+                raise IndexError(f"target ids {sorted(set(bad.tolist()))[:5]} are out of range "
+                                 f"[0, {self.plan.n_classes}) (-1: unlabelled)")
+            if rc == -3:
+                raise IndexError(f"X has a column index outside [0, {self.n_features})")
+            _check(rc)
+        return StepPlan(self, handle, pid, (X, target, sample_weight), crow, col, val, stop, bool(level), sizes,
+                        sample)
 
     def __call__(
         self, X: torch.Tensor, target: torch.Tensor, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor,
         b_out: torch.Tensor, *, stop_rows: bool, level_weight: float, threads: int,
         update: tuple[RowUpdate, RowUpdate] | None = None, text: ClassText | None = None,
-        sample_weight: torch.Tensor | None = None, sample: tuple[int, int, int] | None = None,
+        sample_weight: torch.Tensor | None = None, plan: StepPlan | None = None,
+        sample: tuple[int, int, int] | None = None,
     ) -> StepResult:
         """One step on a torch sparse CSR float32 batch ``X (B, F)`` and node ids ``target (B,)``
         (``-1``: unlabelled). Weights are float32, C-contiguous, on the CPU; ``b_out`` has
@@ -262,74 +376,71 @@ class PathLocalStep:
         ``text``: add the class-text match to every score (:class:`ClassText`); its gradient
         comes back as ``text_grad``.
 
+        ``plan``: the batch's step planned ahead (:meth:`prepare`, with these very ``X``,
+        ``target`` and ``sample_weight`` objects, ``stop_rows`` and ``level_weight > 0``); a plan
+        of anything else is released and the step plans itself. The plan's workspace is freed
+        when the step ends, run or not.
+
         ``sample``: ``(above, size, seed)``, the sampled softmax of wide groups (``None``: every
         softmax exact). Each used group wider than ``above`` columns is scored, for the whole
         batch, on ``size`` candidates: the columns that are targets of the batch's rows in it,
         and others drawn uniformly without replacement (seeded by ``seed``), whose logits get
         ``log(1 / Q)`` added, ``Q`` their chance of being drawn (the sampled-softmax correction of
         the normaliser). A sample that covers the group is its exact softmax. What was drawn:
-        ``last_sample``."""
-        crow = X.crow_indices().to(torch.int64).contiguous()
-        col = X.col_indices().to(torch.int64).contiguous()
-        val = X.values().to(torch.float32).contiguous()
-        target = target.to(torch.int64).contiguous()
-        B, H = int(X.shape[0]), int(W_in.shape[1])
-        weight = None
-        if sample_weight is not None:
-            weight = torch.as_tensor(sample_weight).to(device="cpu", dtype=torch.float32).contiguous()
-            if weight.shape != (B,):
-                raise ValueError(f"sample_weight has shape {tuple(weight.shape)}; expected one weight per sample ({B},)")
-        a = self._arrays
-        sizes = np.zeros(7, dtype=np.int64)
-        T = max(1, int(threads))
+        ``last_sample``. :meth:`prepare` takes the same argument."""
+        level = level_weight > 0
+        if plan is not None and not plan.matches(self, X, target, sample_weight, stop_rows, level, sample):
+            plan.release()
+            plan = None
+        if plan is None:
+            plan = self.prepare(X, target, stop_rows=stop_rows, level=level, sample_weight=sample_weight, sample=sample)
+        try:
+            with self._lock:
+                result = self._run(plan, W_in, b_in, W_out, b_out, level_weight, max(1, int(threads)), update, text)
+                self.last_sample = _read_sample(plan.handle) if plan.sample else None
+                return result
+        finally:
+            plan.release()
+
+    def _run(self, plan: StepPlan, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor, b_out: torch.Tensor,
+             level_weight: float, T: int, update: tuple[RowUpdate, RowUpdate] | None,
+             text: ClassText | None) -> StepResult:
+        """The planned step: forward, backward and the gradients (or the update) in ``plan``'s
+        workspace."""
+        handle, crow, col, val, sizes = plan.handle, plan.crow, plan.col, plan.val, plan.sizes
+        B, H = int(crow.shape[0]) - 1, int(W_in.shape[1])
         f32 = {"dtype": torch.float32}
-        with self._lock:
-            # the sampled softmax of wide groups (off: every softmax exact), set on this workspace
-            _sampling().ps_sampling(self._handle, *(int(v) for v in (sample or (0, 0, 0))))
-            rc = _prepare().ps_prepare(
-                self._handle, B, _ptr(target), _ptr(weight), _ptr(crow), _ptr(col), self.plan.n_levels, _ptr(a["paths"]),
-                _ptr(a["group_of"]), _ptr(a["child_group"]), _ptr(a["group_ptr"]), _ptr(a["group_cols"]),
-                _ptr(a["col_pos"]), int(bool(stop_rows) and self.plan.stop), int(level_weight > 0), _ptr(sizes),
-            )
-            if rc == -2:
-                bad = target[(target < -1) | (target >= self.plan.n_classes)]
-                raise IndexError(f"target ids {sorted(set(bad.tolist()))[:5]} are out of range "
-                                 f"[0, {self.plan.n_classes}) (-1: unlabelled)")
-            if rc == -3:
-                raise IndexError(f"X has a column index outside [0, {self.n_features})")
-            _check(rc)
-            U, NF, D = int(sizes[0]), int(sizes[1]), int(sizes[6])
-            self.last_counts = dict(zip(_COUNTS, (int(v) for v in sizes)), batch=B, width=H)
-            hidden, dense_cols = torch.empty(B, H, **f32), torch.empty(D, dtype=torch.int64)
-            _check(_forward().ps_forward(self._handle, T, _ptr(crow), _ptr(col), _ptr(val), H, _ptr(W_in), _ptr(b_in),
-                                         _ptr(W_out), _ptr(b_out), _ptr(hidden), _ptr(dense_cols)))
-            # The columns most rows need (the upper groups) as one dense block, through BLAS.
-            W_dense = W_out.index_select(0, dense_cols)
-            S = torch.addmm(b_out.index_select(0, dense_cols), hidden, W_dense.t())
-            if text is not None:
-                t = _text_args(text, self.n_features, self.plan.n_outputs)
-                _check(_text_scores().ps_text_scores(self._handle, T, _ptr(crow), _ptr(col), _ptr(val), _ptr(t[0]),
-                                                     int(t[4].shape[0]), *(_ptr(a) for a in t[1:]), _ptr(S)))
-            G = torch.empty(B, D, **f32)
-            output_grad = None if update else self._reused("output", U, H)
-            output_bias = torch.empty(U, **f32)
-            loss = np.zeros(3, dtype=np.float64)
-            up_in, up_out, _hyper = _update_args(update, W_in, W_out)  # _hyper: alive through the calls
-            _check(_backward().ps_backward(self._handle, T, H, _ptr(W_out), _ptr(S), float(level_weight), _ptr(G),
-                                           _ptr(output_grad), _ptr(output_bias), _ptr(loss), *up_out[1:]))
-            text_grad = None
-            if text is not None:
-                text_grad = torch.empty(t[4].shape[0], **f32)
-                _check(_text_grad().ps_text_grad(self._handle, T, *(_ptr(a) for a in t[1:]), int(t[4].shape[0]),
-                                                 _ptr(text_grad)))
-            dh_dense, dW_dense = G @ W_dense, G.t() @ hidden
-            input_grad = None if update else self._reused("input", NF, H)
-            input_bias = torch.empty(H, **f32)
-            input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
-            _check(_finish().ps_finish(self._handle, T, _ptr(crow), _ptr(val), H, _ptr(dh_dense), _ptr(dW_dense),
-                                       _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),
-                                       _ptr(output_rows), *up_in, *up_out))
-            self.last_sample = _read_sample(self._handle) if sample else None
+        U, NF, D = int(sizes[0]), int(sizes[1]), int(sizes[6])
+        self.last_counts = dict(zip(_COUNTS, (int(v) for v in sizes)), batch=B, width=H)
+        hidden, dense_cols = torch.empty(B, H, **f32), torch.empty(D, dtype=torch.int64)
+        _check(_forward().ps_forward(handle, T, _ptr(crow), _ptr(col), _ptr(val), H, _ptr(W_in), _ptr(b_in),
+                                     _ptr(W_out), _ptr(b_out), _ptr(hidden), _ptr(dense_cols)))
+        # The columns most rows need (the upper groups) as one dense block, through BLAS.
+        W_dense = W_out.index_select(0, dense_cols)
+        S = torch.addmm(b_out.index_select(0, dense_cols), hidden, W_dense.t())
+        if text is not None:
+            t = _text_args(text, self.n_features, self.plan.n_outputs)
+            _check(_text_scores().ps_text_scores(handle, T, _ptr(crow), _ptr(col), _ptr(val), _ptr(t[0]),
+                                                 int(t[4].shape[0]), *(_ptr(a) for a in t[1:]), _ptr(S)))
+        G = torch.empty(B, D, **f32)
+        output_grad = None if update else self._reused("output", U, H)
+        output_bias = torch.empty(U, **f32)
+        loss = np.zeros(3, dtype=np.float64)
+        up_in, up_out, _hyper = _update_args(update, W_in, W_out)  # _hyper: alive through the calls
+        _check(_backward().ps_backward(handle, T, H, _ptr(W_out), _ptr(S), float(level_weight), _ptr(G),
+                                       _ptr(output_grad), _ptr(output_bias), _ptr(loss), *up_out[1:]))
+        text_grad = None
+        if text is not None:
+            text_grad = torch.empty(t[4].shape[0], **f32)
+            _check(_text_grad().ps_text_grad(handle, T, *(_ptr(a) for a in t[1:]), int(t[4].shape[0]),
+                                             _ptr(text_grad)))
+        dh_dense, dW_dense = G @ W_dense, G.t() @ hidden
+        input_grad = None if update else self._reused("input", NF, H)
+        input_bias = torch.empty(H, **f32)
+        input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
+        _check(_finish().ps_finish(handle, T, _ptr(crow), _ptr(val), H, _ptr(dh_dense), _ptr(dW_dense),
+                                   _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),
+                                   _ptr(output_rows), *up_in, *up_out))
         return StepResult(float(loss[0]), float(loss[1]), float(loss[2]), hidden, input_rows, input_grad,
                           input_bias, output_rows, output_grad, output_bias, text_grad)
 
@@ -343,6 +454,18 @@ def _read_sample(handle: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     cols, off = torch.zeros(total, dtype=torch.int64), torch.zeros(total, dtype=torch.float32)
     _sampled().ps_sampled(handle, _ptr(sizes), _ptr(groups), _ptr(ptr), _ptr(cols), _ptr(off))
     return {int(g): (cols[ptr[i]:ptr[i + 1]], off[ptr[i]:ptr[i + 1]]) for i, g in enumerate(groups)}
+
+
+#: The live steps, whose locks and workspaces a forked child renews (:meth:`PathLocalStep._after_fork`).
+_STEPS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for step in list(_STEPS):
+        step._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _text_args(text: ClassText, n_features: int, n_outputs: int) -> tuple[torch.Tensor, ...]:

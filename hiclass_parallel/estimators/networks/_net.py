@@ -23,7 +23,8 @@ from skorch.dataset import unpack_data
 from skorch.utils import to_tensor
 
 from ._data import split_target
-from ._fused_step import fused_step, fused_step_refusal, fused_update_refusal
+from ._fused_step import fused_planner, fused_step, fused_step_refusal, fused_update_refusal
+from ._plan_ahead import PlanAhead
 
 __all__ = ["TreeNet", "module_kwargs"]
 
@@ -94,12 +95,13 @@ class TreeNet(NeuralNet):
     """
 
     def __init__(self, *args: Any, n_scores: int | None = None, path_local: bool = False, step_engine: str = "torch",
-                 update_engine: str = "optimizer", softmax_sample: int = 0, **kwargs: Any):
+                 update_engine: str = "optimizer", plan_ahead: bool = False, softmax_sample: int = 0, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.n_scores = n_scores
         self.path_local = path_local
         self.step_engine = step_engine
         self.update_engine = update_engine
+        self.plan_ahead = plan_ahead
         self.softmax_sample = softmax_sample
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
@@ -113,10 +115,13 @@ class TreeNet(NeuralNet):
         ``step_fallback_reason_`` the last reason, and ``update_fallbacks_`` the fused steps whose
         update the optimizer could not hand over (:meth:`LazyAdam.fused_row_updates
         <hiclass_parallel.estimators.networks._optim.LazyAdam.fused_row_updates>`), applied by its
-        own step instead."""
+        own step instead. ``plan_ahead_`` says whether each training batch's fused step is
+        planned while the step before it runs (``plan_ahead``, as the configuration chose it,
+        and the fused engine; :meth:`run_single_epoch`)."""
         super().on_train_begin(net, X=X, y=y, **kwargs)
         fused = self.path_local and self.step_engine == "fused"
         self.step_engine_ = "fused" if fused else "torch"
+        self.plan_ahead_ = bool(fused and self.plan_ahead)
         self.update_fallback_ = fused_update_refusal(self) if fused and self.update_engine == "fused" else None
         self.update_engine_ = "fused" if fused and self.update_engine == "fused" and self.update_fallback_ is None \
             else "optimizer"
@@ -151,8 +156,10 @@ class TreeNet(NeuralNet):
             if refusal is None:
                 # the update of the big layers inside the step too, as decided at train begin
                 fuse_update = self.update_engine_ == "fused"
+                ahead = self.__dict__.get("_plans")
+                plan = ahead.plan_for(batch) if ahead is not None else None
                 step = fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None,
-                                  softmax_sample=int(self.softmax_sample), **weighted)
+                                  plan=plan, **weighted, **self._step_options())
                 if fuse_update and not step["fused_update"]:  # the optimizer could not hand over this step's update
                     self.update_fallbacks_ += 1
                 return step
@@ -165,14 +172,41 @@ class TreeNet(NeuralNet):
             loss.backward()
         return {"loss": loss, "y_pred": hidden}
 
+    def _step_options(self) -> dict[str, Any]:
+        """The fused step's options besides the batch (the same for a step and its plan): the
+        sampled softmax of wide groups (``softmax_sample``, as the configuration chose it)."""
+        return {"softmax_sample": int(self.softmax_sample)}
+
     def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any, **fit_params: Any) -> None:
-        """skorch's epoch; on the device step, the epoch of :func:`~.device._train.device_epoch`
-        (the batch losses read back once, at its end)."""
+        """skorch's epoch; with ``plan_ahead_``, the training batches come through a
+        :class:`~._plan_ahead.PlanAhead`, which plans each next batch's fused step on a thread
+        while the step before it runs (the same batches, the same weights bit for bit). The
+        thread ends with the epoch, however the epoch ends. On the device step, the epoch of
+        :func:`~.device._train.device_epoch` (the batch losses read back once, at its end)."""
         if training and iterator is not None and getattr(self, "step_engine_", None) == "device":
             from .device._train import device_epoch
 
             return device_epoch(self, iterator, prefix, step_fn, **fit_params)
-        return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
+        if not (training and iterator is not None and getattr(self, "plan_ahead_", False)):
+            return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
+        plan = fused_planner(self.module_, self.criterion_, **self._step_options())
+
+        def planner(batch: Any) -> Any:  # on the training thread, one batch ahead of the step
+            Xi, yi = unpack_data(batch)
+            ids, weight = split_target(to_tensor(yi, device=self.device))
+            return plan(to_tensor(Xi, device=self.device), ids, weight)
+
+        with PlanAhead(iterator, planner) as ahead:
+            self._plans = ahead
+            try:
+                return super().run_single_epoch(ahead, training, prefix, step_fn, **fit_params)
+            finally:
+                self.__dict__.pop("_plans", None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_plans", None)  # an epoch's planning thread (a net pickled mid-epoch, by a callback)
+        return state
 
     def fit_loop(self, X: Any, y: Any = None, epochs: int | None = None, **fit_params: Any) -> Any:
         try:
