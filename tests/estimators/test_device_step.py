@@ -188,8 +188,9 @@ def test_the_plan_equals_the_torch_routes_per_step_planning(random_tree, seed, s
     live = (plan["sib_weight"] > 0).nonzero().squeeze(1)
     got = []
     for r in live.tolist():
-        members = plan["sib_table"][plan["sib_slot"][r]]
-        cols = out_rows[members[members >= 0]]
+        slot = plan["sib_slot"][r]
+        members = plan["sib_table"][plan["sib_table_ptr"][slot]:plan["sib_table_ptr"][slot + 1]]
+        cols = out_rows[members]
         got.append((int(plan["sib_sample"][r]), tuple(sorted(cols.tolist())),
                     int(cols[plan["sib_target"][r]])))
     assert sorted(got) == expected

@@ -2,14 +2,16 @@
 
 Kept apart so that importing the package never imports Triton. Each kernel reads the padded
 arrays of a :class:`~._plan.StepPlan`; every size it loops over is read on the device (a
-sample's entries from ``row_ptr``) or is a padded width (``K``), so nothing asks the host.
+sample's entries from ``row_ptr``, a row's candidates from its slot's table pointers) or is a
+padded size, so nothing asks the host.
 
 - ``hidden``: one program per sample (its entries in tiles of ``BLOCK_E``),
   ``h[b] = b_in + sum_j value_j * W_in[feature_j]``;
 - ``softmax_rows``: one program per softmax row; an online log-sum-exp over the row's
-  candidates in tiles of ``BLOCK_K`` (any group width), the weighted loss added to the step's
-  accumulator, then the candidates' gradients ``w * (softmax - onehot)`` added to the output
-  rows' gradients, the biases' and the sample's ``dh``; a non-finite loss sets the flag;
+  candidates (its slot's range of the flat table) in tiles of ``BLOCK_K`` (any group width),
+  the weighted loss added to the step's accumulator, then the candidates' gradients
+  ``w * (softmax - onehot)`` added to the output rows' gradients, the biases' and the sample's
+  ``dh``; a non-finite loss sets the flag;
 - ``input_grad``: one program per sample, ``dh[b] * value_j`` added to its features' gradients
   and ``dh[b]`` to the input bias's;
 - ``adam_rows``: one program per ``BLOCK_R`` distinct touched rows, LazyAdam's update of those
@@ -42,7 +44,7 @@ def hidden(row_ptr, entry_pos, entry_value, in_rows, w_in, w_in_stride, b_in, h,
 
 
 @triton.jit
-def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, table_ptr, K, out_rows,
+def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table_ptr, out_rows,
                  h_ptr, w_out, w_out_stride, b_out, b_out_stride,
                  dh_ptr, g_out, g_bout, loss_ptr, flag_ptr, H,
                  BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
@@ -52,16 +54,18 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, table_ptr, K, out
         s = tl.load(sample_ptr + r).to(tl.int64)
         slot = tl.load(slot_ptr + r).to(tl.int64)
         t = tl.load(target_ptr + r)
+        lo = tl.load(slot_start + slot)
+        hi = tl.load(slot_start + slot + 1)
         offs = tl.arange(0, BLOCK_H)
         hm = offs < H
         h = tl.load(h_ptr + s * H + offs, mask=hm, other=0.0)
         m = tl.full([], float("-inf"), tl.float32)
         z = tl.zeros([], tl.float32)
         picked = tl.zeros([], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(lo, hi, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
-            u = tl.load(table_ptr + slot * K + ks)
-            ok = u >= 0
+            ok = ks < hi
+            u = tl.load(table_ptr + ks, mask=ok, other=0)
             col = tl.load(out_rows + u, mask=ok, other=0).to(tl.int64)
             W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
                         other=0.0).to(tl.float32)
@@ -70,23 +74,23 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, table_ptr, K, out
             m_new = tl.maximum(m, tl.max(sc, 0))
             z = z * tl.exp(m - m_new) + tl.sum(tl.exp(sc - m_new), 0)
             m = m_new
-            picked += tl.sum(tl.where(ks == t, sc, 0.0), 0)
+            picked += tl.sum(tl.where(ks - lo == t, sc, 0.0), 0)
         lse = m + tl.log(z)
         loss = w * (lse - picked)
         tl.atomic_add(loss_ptr, loss)
         finite = (loss == loss) & (tl.abs(loss) < float("inf"))
         tl.atomic_max(flag_ptr, tl.where(finite, 0, 1))
         dh = tl.zeros([BLOCK_H], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(lo, hi, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
-            u = tl.load(table_ptr + slot * K + ks)
-            ok = u >= 0
+            ok = ks < hi
+            u = tl.load(table_ptr + ks, mask=ok, other=0)
             col = tl.load(out_rows + u, mask=ok, other=0).to(tl.int64)
             W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
                         other=0.0).to(tl.float32)
             sc = tl.sum(W * h[None, :], 1) + tl.load(b_out + col * b_out_stride, mask=ok, other=0.0).to(tl.float32)
             p = tl.where(ok, tl.exp(sc - lse), 0.0)
-            g = w * (p - tl.where(ks == t, 1.0, 0.0))
+            g = w * (p - tl.where(ks - lo == t, 1.0, 0.0))
             dh += tl.sum(g[:, None] * W, 0)
             u64 = u.to(tl.int64)
             tl.atomic_add(g_out + u64[:, None] * H + offs[None, :], g[:, None] * h[None, :],

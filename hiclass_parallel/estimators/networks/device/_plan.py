@@ -5,16 +5,19 @@ the device it trains on: the rows of each labelled path (:func:`~hiclass_paralle
 their candidate columns (:func:`~hiclass_parallel.ops.sibling_paths.expand_rows`), the distinct
 columns scored, the label checks. Their sizes depend on the data, so on a GPU each of them asks
 the host for a size: a synchronisation. :class:`StepPlanner` does the same planning with NumPy on
-the host (where the batch already is, so the label checks cost no round trip) and pads every
-array to a size that depends only on the batch size, the tree's depth and a few power-of-two
-buckets (the widest group of the batch, its distinct groups, columns, features and input
-entries); the whole plan is one ``int32`` buffer, so it goes to the device in one copy.
+the host (where the batch already is, so the label checks cost no round trip, and without a
+Python loop over groups or rows) and pads every array to a power-of-two bucket of its size (the
+batch's softmax rows, its distinct groups and their summed widths, its distinct columns,
+features and input entries; the input's rows to the batch size): a plan's shapes take few
+values, so the kernels compile, and a CUDA graph is captured, once per shape. The whole plan is
+one ``int32`` buffer, so it goes to the device in one copy.
 
 The plan holds two blocks of *softmax rows* of the same form: the sibling rows (one per
 ``(sample, depth)`` of each labelled path, plus a stop row under terminal semantics) and, with
 the in-batch level term, the level rows (one per ``(sample, depth)``, whose candidates are the
 batch's distinct ancestors at that depth). A row names its sample, a slot of its block's table
-(the candidate columns of a group, or of a depth), its target's position among them and its
+(the candidate columns of a group, or of a depth: a flat table with a pointer per slot, so a
+wide group does not widen the others), its target's position among them and its
 weight, the normalisation of the mean already in it: the step's loss is then the plain sum of
 ``weight * (logsumexp(candidates) - score(target))`` over the rows. Candidates are positions in
 the plan's distinct columns ``out_rows``, which are also the output rows the step updates;
@@ -39,8 +42,8 @@ __all__ = ["StepPlan", "StepPlanner", "bucket"]
 
 #: The integer arrays of a plan, and the float ones (stored bit for bit in the same buffer).
 _INT_FIELDS = ("row_ptr", "entry_pos", "in_rows", "out_rows",
-               "sib_sample", "sib_slot", "sib_target", "sib_table",
-               "lvl_sample", "lvl_slot", "lvl_target", "lvl_table")
+               "sib_sample", "sib_slot", "sib_target", "sib_table_ptr", "sib_table",
+               "lvl_sample", "lvl_slot", "lvl_target", "lvl_table_ptr", "lvl_table")
 _FLOAT_FIELDS = ("entry_value", "sib_weight", "lvl_weight", "n_samples")
 _ALIGN = 4  # int32 elements: every array starts on a 16-byte boundary
 _INT32_LIMIT = 2**31
@@ -84,8 +87,9 @@ class StepPlan:
       its value; ``in_rows (UF,)`` the distinct features (``-1`` pads);
     - ``out_rows (U,)``: the distinct output columns the rows score (``-1`` pads);
     - per block ``sib`` and ``lvl``: ``*_sample (R,)``, ``*_slot (R,)``, ``*_target (R,)`` (the
-      target's position in the slot's candidates), ``*_weight (R,)`` (0 for a padding row) and
-      ``*_table (T, K)`` (candidates as positions in ``out_rows``, ``-1`` pads);
+      target's position in the slot's candidates), ``*_weight (R,)`` (0 for a padding row),
+      ``*_table (TC,)`` (every slot's candidates as positions in ``out_rows``) and
+      ``*_table_ptr (T,)`` (slot ``s``'s candidates are ``table[ptr[s]:ptr[s + 1]]``);
     - ``n_samples (1,)``: the batch's real rows, as a float (the loss accumulator weighs each step's
       loss by it, as skorch averages batch losses).
     """
@@ -122,14 +126,6 @@ def _pad(values: np.ndarray, size: int, fill: int | float) -> np.ndarray:
     out = np.full(size, fill, dtype=values.dtype)
     out[:values.size] = values
     return out
-
-
-def _table(members: list[np.ndarray] | np.ndarray, n_slots: int, width: int, out_rows: np.ndarray) -> np.ndarray:
-    """``(n_slots, width)`` positions in ``out_rows`` of each slot's columns, ``-1``-padded."""
-    table = np.full((n_slots, width), PAD, dtype=np.int64)
-    for i, cols in enumerate(members):
-        table[i, :cols.size] = np.searchsorted(out_rows, cols)
-    return table
 
 
 class StepPlanner:
@@ -240,39 +236,42 @@ class StepPlanner:
             group[has, L] = child[has]
             target[has, L] = C + child[has] - 1
         valid = group >= 0
-        # the batch's distinct groups, their columns, and the distinct columns of all
+        # the batch's distinct groups, their columns (one flat table, a slot per group), and the
+        # distinct columns of all
         groups, slot = np.unique(group[valid], return_inverse=True)
-        ptr, cols = sp_plan.group_ptr, sp_plan.group_cols
-        members = [cols[ptr[g]:ptr[g + 1]] for g in groups.tolist()]
-        out_rows = np.unique(np.concatenate(members)) if members else np.zeros(0, dtype=np.int64)
-        width = max((m.size for m in members), default=1)
-        T, K, U = bucket(groups.size, floor), bucket(width, floor), bucket(out_rows.size, floor)
-        sib_table = _table(members, T, K, out_rows)
-        R = rows * D
-        sib_sample = np.zeros(R, dtype=np.int64)
-        sib_slot = np.zeros(R, dtype=np.int64)
-        sib_target = np.zeros(R, dtype=np.int64)
-        sib_weight = np.zeros(R, dtype=np.float64)
+        ptr = sp_plan.group_ptr
+        members = sp_plan.group_cols[_ranges(ptr[groups], ptr[groups + 1] - ptr[groups])]
+        out_rows = np.unique(members)
         flat = np.flatnonzero(valid.reshape(-1))
-        sib_sample[flat] = flat // D
-        sib_slot[flat] = slot
-        sib_target[flat] = sp_plan.col_pos[target.reshape(-1)[flat]]
         if weight is None:
-            sib_weight[flat] = 1.0 / max(flat.size, 1)
+            w_rows = np.full(flat.size, 1.0 / max(flat.size, 1))
         else:
             w_rows = weight[flat // D]
             total = w_rows.sum()
-            sib_weight[flat] = w_rows / (total if total > 0 else 1.0)
-        blocks = {"sib": (sib_sample, sib_slot, sib_target, sib_weight, sib_table)}
-        key = [rows, D, T, K, U]
+            w_rows = w_rows / (total if total > 0 else 1.0)
+        blocks = {"sib": (flat // D, slot, sp_plan.col_pos[target.reshape(-1)[flat]], w_rows,
+                          np.diff(ptr)[groups], members)}
         if self.level_contrast > 0:
-            lvl = self._level_rows(path, labelled, weight, rows, out_rows)
-            blocks["lvl"] = lvl
-            key += [lvl[4].shape[1]]
+            blocks["lvl"] = self._level_rows(path, labelled, weight)
         else:
             empty = np.zeros(0, dtype=np.int64)
-            blocks["lvl"] = (empty, empty, empty, np.zeros(0), np.zeros((0, 1), dtype=np.int64))
-            key += [0]
+            blocks["lvl"] = (empty, empty, empty, np.zeros(0), empty, empty)
+        U = bucket(out_rows.size, floor)
+        arrays = {"out_rows": _pad(out_rows.astype(np.int64), U, PAD)}
+        key = [rows, U]
+        for name, (sample, slot_, tpos, w, sizes, cols) in blocks.items():
+            # live rows padded to a bucket (weight 0); slots' candidates as positions in out_rows
+            R = bucket(sample.size, floor) if name == "sib" or self.level_contrast > 0 else 0
+            T, TC = bucket(sizes.size + 1, floor), bucket(cols.size, floor)
+            table_ptr = np.full(T, cols.size, dtype=np.int64)
+            table_ptr[:sizes.size + 1] = np.concatenate([[0], np.cumsum(sizes)])
+            arrays.update({
+                f"{name}_sample": _pad(sample.astype(np.int64), R, 0),
+                f"{name}_slot": _pad(slot_.astype(np.int64), R, 0), f"{name}_target": _pad(tpos.astype(np.int64), R, 0),
+                f"{name}_weight": _pad(w.astype(np.float32), R, 0.0), f"{name}_table_ptr": table_ptr,
+                f"{name}_table": _pad(np.searchsorted(out_rows, cols).astype(np.int64), TC, 0),
+            })
+            key += [R, T, TC]
         # the input: entries in row order, features as positions among the distinct ones
         nnz = int(indptr[n])
         in_rows = np.unique(indices[:nnz])
@@ -280,48 +279,43 @@ class StepPlanner:
             raise ValueError(f"feature id {int(in_rows[-1]):,} does not fit a step plan's int32 ids")
         Z, UF = bucket(nnz, floor), bucket(in_rows.size, floor)
         row_ptr = np.concatenate([indptr[:n + 1], np.full(rows - n, nnz)]).astype(np.int64)
-        arrays = {
+        arrays.update({
             "row_ptr": row_ptr,
             "entry_pos": _pad(np.searchsorted(in_rows, indices[:nnz]).astype(np.int64), Z, 0),
             "entry_value": _pad(np.asarray(values[:nnz], dtype=np.float32), Z, 0.0),
             "in_rows": _pad(in_rows.astype(np.int64), UF, PAD),
-            "out_rows": _pad(out_rows.astype(np.int64), U, PAD),
             "n_samples": np.array([n], dtype=np.float32),
-        }
-        for name, (sample, slot_, tpos, w, table) in blocks.items():
-            arrays.update({f"{name}_sample": sample, f"{name}_slot": slot_, f"{name}_target": tpos,
-                           f"{name}_weight": w.astype(np.float32), f"{name}_table": table})
+        })
         key += [Z, UF]
         return _pack(arrays, n, tuple(key))
 
-    def _level_rows(self, path: np.ndarray, labelled: np.ndarray, weight: np.ndarray | None, rows: int,
-                    out_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _level_rows(self, path: np.ndarray, labelled: np.ndarray, weight: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """The in-batch level term's rows: per (sample, depth) of a labelled path, the batch's
         distinct ancestors at that depth (the slot is the depth), weighted by ``level_contrast``
         over the term's own (weighted) row count."""
-        L = path.shape[1]
-        anc = path[labelled]
-        candidates = [np.unique(anc[:, d][anc[:, d] >= 0]) for d in range(L)]
-        KL = bucket(max((c.size for c in candidates), default=1), self.floor)
-        table = _table(candidates, L, KL, out_rows)
-        R = rows * L
-        sample = np.zeros(R, dtype=np.int64)
-        slot = np.zeros(R, dtype=np.int64)
-        tpos = np.zeros(R, dtype=np.int64)
-        w = np.zeros(R, dtype=np.float64)
+        n, L = path.shape
+        C = self.plan.n_classes
         valid = (path >= 0) & labelled[:, None]
         flat = np.flatnonzero(valid.reshape(-1))
         b, d = flat // L, flat % L
-        sample[flat], slot[flat] = b, d
-        for depth in range(L):
-            here = d == depth
-            tpos[flat[here]] = np.searchsorted(candidates[depth], path[b[here], depth])
+        node = path.reshape(-1)[flat]
+        keys = np.unique(d * C + node)  # the distinct (depth, ancestor) pairs, by depth
+        sizes = np.bincount(keys // C, minlength=L)
+        first = np.concatenate([[0], np.cumsum(sizes)])
+        tpos = np.searchsorted(keys, d * C + node) - first[d]
         if weight is None:
-            w[flat] = self.level_contrast / max(flat.size, 1)
+            w = np.full(flat.size, self.level_contrast / max(flat.size, 1))
         else:
             total = weight[b].sum()
-            w[flat] = self.level_contrast * weight[b] / (total if total > 0 else 1.0)
-        return sample, slot, tpos, w, table
+            w = self.level_contrast * weight[b] / (total if total > 0 else 1.0)
+        return b, d, tpos, w, sizes, keys % C
+
+
+def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + k) for s, k in zip(starts, sizes)])``, without the loop."""
+    total = int(sizes.sum())
+    offsets = np.cumsum(sizes) - sizes
+    return np.arange(total) - np.repeat(offsets - starts, sizes)
 
 
 def _pack(arrays: dict[str, np.ndarray], n: int, key: tuple) -> StepPlan:

@@ -200,12 +200,12 @@ class DeviceStep:
             R = plan[f"{block}_sample"].shape[0]
             if R == 0:
                 continue
-            table = plan[f"{block}_table"]
             k.softmax_rows[(R,)](plan[f"{block}_sample"], plan[f"{block}_slot"], plan[f"{block}_target"],
-                                 plan[f"{block}_weight"], table, table.shape[1], plan["out_rows"],
+                                 plan[f"{block}_weight"], plan[f"{block}_table_ptr"], plan[f"{block}_table"],
+                                 plan["out_rows"],
                                  work["h"], W_out, W_out.stride(0), b_out, b_out.stride(0),
                                  work["dh"], work["g_out"], work["g_bout"], work["loss"], self.flag, H,
-                                 BLOCK_K=min(_BLOCK_K, table.shape[1]), BLOCK_H=BH)
+                                 BLOCK_K=_BLOCK_K, BLOCK_H=BH)
         k.input_grad[(B,)](plan["row_ptr"], plan["entry_pos"], plan["entry_value"], work["dh"], work["g_in"],
                            work["g_bin"], H, BLOCK_E=_BLOCK_E, BLOCK_H=BH)
         return work
