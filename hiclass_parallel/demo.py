@@ -182,8 +182,8 @@ def wide_columns(tree: Any, labels: Any, stop: bool = True, softmax_sample: int 
 
     plan = sibling_plan(tree, stop)
     widths = np.diff(plan.group_ptr)
-    cost = np.where(widths > WIDE_GROUP, np.minimum(widths, SOFTMAX_SAMPLE if softmax_sample is None else softmax_sample),
-                    0).astype(np.float64)
+    limit = SOFTMAX_SAMPLE if softmax_sample is None else softmax_sample
+    cost = np.where(widths > WIDE_GROUP, np.minimum(widths, limit), 0).astype(np.float64)
     ids = tree.to_ids(np.asarray(labels, dtype=object))
     paths = plan.paths[ids]
     on_path = np.where(paths >= 0, cost[plan.group_of[np.maximum(paths, 0)]], 0.0)

@@ -224,7 +224,8 @@ def test_the_classifier_resolves_reports_saves_and_loads_the_setting(tmp_path, s
     assert clf.net_.softmax_sample == limit
     loaded = load_classifier(save_classifier(clf, tmp_path / "model"))
     assert loaded.get_params()["softmax_sample"] == setting
-    assert loaded.config_.softmax_sample == limit and loaded.config_.softmax_sample_reason == clf.config_.softmax_sample_reason
+    assert loaded.config_.softmax_sample == limit
+    assert loaded.config_.softmax_sample_reason == clf.config_.softmax_sample_reason
     np.testing.assert_array_equal(loaded.predict(X[:20]), clf.predict(X[:20]))
 
 

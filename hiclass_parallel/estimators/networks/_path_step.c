@@ -1024,8 +1024,8 @@ CLONES static void dense_task(const Step *s, int tid, int64_t lo, int64_t hi) {
             const int64_t *restrict k = sk + sp[dset[r]], n = sp[dset[r] + 1] - sp[dset[r]];
             if (corr && corr[dset[r]]) { /* a sampled group's set: the drawn columns' corrections */
                 const float *restrict off = (const float *)w->set_off.p + sp[dset[r]];
-                const double row_loss = (double)weight * sampled_row(S, G, k, off, n, dtpos[r],
-                                                                     (dlev[r] ? s->level_scale : s->path_scale) * weight, &bad);
+                const float scale = (dlev[r] ? s->level_scale : s->path_scale) * weight;
+                const double row_loss = (double)weight * sampled_row(S, G, k, off, n, dtpos[r], scale, &bad);
                 if (dlev[r]) level += row_loss; else path += row_loss;
                 continue;
             }
