@@ -2,8 +2,9 @@
 ==================================================================
 
 Hypernym placement on a WordNet subtree from glosses with lemma names, three ways on the same
-split: TF-IDF alone (the text route), sentence embeddings alone (the dense route, ``MLP``), and
-both stacked column-wise into one sparse matrix, which takes the text route (``SparseMLP``,
+split: TF-IDF alone (the text route), sentence embeddings alone (normalised dense rows, which
+also train ``SparseMLP`` on the fused step), and both stacked column-wise into one sparse
+matrix, which takes the text route (``SparseMLP``,
 path-local training, the fused step) with each row holding its TF-IDF non-zeros plus every
 embedding column. With texts in, the stacked model is one ``Pipeline``::
 

@@ -174,12 +174,14 @@ def test_embeddings_and_tfidf_skips_without_the_model():
 
 
 def test_embeddings_and_tfidf_stacking():
-    """With a stand-in encoder: embeddings alone take the dense route, stacked with TF-IDF the
-    sparse one, and the FeatureUnion pipeline on the texts answers as the stacked table does."""
+    """With a stand-in encoder: embeddings alone (normalised) train SparseMLP on dense rows, fused,
+    stacked with TF-IDF the sparse route, and the FeatureUnion pipeline on the texts answers as
+    the stacked table does."""
     printed = Printed()
     result = load("embeddings_and_tfidf", printed).main(root="dog.n.01", epochs=2, model=HashedWords())
     printed.assert_stages("loading", "embedding", "training")
-    assert result["embeddings"]["module"] == "MLP" and not result["embeddings"]["sparse"]
+    assert result["embeddings"]["module"] == "SparseMLP" and not result["embeddings"]["sparse"]
+    assert result["embeddings"]["step"] == "fused"
     stacked = result["TF-IDF + embeddings"]
     assert stacked["module"] == "SparseMLP" and stacked["sparse"]
     # every embedding column is a non-zero of every stacked row

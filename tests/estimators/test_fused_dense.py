@@ -169,6 +169,9 @@ def test_dense_x_trains_sparse_mlp_fused_by_default_as_the_torch_route_does():
     assert "rows not all of length 1" in raw.config_.step_engine_reason
     asked = HierarchicalClassifier(tree, max_epochs=1, random_state=0, module=SparseMLP).fit(3 * X, y)
     assert asked.config_.step_engine == "fused" and asked.net_.step_fallbacks_ == 0
+    # hidden layers only MLP builds keep MLP on normalised rows too, and say why
+    layers = HierarchicalClassifier(tree, max_epochs=1, random_state=0, module__hidden_units=(8, 8)).fit(X, y)
+    assert layers.config_.module_class is MLP and "module__hidden_units=(8, 8)" in layers.config_.step_engine_reason
     # a torch X is checked on its own terms
     assert HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(
         torch.from_numpy(X), y).config_.module_class is SparseMLP

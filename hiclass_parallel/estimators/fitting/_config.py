@@ -276,7 +276,8 @@ def resolve_engines(estimator: Any, module: type, training: str, criterion: type
     if refusal is not None:
         return "torch", refusal, "optimizer", "the step is not fused"
     why = {True: "the linear model (SparseMLP) on CPU sparse batches",
-           False: "the linear model (SparseMLP) on CPU dense batches, each reaching the kernel as CSR with every column",
+           False: "the linear model (SparseMLP) on CPU dense batches, each reaching the kernel as CSR with every "
+                  "column",
            None: "the linear model (SparseMLP) on CPU batches, sparse or dense"}[sparse_input]
     update = fused_update_plan_refusal(optimizer, estimator.callbacks, TreeNet)
     if update is not None:

@@ -158,8 +158,9 @@ def _default_module(estimator: Any, X: Any, label_sets: bool = False) -> tuple[t
     embeddings): :class:`SparseMLP` too, a linear model through the 256-wide layer, which the
     fused C step trains; on such embeddings it was more accurate than the ReLU :class:`MLP`
     and several times faster (``docs/performance.md``). Any other dense X (numeric features,
-    unnormalised representations), and dense label sets (a criterion the fused step does not
-    serve): :class:`MLP`, whose ReLU layer a linear model cannot replace where classes are not
+    unnormalised representations), dense label sets (a criterion the fused step does not
+    serve), and ``module__hidden_units`` that only MLP builds (a sequence of layers, or 0):
+    :class:`MLP`, whose ReLU layer a linear model cannot replace where classes are not
     linear in ``X`` (``docs/classifier.md``, dense input).
     """
     import scipy.sparse as sp
@@ -170,8 +171,13 @@ def _default_module(estimator: Any, X: Any, label_sets: bool = False) -> tuple[t
         return estimator.module, None
     if sp.issparse(X):
         return SparseMLP, None
+    if not X.shape[0]:  # a stream (its rows come later, dense): MLP, as always
+        return MLP, None
     if label_sets:
         return MLP, "dense X with label sets: the ReLU MLP (the fused step does not serve their criterion)"
+    hidden = estimator._skorch_kwargs("module__").get("hidden_units", 256)
+    if isinstance(hidden, bool) or not isinstance(hidden, (int, np.integer)) or hidden <= 0:
+        return MLP, f"dense X with module__hidden_units={hidden!r}, which only MLP takes (several layers, or none)"
     if unit_length_rows(X):
         return SparseMLP, "dense X, every row of length 1 (normalised embeddings): the linear SparseMLP"
     return MLP, ("dense X, rows not all of length 1: the ReLU MLP (normalised embeddings, or module=SparseMLP, "
