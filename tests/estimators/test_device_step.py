@@ -38,13 +38,17 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 
 def _model(random_tree, seed: int, stop: bool, semantics: str, level: float, n: int = 30, H: int = 8,
-           device: str = DEVICE):
+           device: str = DEVICE, text: bool = False):
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, n)
     torch.manual_seed(seed)
-    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H).to(device)
+    # class text: a few features per class (some absent from every batch), stop columns without
+    class_features = sp.random(n, 30, density=0.1, random_state=seed, format="csr", dtype=np.float32) if text else None
+    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H, class_features=class_features).to(device)
     with torch.no_grad():
         module.head.bias.weight.normal_()  # zero at the start: give the bias something to check
+        if text:
+            module.match_weight.normal_(std=0.003)  # zero at the start: give the match a value
     criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level).to(device)
     module.train()
     criterion.train()
@@ -56,7 +60,8 @@ def _optimizer(module: SparseMLP, lr: float = 0.05, weight_decay: float = 0.0) -
     groups = [{"params": [module.input.embedding.weight], "second_moment": "row", "lr_scale": 3.0,
                "first_moment": "bfloat16"},
               {"params": [module.head.weight.weight], "first_moment": "bfloat16"},
-              {"params": [module.input.bias, module.head.bias.weight]}]
+              {"params": [module.input.bias, module.head.bias.weight]
+               + ([module.match_weight] if module.head.has_text else [])}]
     return LazyAdam(groups, lr=lr, weight_decay=weight_decay)
 
 
@@ -83,22 +88,24 @@ def _torch_step(module, criterion, optimizer, X, y, w):
     return float(loss.detach()), grads
 
 
-CASES = [  # (seed, stop, semantics, level contrast, weighted, steps)
-    (0, False, "partial", 0.0, False, 1),
-    (1, True, "terminal", 0.0, False, 2),
-    (2, True, "partial", 0.1, True, 1),
-    (3, True, "terminal", 0.3, True, 2),
-    (4, False, "partial", 0.1, False, 1),
+CASES = [  # (seed, stop, semantics, level contrast, weighted, steps, class text)
+    (0, False, "partial", 0.0, False, 1, False),
+    (1, True, "terminal", 0.0, False, 2, False),
+    (2, True, "partial", 0.1, True, 1, False),
+    (3, True, "terminal", 0.3, True, 2, False),
+    (4, False, "partial", 0.1, False, 1, False),
+    (5, True, "terminal", 0.1, True, 2, True),
+    (6, False, "partial", 0.0, False, 1, True),
 ]
 
 
 @needs_triton
-@pytest.mark.parametrize("seed, stop, semantics, level, weighted, steps", CASES)
+@pytest.mark.parametrize("seed, stop, semantics, level, weighted, steps, text", CASES)
 def test_loss_gradients_and_updated_rows_equal_the_torch_route(random_tree, seed, stop, semantics, level, weighted,
-                                                               steps):
+                                                               steps, text):
     from hiclass_parallel.estimators.networks.device._step import DeviceStep
 
-    rng, tree, module, criterion = _model(random_tree, seed, stop, semantics, level)
+    rng, tree, module, criterion = _model(random_tree, seed, stop, semantics, level, text=text)
     reference = copy.deepcopy(module)
     ref_opt, opt = _optimizer(reference), _optimizer(module)
     step = DeviceStep(module, criterion, opt, batch_rows=8)
@@ -123,6 +130,9 @@ def test_loss_gradients_and_updated_rows_equal_the_torch_route(random_tree, seed
         g_in[in_rows] = computed["g_in"][:in_rows.numel()]
         torch.testing.assert_close(g_in, grads["input.embedding.weight"], rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(computed["g_bin"], grads["input.bias"], rtol=1e-4, atol=1e-6)
+        if text:
+            torch.testing.assert_close(computed["g_match"], grads["match_weight"], rtol=1e-4, atol=1e-6)
+            assert grads["match_weight"].abs().sum() > 0  # the match was exercised
         # the sparse gradients touch the same rows as the plan's
         assert set(out_rows.tolist()) == set(reference.head.weight.weight.grad.coalesce().indices()[0].cpu().tolist())
         step.update(on_device, work)
@@ -291,8 +301,8 @@ def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_wh
     assert (step, update) == ("device", "device") and "CUDA with Triton" in why
     assert engines(estimator, torch.optim.Adam)[:2] == ("torch", "on CUDA the device step cannot run: the optimizer "
                                                                "is Adam, not LazyAdam")
-    estimator.module_args = {"class_features": sp.eye(3, 30, format="csr")}
-    assert "class text" in engines(estimator)[1]
+    estimator.module_args = {"class_features": sp.eye(3, 30, format="csr")}  # class text: the device step too
+    assert engines(estimator)[0] == "device"
     estimator.module_args = {"activation": torch.nn.ReLU}
     assert "activation" in engines(estimator)[1]
 

@@ -11,7 +11,9 @@ padded size, so nothing asks the host.
   candidates (its slot's range of the flat table) in tiles of ``BLOCK_K`` (any group width),
   the weighted loss added to the step's accumulator, then the candidates' gradients
   ``w * (softmax - onehot)`` added to the output rows' gradients, the biases' and the sample's
-  ``dh``; a non-finite loss sets the flag;
+  ``dh``; a non-finite loss sets the flag. With ``TEXT``, each candidate's score adds the
+  class-text match (its text entries against the sample's weighted words on the batch's class
+  vocabulary), whose gradient goes to the words' gradient;
 - ``input_grad``: one program per sample, ``dh[b] * value_j`` added to its features' gradients
   and ``dh[b]`` to the input bias's;
 - ``adam_rows``: one program per ``BLOCK_R`` distinct touched rows, LazyAdam's update of those
@@ -44,10 +46,26 @@ def hidden(row_ptr, entry_pos, entry_value, in_rows, w_in, w_in_stride, b_in, h,
 
 
 @triton.jit
+def _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value):
+    # the class-text match of sample s with a tile of candidates (positions u among the plan's
+    # output rows): sum over each candidate's text entries of value * words[s, word]
+    ts = tl.load(text_ptr + u, mask=ok, other=0)
+    te = tl.load(text_ptr + u + 1, mask=ok, other=0)
+    acc = tl.zeros(ts.shape, tl.float32)
+    for e in range(0, tl.max(te - ts, 0)):
+        has = ok & (ts + e < te)
+        word = tl.load(text_word + ts + e, mask=has, other=0).to(tl.int64)
+        value = tl.load(text_value + ts + e, mask=has, other=0.0)
+        acc += value * tl.load(words_ptr + s * P + word, mask=has, other=0.0)
+    return acc
+
+
+@triton.jit
 def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table_ptr, out_rows,
                  h_ptr, w_out, w_out_stride, b_out, b_out_stride,
                  dh_ptr, g_out, g_bout, loss_ptr, flag_ptr, H,
-                 BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
+                 words_ptr, g_words, P, text_ptr, text_word, text_value,
+                 TEXT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
     w = tl.load(weight_ptr + r)
     if w != 0.0:  # padding rows weigh 0
@@ -70,6 +88,8 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table
             W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
                         other=0.0).to(tl.float32)
             sc = tl.sum(W * h[None, :], 1) + tl.load(b_out + col * b_out_stride, mask=ok, other=0.0).to(tl.float32)
+            if TEXT:
+                sc += _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value)
             sc = tl.where(ok, sc, float("-inf"))
             m_new = tl.maximum(m, tl.max(sc, 0))
             z = z * tl.exp(m - m_new) + tl.sum(tl.exp(sc - m_new), 0)
@@ -89,8 +109,18 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table
             W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
                         other=0.0).to(tl.float32)
             sc = tl.sum(W * h[None, :], 1) + tl.load(b_out + col * b_out_stride, mask=ok, other=0.0).to(tl.float32)
+            if TEXT:
+                sc += _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value)
             p = tl.where(ok, tl.exp(sc - lse), 0.0)
             g = w * (p - tl.where(ks - lo == t, 1.0, 0.0))
+            if TEXT:  # the match's gradient, by the batch's vocabulary columns of the sample
+                ts = tl.load(text_ptr + u, mask=ok, other=0)
+                te = tl.load(text_ptr + u + 1, mask=ok, other=0)
+                for e in range(0, tl.max(te - ts, 0)):
+                    has = ok & (ts + e < te)
+                    word = tl.load(text_word + ts + e, mask=has, other=0).to(tl.int64)
+                    value = tl.load(text_value + ts + e, mask=has, other=0.0)
+                    tl.atomic_add(g_words + s * P + word, g * value, mask=has)
             dh += tl.sum(g[:, None] * W, 0)
             u64 = u.to(tl.int64)
             tl.atomic_add(g_out + u64[:, None] * H + offs[None, :], g[:, None] * h[None, :],

@@ -41,10 +41,11 @@ from ....tree import PAD
 __all__ = ["StepPlan", "StepPlanner", "bucket"]
 
 #: The integer arrays of a plan, and the float ones (stored bit for bit in the same buffer).
-_INT_FIELDS = ("row_ptr", "entry_pos", "in_rows", "out_rows",
+_INT_FIELDS = ("row_ptr", "entry_pos", "entry_row", "in_rows", "out_rows", "present", "entry_word", "text_ptr",
+               "text_word",
                "sib_sample", "sib_slot", "sib_target", "sib_table_ptr", "sib_table",
                "lvl_sample", "lvl_slot", "lvl_target", "lvl_table_ptr", "lvl_table")
-_FLOAT_FIELDS = ("entry_value", "sib_weight", "lvl_weight", "n_samples")
+_FLOAT_FIELDS = ("entry_value", "sib_weight", "lvl_weight", "n_samples", "text_value")
 _ALIGN = 4  # int32 elements: every array starts on a 16-byte boundary
 _INT32_LIMIT = 2**31
 
@@ -144,6 +145,10 @@ class StepPlanner:
         gets the same shapes); ``None``: each batch's own size.
     floor : int, default=16
         The smallest bucket of each padded size.
+    text : tuple of arrays, default=None
+        The class texts of a :class:`~hiclass_parallel.estimators.SparseMLP` with
+        ``class_features``: its ``vocabulary_position`` and its head's ``text_ptr``,
+        ``text_idx`` and ``text_val``; the plan then holds the match term's arrays too.
 
     Examples
     --------
@@ -159,7 +164,7 @@ class StepPlanner:
     """
 
     def __init__(self, plan: SiblingPlan, terminal: bool, level_contrast: float = 0.0,
-                 batch_rows: int | None = None, floor: int = 16):
+                 batch_rows: int | None = None, floor: int = 16, text: tuple[Any, Any, Any, Any] | None = None):
         if not isinstance(plan, SiblingPlan):
             raise TypeError(f"plan must be a SiblingPlan (ops.sibling_paths.sibling_plan), got {type(plan).__name__}")
         level_contrast = float(level_contrast)
@@ -175,6 +180,13 @@ class StepPlanner:
         self.level_contrast = level_contrast
         self.batch_rows = None if batch_rows is None else int(batch_rows)
         self.floor = int(floor)
+        self.text = None
+        if text is not None:  # host copies of the class texts (module buffers, possibly on a device)
+            host = [np.asarray(t.detach().cpu() if isinstance(t, torch.Tensor) else t) for t in text]
+            self.text = tuple(a.astype(np.int64) for a in host[:3]) + (host[3].astype(np.float32),)
+            if self.text[1].shape != (plan.n_outputs + 1,):
+                raise ValueError(f"the class texts' row pointers have shape {self.text[1].shape}; expected one row per "
+                                 f"output ({plan.n_outputs + 1},)")
 
     # ------------------------------------------------------------------ checks
     def _targets(self, y: Any, n: int, sample_weight: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -285,9 +297,43 @@ class StepPlanner:
             "entry_value": _pad(np.asarray(values[:nnz], dtype=np.float32), Z, 0.0),
             "in_rows": _pad(in_rows.astype(np.int64), UF, PAD),
             "n_samples": np.array([n], dtype=np.float32),
+            "entry_row": _pad(np.repeat(np.arange(n), np.diff(indptr[:n + 1])).astype(np.int64), Z, 0),
         })
         key += [Z, UF]
+        if self.text is not None:
+            key += self._text(arrays, indices[:nnz], out_rows, Z, U)
         return _pack(arrays, n, tuple(key))
+
+    def _text(self, arrays: dict[str, np.ndarray], features: np.ndarray, out_rows: np.ndarray, Z: int,
+              U: int) -> list[int]:
+        """The class-text match's arrays: the batch's class-vocabulary positions ``present (P,)``
+        (``P`` a bucket of their count plus one: the last column gathers the entries outside the
+        vocabulary, and nothing reads it), each input entry's column there (``entry_word (Z,)``),
+        and each output row's text entries among them (``text_ptr (U + 1,)``, ``text_word``,
+        ``text_value``)."""
+        position, text_ptr, text_idx, text_val = self.text
+        vp = position[features]
+        present = np.unique(vp[vp >= 0])
+        P = bucket(present.size + 1, self.floor)
+        entry_word = np.where(vp >= 0, np.searchsorted(present, np.maximum(vp, 0)), P - 1)
+        start = text_ptr[out_rows]
+        sizes = text_ptr[out_rows + 1] - start
+        entries = _ranges(start, sizes)
+        owner = np.repeat(np.arange(out_rows.size), sizes)
+        word = text_idx[entries]
+        pos = np.minimum(np.searchsorted(present, word), max(present.size - 1, 0))
+        hit = present[pos] == word if present.size else np.zeros(word.size, dtype=bool)
+        counts = np.bincount(owner[hit], minlength=U)
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        NT = bucket(int(hit.sum()), self.floor)
+        arrays.update({
+            "present": _pad(present.astype(np.int64), P, 0),
+            "entry_word": _pad(entry_word.astype(np.int64), Z, P - 1),
+            "text_ptr": ptr.astype(np.int64),
+            "text_word": _pad(pos[hit].astype(np.int64), NT, 0),
+            "text_value": _pad(text_val[entries[hit]].astype(np.float32), NT, 0.0),
+        })
+        return [P, NT]
 
     def _level_rows(self, path: np.ndarray, labelled: np.ndarray, weight: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """The in-batch level term's rows: per (sample, depth) of a labelled path, the batch's

@@ -1,7 +1,7 @@
 """The device-resident training step: forward, backward and the row update as Triton kernels.
 
 :class:`DeviceStep` trains the default text model (:class:`~hiclass_parallel.estimators.SparseMLP`,
-linear, no dropout, no class text) with :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`
+linear, no dropout; with or without class text) with :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`
 (``"mean"``, with its in-batch level term) and :class:`~hiclass_parallel.estimators.LazyAdam`,
 reading a :class:`~._plan.StepPlan` already on the device. A step is four kernels and a few
 fixed-shape fills (:mod:`._kernels`): no shape depends on the data and nothing is read back,
@@ -75,8 +75,6 @@ def device_engine_refusal(module: type, module_args: dict[str, Any], criterion: 
     args = {**defaults, **module_args}
     if args["activation"] not in (None, nn.Identity) or float(args["dropout"]) > 0 or float(args["input_dropout"]) > 0:
         return "the module has an activation or dropout"
-    if args.get("class_features") is not None:
-        return "the module has class text (the device step has no lexical match term yet)"
     if criterion is not PathLocalCrossEntropy or criterion_args.get("reduction", "mean") != "mean":
         return f"the criterion is {criterion.__name__} (reduction {criterion_args.get('reduction', 'mean')!r})"
     if optimizer is not LazyAdam:
@@ -96,13 +94,11 @@ def device_step_refusal(module: nn.Module, criterion: nn.Module, optimizer: Any)
         return f"the module is {type(module).__name__}, not SparseMLP"
     if not isinstance(module.activation, nn.Identity) or module.dropout.p > 0 or module.input_dropout.p > 0:
         return "the module has an activation or dropout"
-    if module.head.has_text:
-        return "the module has class text (the device step has no lexical match term yet)"
     if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
         return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
     if type(optimizer) is not LazyAdam:
         return f"the optimizer is {type(optimizer).__name__}, not LazyAdam"
-    params = _params(module)
+    params = _params(module) + ((module.match_weight,) if module.head.has_text else ())
     if any(p.dtype != torch.float32 or not p.is_contiguous() or not p.requires_grad for p in params):
         return "the weights are not trainable, contiguous float32 tensors"
     if not triton_available():
@@ -139,11 +135,18 @@ class DeviceStep:
         if refusal is not None:
             raise ValueError(f"the device step cannot train this model: {refusal}")
         self.module, self.criterion, self.optimizer = module, criterion, optimizer
-        self.params = _params(module)
+        self.text = module.head.has_text
+        self.params = _params(module) + ((module.match_weight,) if self.text else ())
         self.device = self.params[0].device
         level = criterion.level_contrast if criterion.training else 0.0
+        text = None
+        if self.text:
+            head = module.head
+            text = (module.vocabulary_position, head.text_ptr, head.text_idx, head.text_val)
+            self.scale = float(module.class_feature_scale)
+            self.vocabulary_ids = torch.arange(module.match_weight.shape[0], dtype=torch.int32, device=self.device)
         self.planner = StepPlanner(sibling_plan(criterion.tree, criterion.stop), criterion.semantics == "terminal",
-                                   level, batch_rows=batch_rows)
+                                   level, batch_rows=batch_rows, text=text)
         self.H = self.params[0].shape[1]
         self.block_h = max(16, 1 << (self.H - 1).bit_length())
         # per parameter: (group, state) and its numbers on the device (lr, b1, b2, eps, wd, step)
@@ -151,7 +154,8 @@ class DeviceStep:
         rows = []
         for i, p in enumerate(self.params):
             group = next(g for g in optimizer.param_groups if any(q is p for q in g["params"]))
-            state = optimizer._state(p, {**group, "second_moment": "entry"} if i == 1 else group)
+            dense = i == 1 or i == 4  # b_in and the match weights get dense gradients: Adam per entry
+            state = optimizer._state(p, {**group, "second_moment": "entry"} if dense else group)
             self._states.append((group, state))
             b1, b2 = group["betas"]
             rows.append([group["lr"] * group.get("lr_scale", 1.0), b1, b2, group["eps"], group["weight_decay"],
@@ -181,6 +185,10 @@ class DeviceStep:
                 "loss": torch.zeros(1, device=dev),
                 "bias_row": torch.zeros(1, dtype=torch.int32, device=dev),
             }
+            if self.text:
+                P = plan["present"].shape[0]
+                work.update({"raw": torch.zeros(B, P, device=dev), "g_words": torch.zeros(B, P, device=dev),
+                             "g_match": torch.zeros(self.params[4].shape[0], device=dev)})
         return work
 
     # ------------------------------------------------------------------ the step
@@ -189,10 +197,12 @@ class DeviceStep:
         work buffers: ``g_in (UF, H)`` and ``g_out (U, H)``, ``g_bout (U,)`` by distinct row of the
         plan, ``g_bin (H,)``; ``h`` the hidden rows. Nothing is read back."""
         k = _kernels()
-        W_in, b_in, W_out, b_out = (p.detach() for p in self.params)
+        W_in, b_in, W_out, b_out = (p.detach() for p in self.params[:4])
         work = self._work(plan)
-        for name in ("dh", "g_out", "g_bout", "g_in", "g_bin", "loss"):
+        for name in ("dh", "g_out", "g_bout", "g_in", "g_bin", "loss") + (("raw", "g_words") if self.text else ()):
             work[name].zero_()
+        text = self._words(plan, work) if self.text else (work["h"], work["h"], 0, plan["row_ptr"],
+                                                                       plan["row_ptr"], work["h"])
         B, H, BH = work["h"].shape[0], self.H, self.block_h
         k.hidden[(B,)](plan["row_ptr"], plan["entry_pos"], plan["entry_value"], plan["in_rows"], W_in,
                        W_in.stride(0), b_in, work["h"], H, BLOCK_E=_BLOCK_E, BLOCK_H=BH)
@@ -205,10 +215,24 @@ class DeviceStep:
                                  plan["out_rows"],
                                  work["h"], W_out, W_out.stride(0), b_out, b_out.stride(0),
                                  work["dh"], work["g_out"], work["g_bout"], work["loss"], self.flag, H,
-                                 BLOCK_K=_BLOCK_K, BLOCK_H=BH)
+                                 *text, TEXT=self.text, BLOCK_K=_BLOCK_K, BLOCK_H=BH)
         k.input_grad[(B,)](plan["row_ptr"], plan["entry_pos"], plan["entry_value"], work["dh"], work["g_in"],
                            work["g_bin"], H, BLOCK_E=_BLOCK_E, BLOCK_H=BH)
+        if self.text:  # the match weights' gradient: scale * sum_b g_words[b, p] * x[b, p], by vocabulary id
+            g = (work["g_words"] * work["raw"]).sum(0).mul_(self.scale)
+            work["g_match"].zero_().index_add_(0, plan["present"], g)
         return work
+
+    def _words(self, plan: StepPlan, work: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+        """The class-text match's operands of the kernel: the batch's input on its class
+        vocabulary (``raw``, summed per (row, word); the last column gathers the other entries),
+        times the scaled match weights (``words``); fixed-shape torch operations."""
+        raw = work["raw"]
+        P = raw.shape[1]
+        raw.view(-1).index_add_(0, plan["entry_row"] * P + plan["entry_word"], plan["entry_value"])
+        words = raw * (self.scale * self.params[4].detach()).index_select(0, plan["present"])
+        work["words"] = words
+        return words, work["g_words"], P, plan["text_ptr"], plan["text_word"], plan["text_value"]
 
     def update(self, plan: StepPlan, work: dict[str, torch.Tensor]) -> None:
         """LazyAdam's update of the plan's touched rows (and of ``b_in``), from the work buffers."""
@@ -219,12 +243,14 @@ class DeviceStep:
                 self.hyper[i, 0].fill_(lr)
                 self._lrs[i] = lr
         self.hyper[:, 5] += 1
-        W_in, b_in, W_out, b_out = (p.detach() for p in self.params)
+        W_in, b_in, W_out, b_out = (p.detach() for p in self.params[:4])
         H, BH = self.H, self.block_h
         jobs = ((0, plan["in_rows"], work["g_in"], W_in, H),
                 (1, work["bias_row"], work["g_bin"], b_in.view(1, H), H),
                 (2, plan["out_rows"], work["g_out"], W_out, H),
                 (3, plan["out_rows"], work["g_bout"], b_out, 1))
+        if self.text:  # dense Adam of every match weight, one entry per row
+            jobs += ((4, self.vocabulary_ids, work["g_match"], self.params[4].detach().view(-1, 1), 1),)
         for i, ids, grad, p, width in jobs:
             state = self._states[i][1]
             m, v = state["exp_avg"].view(p.shape), state["exp_avg_sq"]
