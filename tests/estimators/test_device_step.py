@@ -275,6 +275,9 @@ def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoc
                                reference.history[-1, "batches", :, "train_loss"], rtol=1e-4)
     step = device.optimizer_.state[device.module_.head.weight.weight]["step"]
     assert float(step) == 4  # written back from the device at the end of each epoch
+    from hiclass_parallel.estimators.networks.device._train import _STEPS
+
+    assert _STEPS[device].planned_ahead == 4  # every batch planned on the planning thread
 
 
 def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_why_not(monkeypatch):

@@ -112,6 +112,13 @@ class StepPlan:
             self._views[name] = view
         return view
 
+    def pinned(self) -> StepPlan:
+        """The plan in pinned host memory where CUDA is available (a copy from it to the device
+        does not wait), else itself."""
+        if self.buffer.device.type != "cpu" or not torch.cuda.is_available() or self.buffer.is_pinned():
+            return self
+        return StepPlan(self.buffer.pin_memory(), self.fields, self.n_samples, self.key)
+
     def to(self, device: Any, non_blocking: bool = True) -> StepPlan:
         """The plan on ``device``, in one copy (from pinned memory for CUDA, so it does not wait)."""
         device = torch.device(device)

@@ -167,6 +167,7 @@ class DeviceStep:
         self._buffers: dict[tuple, dict[str, torch.Tensor]] = {}
         self._graphs: dict[tuple, Any] = {}
         self.steps = 0
+        self.planned_ahead = 0  # steps whose plan was made ahead, on a planning thread
 
     # ------------------------------------------------------------------ buffers
     def _work(self, plan: StepPlan) -> dict[str, torch.Tensor]:

@@ -7,8 +7,10 @@ calls when the configuration chose ``step_engine="device"``.
 - :func:`device_train_step`: one training batch, planned on the host from the loader's CPU batch
   (before anything goes to the device), stepped on the device; ``None`` for a batch it cannot take
   (not sparse), which the net then runs through torch and counts;
-- :func:`device_epoch`: skorch's epoch loop for the device route. Per-batch callbacks get
-  ``loss=None`` (reading it would cost a synchronisation per step; ``y_pred`` is the hidden
+- :func:`device_epoch`: skorch's epoch loop for the device route, each next batch planned on a
+  thread while the step before it is launched
+  (:class:`~hiclass_parallel.estimators.networks._plan_ahead.PlanAhead`). Per-batch callbacks
+  get ``loss=None`` (reading it would cost a synchronisation per step; ``y_pred`` is the hidden
   batch, on the device); the batch losses are read back once, at the end of the epoch, into the
   history (so the epoch's ``train_loss`` is what skorch reports), with the non-finite flag: a
   non-finite loss raises :class:`~hiclass_parallel.exceptions.NonFiniteLossError` then (no update
@@ -31,6 +33,22 @@ __all__ = ["device_epoch", "device_train_begin", "device_train_step"]
 
 #: The device step of each net (weakly held: it goes with the net, and is never pickled).
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: The epoch's batches of each net, each next one planned on a thread (a PlanAhead).
+_AHEAD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _parts(batch: Any) -> tuple[Any, Any, Any] | None:
+    """``(X, ids, sample weights)`` of a loader batch on the host, or ``None`` when ``X`` is not
+    sparse (the device step's plans read sparse batches)."""
+    import scipy.sparse as sp
+    from skorch.dataset import unpack_data
+
+    from .._data import split_target
+
+    Xi, yi = unpack_data(batch)
+    if not ((isinstance(Xi, torch.Tensor) and Xi.layout == torch.sparse_csr) or sp.issparse(Xi)):
+        return None
+    return (Xi, *split_target(yi))
 
 
 def device_train_begin(net: Any) -> str | None:
@@ -48,31 +66,55 @@ def device_train_begin(net: Any) -> str | None:
 
 
 def device_train_step(net: Any, batch: Any) -> dict[str, Any] | None:
-    """One training step of ``batch`` on the device, or ``None`` when the batch is not sparse."""
-    import scipy.sparse as sp
-    from skorch.dataset import unpack_data
-
-    from .._data import split_target
-
+    """One training step of ``batch`` on the device, or ``None`` when the batch is not sparse.
+    Its plan comes from the epoch's planning thread when it is ready (:meth:`PlanAhead.plan_for
+    <hiclass_parallel.estimators.networks._plan_ahead.PlanAhead.plan_for>`), else is made here."""
     step = _STEPS.get(net)
-    Xi, yi = unpack_data(batch)
-    if step is None or not ((isinstance(Xi, torch.Tensor) and Xi.layout == torch.sparse_csr) or sp.issparse(Xi)):
+    parts = _parts(batch)
+    if step is None or parts is None:
         return None
-    ids, weight = split_target(yi)
-    plan = step.planner(Xi, ids, weight)
+    ahead = _AHEAD.get(net)
+    plan = ahead.plan_for(batch) if ahead is not None else None
+    if plan is None:
+        plan = step.planner(*parts)
+    else:
+        step.planned_ahead += 1
     loss = step.step(plan, graph=os.environ.get("HICLASS_PARALLEL_CUDA_GRAPH", "0") == "1")
     return {"loss": loss.clone(), "y_pred": step._work(plan)["h"]}
 
 
 def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_params: Any) -> None:
-    """skorch's ``run_single_epoch`` for training on the device step: the batch losses are read
-    back once, at the end (see the module's docstring)."""
+    """skorch's ``run_single_epoch`` for training on the device step: each next batch planned on a
+    thread (:class:`~hiclass_parallel.estimators.networks._plan_ahead.PlanAhead`) while the step
+    before it is launched; the batch losses read back once, at the end (see the module's
+    docstring)."""
+    from .._plan_ahead import PlanAhead
+
+    device_step = _STEPS.get(net)
+
+    def planner(batch: Any) -> Any:  # on the training thread; the job runs on the planning thread
+        parts = _parts(batch)
+        if device_step is None or parts is None:
+            return None
+        return lambda: device_step.planner(*parts).pinned()
+
+    with PlanAhead(iterator, planner) as ahead:
+        _AHEAD[net] = ahead
+        try:
+            losses, rows = _epoch(net, ahead, prefix, step_fn, **fit_params)
+        finally:
+            _AHEAD.pop(net, None)
+    values = [float(v) for v in torch.stack([v.reshape(()) for v in losses]).tolist()] if losses else []
+    _finish_epoch(net, prefix, rows, values)
+
+
+def _epoch(net: Any, batches: Any, prefix: str, step_fn: Any, **fit_params: Any) -> tuple[list, list]:
+    """skorch's loop over the epoch's batches, except that per-batch callbacks get no loss: the
+    steps' losses (device tensors) and the history's batch rows, to fill at the end."""
     from skorch.dataset import get_len
 
-    from ....exceptions import NonFiniteLossError
-
     losses, rows = [], []
-    for batch in iterator:
+    for batch in batches:
         net.notify("on_batch_begin", batch=batch, training=True)
         step = step_fn(batch, **fit_params)
         rows.append(net.history[-1]["batches"][-1])
@@ -81,7 +123,13 @@ def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_param
                                  get_len(batch[0]) if isinstance(batch, (tuple, list)) else get_len(batch))
         net.notify("on_batch_end", batch=batch, training=True, **{**step, "loss": None})
     net.history.record(prefix + "_batch_count", len(rows))
-    values = [float(v) for v in torch.stack([v.reshape(()) for v in losses]).tolist()] if losses else []
+    return losses, rows
+
+
+def _finish_epoch(net: Any, prefix: str, rows: list, values: list) -> None:
+    """The batch losses into the history; the non-finite flag and losses checked."""
+    from ....exceptions import NonFiniteLossError
+
     for row, value in zip(rows, values):
         row[prefix + "_loss"] = value
     device_step = _STEPS.get(net)
@@ -92,7 +140,7 @@ def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_param
         value = "non-finite" if first is None else values[first]
         raise NonFiniteLossError(
             f"the training loss became {value} at epoch {len(net.history)}, batch {batch} "
-            f"(lr={getattr(net, 'lr', None)}): "
-            "training diverged (the device step applied no update after it). Lower lr (e.g. by 10x), scale X, or "
-            "check X for NaN/inf; the model was put back as it was before this call"
+            f"(lr={getattr(net, 'lr', None)}): training diverged (the device step applied no update after it). "
+            "Lower lr (e.g. by 10x), scale X, or check X for NaN/inf; the model was put back as it was before "
+            "this call"
         )
