@@ -291,7 +291,7 @@ def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: 
     if requested is None:
         return 0, "softmax_sample=None: every softmax exact"
     if step_engine != "fused":
-        return 0, "the torch step is exact (the sampled softmax is the fused step's)"
+        return 0, f"the {step_engine} step is exact (the sampled softmax is the fused step's)"
     from ...ops.sibling_paths import sibling_plan
 
     limit = SOFTMAX_SAMPLE if requested == "auto" else int(requested)

@@ -5,12 +5,15 @@
 - :mod:`._step`: :class:`DeviceStep`, forward, backward and LazyAdam's row update of one step
   as a few Triton kernels reading the plan, the loss and the non-finite flag kept on the device
   (Triton is imported only when a step runs);
-- :mod:`._kernels`: the kernels themselves (imports Triton at the top; never imported by the
-  package itself).
+- :mod:`._kernels`: the kernels themselves (imports Triton at the top; imported only when a step
+  runs);
+- :mod:`._train`: the step inside skorch's loop (:class:`~hiclass_parallel.estimators.networks._net.TreeNet`
+  calls it when the fit configuration chose ``step_engine="device"``).
 
 ``docs/gpu.md`` describes the design and what has (and has not) been measured.
 """
 
 from ._plan import StepPlan, StepPlanner
+from ._step import DeviceStep
 
-__all__ = ["StepPlan", "StepPlanner"]
+__all__ = ["DeviceStep", "StepPlan", "StepPlanner"]
