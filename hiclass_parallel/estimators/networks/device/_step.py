@@ -1,12 +1,13 @@
 """The device-resident training step: forward, backward and the row update as Triton kernels.
 
 :class:`DeviceStep` trains the default text model (:class:`~hiclass_parallel.estimators.SparseMLP`,
-linear, no dropout; with or without class text) with :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`
-(``"mean"``, with its in-batch level term) and :class:`~hiclass_parallel.estimators.LazyAdam`,
-reading a :class:`~._plan.StepPlan` already on the device. A step is four kernels and a few
-fixed-shape fills (:mod:`._kernels`): no shape depends on the data and nothing is read back,
-so it never waits for the device; on CUDA a step of a plan shape seen before replays as one
-CUDA graph (:meth:`DeviceStep.step` with ``graph=True``).
+linear, no dropout; with or without class text) with
+:class:`~hiclass_parallel.losses.PathLocalCrossEntropy` (``"mean"``, with its in-batch level term)
+and :class:`~hiclass_parallel.estimators.LazyAdam`, reading a :class:`~._plan.StepPlan` already on the device. A step is a few kernels and
+fixed-shape fills (:mod:`._kernels`; with class text, a few fixed-shape torch operations for the
+words and the match weights' gradient): no shape depends on the data and nothing is read back,
+so it never waits for the device; on CUDA a step of a plan shape seen before can replay as one
+CUDA graph (:meth:`DeviceStep.step` with ``graph=True``; not yet run on a GPU).
 
 What the torch route checks per step, this one checks otherwise: the labels and the sample
 weights on the host, by the planner (where they already are); a non-finite loss sets a flag on
@@ -39,6 +40,7 @@ _BLOCK_E = 16  # input entries per tile
 
 
 def triton_cdiv(n: int, d: int) -> int:
+    """``ceil(n / d)``: the programs of a grid over ``n`` items, ``d`` per program."""
     return -(-n // d)
 
 
