@@ -4,8 +4,9 @@
 linear, no dropout; with or without class text) with
 :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` (``"mean"``, with its in-batch level term)
 and :class:`~hiclass_parallel.estimators.LazyAdam`, reading a :class:`~._plan.StepPlan` already
-on the device. A step is a few kernels and fixed-shape fills (:mod:`._kernels`; with class text, a few fixed-shape torch operations for the
-words and the match weights' gradient): no shape depends on the data and nothing is read back,
+on the device. A step is a few kernels and fixed-shape fills (:mod:`._kernels`; with class text,
+a few fixed-shape torch operations for the words and the match weights' gradient): no shape
+depends on the data and nothing is read back,
 so it never waits for the device; on CUDA a step of a plan shape seen before can replay as one
 CUDA graph (:meth:`DeviceStep.step` with ``graph=True``; not yet run on a GPU).
 
