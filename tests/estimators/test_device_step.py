@@ -321,3 +321,20 @@ def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_wh
                                                "(or HICLASS_PARALLEL_TRITON=0)")
     estimator.device = "cpu"  # the CPU's engines, as before
     assert engines(estimator)[0] in ("fused", "torch")
+
+
+def test_a_wide_group_does_not_widen_the_others_in_the_plan():
+    """Candidates are one flat table with a pointer per slot: its size follows the summed widths
+    of the batch's groups, not their number times the widest."""
+    from hiclass_parallel import Tree
+
+    parents = np.r_[-1, np.zeros(300, dtype=np.int64), 1, np.arange(301, 339)]  # 300 siblings, a chain under 1
+    tree = Tree.from_parents(parents)
+    splan = sibling_plan(tree, False)
+    y = np.array([339, 338, 5, 7])  # deep in the chain: one-wide groups
+    X = sp.csr_matrix(np.eye(4, 30, dtype=np.float32))
+    plan = StepPlanner(splan, False)(X, y)
+    groups = np.unique(splan.group_of[tree.paths[y][tree.paths[y] >= 0]])
+    width = int(np.diff(splan.group_ptr)[groups].sum())
+    assert plan["sib_table"].numel() < 2 * width  # a (groups, widest) table would hold 41 x 300
+    assert plan.pinned() is plan or torch.cuda.is_available()  # pinning only where CUDA is
