@@ -323,6 +323,18 @@ def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_wh
     assert engines(estimator)[0] in ("fused", "torch")
 
 
+def test_a_net_on_the_cpu_refuses_the_device_step_without_the_interpreter(random_tree, monkeypatch):
+    """A model trained on a GPU and continued on the CPU trains through torch (Triton's compiled
+    kernels take CUDA tensors only)."""
+    from hiclass_parallel.estimators.networks.device._step import device_step_refusal
+
+    _, _, module, criterion = _model(random_tree, 10, False, "partial", 0.0, device="cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert device_step_refusal(module, criterion, _optimizer(module)) == "the weights are not on a CUDA device"
+    module.head.weight.weight.requires_grad_(False)
+    assert "trainable" in device_step_refusal(module, criterion, _optimizer(module))
+
+
 def test_a_wide_group_does_not_widen_the_others_in_the_plan():
     """Candidates are one flat table with a pointer per slot: its size follows the summed widths
     of the batch's groups, not their number times the widest."""

@@ -104,6 +104,9 @@ def device_step_refusal(module: nn.Module, criterion: nn.Module, optimizer: Any)
     params = _params(module) + ((module.match_weight,) if module.head.has_text else ())
     if any(p.dtype != torch.float32 or not p.is_contiguous() or not p.requires_grad for p in params):
         return "the weights are not trainable, contiguous float32 tensors"
+    # (a model trained on a GPU and continued on the CPU: Triton's interpreter alone runs on the CPU)
+    if any(p.device.type != "cuda" for p in params) and os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return "the weights are not on a CUDA device"
     if not triton_available():
         return "Triton is not installed (or HICLASS_PARALLEL_TRITON=0)"
     return None
