@@ -260,7 +260,11 @@ class StepPlanner:
         groups, slot = np.unique(group[valid], return_inverse=True)
         ptr = sp_plan.group_ptr
         members = sp_plan.group_cols[_ranges(ptr[groups], ptr[groups + 1] - ptr[groups])]
-        out_rows = np.unique(members)
+        # distinct already (a column belongs to one group, and the groups are distinct): no sort;
+        # `where` maps a column to its position (read only at the columns written here)
+        out_rows = members
+        where = np.empty(sp_plan.n_outputs, dtype=np.int64)
+        where[out_rows] = np.arange(out_rows.size)
         flat = np.flatnonzero(valid.reshape(-1))
         if weight is None:
             w_rows = np.full(flat.size, 1.0 / max(flat.size, 1))
@@ -288,7 +292,7 @@ class StepPlanner:
                 f"{name}_sample": _pad(sample.astype(np.int64), R, 0),
                 f"{name}_slot": _pad(slot_.astype(np.int64), R, 0), f"{name}_target": _pad(tpos.astype(np.int64), R, 0),
                 f"{name}_weight": _pad(w.astype(np.float32), R, 0.0), f"{name}_table_ptr": table_ptr,
-                f"{name}_table": _pad(np.searchsorted(out_rows, cols).astype(np.int64), TC, 0),
+                f"{name}_table": _pad(where[cols], TC, 0),
             })
             key += [R, T, TC]
         # the input: entries in row order, features as positions among the distinct ones
