@@ -112,9 +112,11 @@ def test_an_error_in_the_step_ends_the_thread_and_releases_the_plans():
 # ---------------------------------------------------------------------------- the fused route
 @pytest.fixture
 def planning_ahead(monkeypatch, two_torch_threads):
-    """Fits here may plan ahead (two threads: ``OMP_WAIT_POLICY`` set keeps torch's count), and
-    the planning calls are recorded with the thread that ran them."""
+    """Fits here plan ahead when ``HICLASS_PARALLEL_PLAN_AHEAD=1`` (two threads:
+    ``OMP_WAIT_POLICY`` set keeps torch's count), and the planning calls are recorded with the
+    thread that ran them."""
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("HICLASS_PARALLEL_PLAN_AHEAD", "1")
     seen: list[threading.Thread] = []
     prepare = native.PathLocalStep.prepare
 
@@ -341,8 +343,15 @@ def test_the_configuration_says_whether_planning_runs_ahead_and_why(monkeypatch)
     from hiclass_parallel.estimators.fitting._config import resolve_plan_ahead
 
     monkeypatch.delenv("HICLASS_PARALLEL_PLAN_AHEAD", raising=False)
-    assert resolve_plan_ahead("fused", 2) == (True, "2 threads: the next batch is planned while the step runs")
-    assert resolve_plan_ahead("fused", 1)[0] is False and "one thread" in resolve_plan_ahead("fused", 1)[1]
-    assert resolve_plan_ahead("torch", 4) == (False, "the step is not fused")
+    on, why = resolve_plan_ahead("fused", 2, cores=4)
+    assert on and why == "2 threads on 4 cores: the next batch is planned on a free core while the step runs"
+    on, why = resolve_plan_ahead("fused", 2, cores=2)  # no idle core: it would compete with the step
+    assert not on and "take all 2 cores" in why
+    on, why = resolve_plan_ahead("fused", 1, cores=4)  # one thread allowed: not two
+    assert not on and "one thread" in why
+    assert resolve_plan_ahead("torch", 4, cores=16) == (False, "the step is not fused")
     monkeypatch.setenv("HICLASS_PARALLEL_PLAN_AHEAD", "0")
-    assert resolve_plan_ahead("fused", 4) == (False, "HICLASS_PARALLEL_PLAN_AHEAD=0")
+    assert resolve_plan_ahead("fused", 4, cores=16) == (False, "HICLASS_PARALLEL_PLAN_AHEAD=0")
+    monkeypatch.setenv("HICLASS_PARALLEL_PLAN_AHEAD", "1")
+    assert resolve_plan_ahead("fused", 1, cores=2) == (True, "HICLASS_PARALLEL_PLAN_AHEAD=1")
+    assert resolve_plan_ahead("torch", 4, cores=16)[0] is False

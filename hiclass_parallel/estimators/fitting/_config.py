@@ -112,7 +112,8 @@ class FitConfig:
     plan_ahead : bool
         Whether each training batch's fused step is planned on a thread of its own while the
         step before it runs (:mod:`~hiclass_parallel.estimators.networks._plan_ahead`): with the
-        fused engine and more than one thread, unless ``HICLASS_PARALLEL_PLAN_AHEAD=0``.
+        fused engine, more than one thread and a core left beside them
+        (:func:`resolve_plan_ahead`; ``HICLASS_PARALLEL_PLAN_AHEAD`` ``0`` or ``1`` decides).
     plan_ahead_reason : str
         Why.
     softmax_sample : int
@@ -193,13 +194,17 @@ def resolve_threads(estimator: Any) -> int | None:
     return 1
 
 
-def resolve_plan_ahead(step_engine: str, threads: int | None) -> tuple[bool, str]:
+def resolve_plan_ahead(step_engine: str, threads: int | None, cores: int | None = None) -> tuple[bool, str]:
     """Whether the fused step's planning runs ahead on a thread of its own, and why.
 
-    Only for the fused engine (the torch route plans nothing), and only with more than one
-    thread: the planning thread runs beside the step's, so a fit allowed one thread (one
-    joblib worker per core, say) would use two. ``HICLASS_PARALLEL_PLAN_AHEAD=0`` turns it off
-    (``1``, or unset: as decided here).
+    Only for the fused engine (the torch route plans nothing), and only where a core is left
+    beside the step's threads: with more than one thread (a fit given one thread, one joblib
+    worker per core say, would run two) and fewer threads than the cores the process may use
+    (``cores``; ``None``: counted here). Where the step's threads take every core, the planning
+    thread competes with them for the cores instead of using an idle one, and planning ahead
+    measured no faster (docs/performance.md, "Planning the next step ahead").
+    ``HICLASS_PARALLEL_PLAN_AHEAD=0`` turns it off and ``1`` on with the fused engine (for
+    comparisons); unset, it is decided here.
     """
     import os
 
@@ -207,12 +212,18 @@ def resolve_plan_ahead(step_engine: str, threads: int | None) -> tuple[bool, str
 
     if step_engine != "fused":
         return False, "the step is not fused"
-    if os.environ.get("HICLASS_PARALLEL_PLAN_AHEAD", "").strip() == "0":
-        return False, "HICLASS_PARALLEL_PLAN_AHEAD=0"
+    forced = os.environ.get("HICLASS_PARALLEL_PLAN_AHEAD", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1", f"HICLASS_PARALLEL_PLAN_AHEAD={forced}"
     n = torch.get_num_threads() if threads is None else int(threads)
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if n <= 1:
         return False, "one thread: planning ahead would run a second one beside the step"
-    return True, f"{n} threads: the next batch is planned while the step runs"
+    if n >= cores:
+        return False, (f"the step's {n} threads take all {cores} cores: a planning thread would compete with them "
+                       "instead of using an idle core")
+    return True, f"{n} threads on {cores} cores: the next batch is planned on a free core while the step runs"
 
 
 def resolve_criterion(path_local: bool, partition: str, label_sets: bool) -> tuple[type, dict[str, Any]]:
