@@ -11,6 +11,8 @@ whether planning runs ahead, and why.
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import sys
 import threading
 import warnings
 
@@ -232,8 +234,13 @@ def test_no_thread_outlives_a_fit_nor_an_epoch_that_raised(random_tree, monkeypa
     from skorch.callbacks import Callback
 
     class Boom(Callback):
+        def __init__(self, ctrl_c: bool = False):
+            self.ctrl_c = ctrl_c
+
         def on_batch_end(self, net, batch=None, training=None, **kwargs):
             if training and len(net.history[-1, "batches"]) == 3:
+                if self.ctrl_c:  # what Ctrl-C does to the main thread: Python's SIGINT handler runs
+                    signal.getsignal(signal.SIGINT)(signal.SIGINT, sys._getframe())
                 raise RuntimeError("a callback failed")
 
     tree, X, y, _ = _data(random_tree, 7)
@@ -242,6 +249,9 @@ def test_no_thread_outlives_a_fit_nor_an_epoch_that_raised(random_tree, monkeypa
     assert clf.net_.plan_ahead_ and set(threading.enumerate()) == before
     with pytest.raises(RuntimeError, match="a callback failed"):
         HierarchicalClassifier(tree, max_epochs=2, batch_size=32, random_state=0, callbacks=[Boom()]).fit(X, y)
+    assert set(threading.enumerate()) == before
+    with pytest.raises(KeyboardInterrupt):
+        HierarchicalClassifier(tree, max_epochs=2, batch_size=32, random_state=0, callbacks=[Boom(True)]).fit(X, y)
     assert set(threading.enumerate()) == before
 
 
