@@ -31,6 +31,10 @@
  * a pool of pthreads started once that sleep between phases (no spinning waits; the count is
  * the caller's; see `parallel`). Built by setup.py as an optional extension; without it the torch route runs.
  *
+ * A group wider than a limit (ps_sampling; the classifier's softmax_sample) may instead be scored
+ * on a sampled candidate set shared by the batch, with the sampled-softmax correction on the
+ * drawn columns (sample_group); prediction never comes here and stays exact.
+ *
  * Compiled with -ffast-math (vectorised dot products and exp). Non-finite scores are detected
  * through their bits (the compiler may assume finite floats) and make the loss NaN, which the
  * classifier's finite-loss guard turns into a named error. */
