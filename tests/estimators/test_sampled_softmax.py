@@ -230,12 +230,12 @@ def test_the_classifier_resolves_reports_saves_and_loads_the_setting(tmp_path, s
 
 
 def test_the_torch_route_stays_exact_and_bad_settings_are_named():
-    from hiclass_parallel.estimators import HierarchicalClassifier
+    from hiclass_parallel.estimators import MLP, HierarchicalClassifier
 
     tree, X, y = _fit_data()
-    dense = HierarchicalClassifier(tree, softmax_sample=20, max_epochs=1, random_state=0).fit(X.toarray(), y)
-    if dense.config_.step_engine == "torch":
-        assert dense.config_.softmax_sample == 0 and "torch step is exact" in dense.config_.softmax_sample_reason
+    dense = HierarchicalClassifier(tree, module=MLP, softmax_sample=20, max_epochs=1, random_state=0).fit(X.toarray(), y)
+    assert dense.config_.step_engine == "torch"
+    assert dense.config_.softmax_sample == 0 and "torch step is exact" in dense.config_.softmax_sample_reason
     for bad in (0, -3, "some", 2.5):
         with pytest.raises(ValueError, match="softmax_sample"):
             HierarchicalClassifier(tree, softmax_sample=bad, max_epochs=1).fit(X, y)
