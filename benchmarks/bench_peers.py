@@ -72,6 +72,7 @@ METHOD_NAMES = {
     "hiclass-lcppn": "HiClass LCPPN + LR",
     "hiclass-lcpn": "HiClass LCPN + LR",
     "hiclass-flat": "HiClass Flat + LR",
+    "hiclass-lcppn-svc": "HiClass LCPPN + LinearSVC",
 }
 
 
