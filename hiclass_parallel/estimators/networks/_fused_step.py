@@ -44,20 +44,19 @@ from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
 
-__all__ = ["FusedPlan", "dense_csr", "fused_engine_refusal", "fused_planner", "fused_step", "fused_step_refusal",
+__all__ = ["FusedPlan", "dense_csr", "fused_engine_refusal", "kernel_model_refusal", "fused_planner", "fused_step", "fused_step_refusal",
            "fused_update_plan_refusal", "fused_update_refusal"]
 
 #: One workspace per module (weakly held: it goes with the module).
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: type,
-                         criterion_args: dict[str, Any], device: Any, sparse_input: bool | None) -> str | None:
-    """Why the path-local steps of a fit cannot run fused, or ``None`` when they can: what the
-    configuration knows before the net is built (the module class and its ``module__*``
-    arguments, the criterion and its ``criterion__*`` ones, the device, whether ``X`` is sparse:
-    ``None`` for a stream, whose batches the net checks). Dense ``X`` does not refuse: its
-    batches reach the kernel through :func:`dense_csr`."""
+def kernel_model_refusal(module: type, module_args: dict[str, Any], criterion: type,
+                         criterion_args: dict[str, Any]) -> str | None:
+    """Why the model is not the one the path-local kernels (the fused C step, the device step)
+    were written for, or ``None`` when it is: :class:`SparseMLP` itself, linear, without
+    dropout, trained with :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` averaged
+    (``"mean"``); read from the classes and their ``module__*`` / ``criterion__*`` arguments."""
     import inspect
 
     from ...losses import PathLocalCrossEntropy
@@ -72,6 +71,19 @@ def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: t
     reduction = criterion_args.get("reduction", "mean")
     if criterion is not PathLocalCrossEntropy or reduction != "mean":
         return f"the criterion is {criterion.__name__} (reduction {reduction!r})"
+    return None
+
+
+def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: type,
+                         criterion_args: dict[str, Any], device: Any, sparse_input: bool | None) -> str | None:
+    """Why the path-local steps of a fit cannot run fused, or ``None`` when they can: what the
+    configuration knows before the net is built (the module class and its ``module__*``
+    arguments, the criterion and its ``criterion__*`` ones, the device, whether ``X`` is sparse:
+    ``None`` for a stream, whose batches the net checks). Dense ``X`` does not refuse: its
+    batches reach the kernel through :func:`dense_csr`."""
+    reason = kernel_model_refusal(module, module_args, criterion, criterion_args)
+    if reason:
+        return reason
     if torch.device(device).type != "cpu":
         return f"the device is {device!r}, not the CPU"
     if not native.available():

@@ -61,6 +61,24 @@ def _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value):
 
 
 @triton.jit
+def _tile_scores(k0, hi, table_ptr, out_rows, w_out, w_out_stride, b_out, b_out_stride, h, offs, hm, s,
+                 words_ptr, P, text_ptr, text_word, text_value, TEXT: tl.constexpr, BLOCK_K: tl.constexpr):
+    # one tile of a softmax row's candidates (table positions k0 .. k0 + BLOCK_K, below hi): their
+    # positions u among the plan's output rows, their W_out rows and their scores (the softmax's
+    # two passes, for the normaliser and for the gradients, score the same tiles)
+    ks = k0 + tl.arange(0, BLOCK_K)
+    ok = ks < hi
+    u = tl.load(table_ptr + ks, mask=ok, other=0)
+    col = tl.load(out_rows + u, mask=ok, other=0).to(tl.int64)
+    W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
+                other=0.0).to(tl.float32)
+    sc = tl.sum(W * h[None, :], 1) + tl.load(b_out + col * b_out_stride, mask=ok, other=0.0).to(tl.float32)
+    if TEXT:
+        sc += _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value)
+    return ks, ok, u, W, sc
+
+
+@triton.jit
 def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table_ptr, out_rows,
                  h_ptr, w_out, w_out_stride, b_out, b_out_stride,
                  dh_ptr, g_out, g_bout, loss_ptr, flag_ptr, H,
@@ -81,15 +99,8 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table
         z = tl.zeros([], tl.float32)
         picked = tl.zeros([], tl.float32)
         for k0 in range(lo, hi, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            ok = ks < hi
-            u = tl.load(table_ptr + ks, mask=ok, other=0)
-            col = tl.load(out_rows + u, mask=ok, other=0).to(tl.int64)
-            W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
-                        other=0.0).to(tl.float32)
-            sc = tl.sum(W * h[None, :], 1) + tl.load(b_out + col * b_out_stride, mask=ok, other=0.0).to(tl.float32)
-            if TEXT:
-                sc += _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value)
+            ks, ok, u, W, sc = _tile_scores(k0, hi, table_ptr, out_rows, w_out, w_out_stride, b_out, b_out_stride, h,
+                                            offs, hm, s, words_ptr, P, text_ptr, text_word, text_value, TEXT, BLOCK_K)
             sc = tl.where(ok, sc, float("-inf"))
             m_new = tl.maximum(m, tl.max(sc, 0))
             z = z * tl.exp(m - m_new) + tl.sum(tl.exp(sc - m_new), 0)
@@ -102,15 +113,8 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table
         tl.atomic_max(flag_ptr, tl.where(finite, 0, 1))
         dh = tl.zeros([BLOCK_H], tl.float32)
         for k0 in range(lo, hi, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            ok = ks < hi
-            u = tl.load(table_ptr + ks, mask=ok, other=0)
-            col = tl.load(out_rows + u, mask=ok, other=0).to(tl.int64)
-            W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
-                        other=0.0).to(tl.float32)
-            sc = tl.sum(W * h[None, :], 1) + tl.load(b_out + col * b_out_stride, mask=ok, other=0.0).to(tl.float32)
-            if TEXT:
-                sc += _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value)
+            ks, ok, u, W, sc = _tile_scores(k0, hi, table_ptr, out_rows, w_out, w_out_stride, b_out, b_out_stride, h,
+                                            offs, hm, s, words_ptr, P, text_ptr, text_word, text_value, TEXT, BLOCK_K)
             p = tl.where(ok, tl.exp(sc - lse), 0.0)
             g = w * (p - tl.where(ks - lo == t, 1.0, 0.0))
             if TEXT:  # the match's gradient, by the batch's vocabulary columns of the sample

@@ -60,10 +60,7 @@ def device_engine_refusal(module: type, module_args: dict[str, Any], criterion: 
                           optimizer: type, device: Any, sparse_input: bool | None) -> str | None:
     """Why the path-local steps of a fit cannot run on the device step, or ``None`` when they can:
     what the configuration knows before the net is built."""
-    import inspect
-
-    from ....losses import PathLocalCrossEntropy
-    from .._modules import SparseMLP
+    from .._fused_step import kernel_model_refusal
     from .._optim import LazyAdam
 
     if torch.device(device).type != "cuda":
@@ -72,14 +69,9 @@ def device_engine_refusal(module: type, module_args: dict[str, Any], criterion: 
         return "CUDA is not available"
     if not triton_available():
         return "Triton is not installed (or HICLASS_PARALLEL_TRITON=0)"
-    if module is not SparseMLP:
-        return f"the module is {getattr(module, '__name__', module)}, not SparseMLP"
-    defaults = {name: p.default for name, p in inspect.signature(SparseMLP.__init__).parameters.items()}
-    args = {**defaults, **module_args}
-    if args["activation"] not in (None, nn.Identity) or float(args["dropout"]) > 0 or float(args["input_dropout"]) > 0:
-        return "the module has an activation or dropout"
-    if criterion is not PathLocalCrossEntropy or criterion_args.get("reduction", "mean") != "mean":
-        return f"the criterion is {criterion.__name__} (reduction {criterion_args.get('reduction', 'mean')!r})"
+    reason = kernel_model_refusal(module, module_args, criterion, criterion_args)
+    if reason:
+        return reason
     if optimizer is not LazyAdam:
         return f"the optimizer is {optimizer.__name__}, not LazyAdam"
     if sparse_input is False:
