@@ -44,7 +44,7 @@ from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
 
-__all__ = ["FusedPlan", "dense_csr", "fused_engine_refusal", "kernel_model_refusal", "fused_planner", "fused_step", "fused_step_refusal",
+__all__ = ["FusedPlan", "built_model_refusal", "dense_csr", "fused_engine_refusal", "kernel_model_refusal", "fused_planner", "fused_step", "fused_step_refusal",
            "fused_update_plan_refusal", "fused_update_refusal"]
 
 #: One workspace per module (weakly held: it goes with the module).
@@ -110,9 +110,9 @@ def fused_update_plan_refusal(optimizer: type, callbacks: Any, net_class: type) 
     return None
 
 
-def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
-    """Why this path-local step cannot run fused, or ``None`` when it can: the net's check of
-    each batch when the configuration chose the fused engine."""
+def built_model_refusal(module: nn.Module, criterion: nn.Module) -> str | None:
+    """:func:`kernel_model_refusal` of a built module and criterion: why they are not the model
+    the path-local kernels serve, or ``None``."""
     from ...losses import PathLocalCrossEntropy
     from ._modules import SparseMLP
 
@@ -122,6 +122,15 @@ def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str |
         return "the module has an activation or dropout"
     if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
         return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
+    return None
+
+
+def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
+    """Why this path-local step cannot run fused, or ``None`` when it can: the net's check of
+    each batch when the configuration chose the fused engine."""
+    reason = built_model_refusal(module, criterion)
+    if reason:
+        return reason
     if not isinstance(X, torch.Tensor) or X.device.type != "cpu" or not (
             X.layout == torch.sparse_csr or (X.layout == torch.strided and X.dim() == 2 and X.dtype == torch.float32)):
         return "the batch is neither a torch sparse CSR tensor nor a dense float32 matrix on the CPU"

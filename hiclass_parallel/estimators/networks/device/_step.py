@@ -81,16 +81,12 @@ def device_engine_refusal(module: type, module_args: dict[str, Any], criterion: 
 
 def device_step_refusal(module: nn.Module, criterion: nn.Module, optimizer: Any) -> str | None:
     """Why :class:`DeviceStep` cannot train this built module, criterion and optimizer, or ``None``."""
-    from ....losses import PathLocalCrossEntropy
-    from .._modules import SparseMLP
+    from .._fused_step import built_model_refusal
     from .._optim import LazyAdam
 
-    if type(module) is not SparseMLP:
-        return f"the module is {type(module).__name__}, not SparseMLP"
-    if not isinstance(module.activation, nn.Identity) or module.dropout.p > 0 or module.input_dropout.p > 0:
-        return "the module has an activation or dropout"
-    if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
-        return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
+    reason = built_model_refusal(module, criterion)
+    if reason:
+        return reason
     if type(optimizer) is not LazyAdam:
         return f"the optimizer is {type(optimizer).__name__}, not LazyAdam"
     params = _params(module) + ((module.match_weight,) if module.head.has_text else ())
