@@ -6,7 +6,7 @@
 # go to $OUT (default: gpu-out/).
 #
 #   bash scripts/gpu_check.sh            # everything
-#   bash scripts/gpu_check.sh gpu-tests  # only the tests that use CUDA or CuPy (a minute)
+#   bash scripts/gpu_check.sh gpu-tests  # only the tests that use CUDA, CuPy or the device step (a minute)
 #   bash scripts/gpu_check.sh tests      # only the test suite
 #   bash scripts/gpu_check.sh text       # only the text route end to end (all nouns, full tree)
 #   bash scripts/gpu_check.sh bench      # only the engine benchmarks
@@ -44,7 +44,7 @@ $PY setup.py build_ext --inplace -q >"$OUT/build.log" 2>&1 || echo "C kernels no
 
 status=0
 if [ "$what" = gpu-tests ]; then
-    $PY -m pytest -p no:cacheprovider -n 8 -q -rfEs -k "cuda or cupy or gpu or triton" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 40
+    $PY -m pytest -p no:cacheprovider -n 8 -q -rfEs -k "cuda or cupy or gpu or triton or device_step" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 40
     status=$((status | ${PIPESTATUS[0]}))
 fi
 if [ "$what" = all ] || [ "$what" = text ]; then
