@@ -28,11 +28,12 @@ pytestmark = pytest.mark.skipif(not _native_path_step.available(),
 F = 24
 
 
-def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int = 40, n: int = 80, H: int = 8):
+def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int = 40, n: int = 80, H: int = 8,
+          activation: type | None = None):
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, n)
     torch.manual_seed(seed)
-    module = SparseMLP(F, n_outputs(tree, "sibling", stop), hidden_units=H)
+    module = SparseMLP(F, n_outputs(tree, "sibling", stop), hidden_units=H, activation=activation)
     with torch.no_grad():
         module.head.bias.weight.normal_()  # zero at the start: give the bias gradient something to check
     criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level)
@@ -64,11 +65,15 @@ def test_a_dense_batch_becomes_csr_of_every_column():
                          [(False, "partial", 0.0, 40, 80), (True, "partial", 0.3, 40, 80),
                           (True, "terminal", 0.3, 160, 400), (True, "terminal", 0.0, 40, 80)])
 @pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("activation", [None, torch.nn.ReLU])
 def test_dense_batches_on_the_fused_step_equal_the_torch_route(random_tree, seed, stop, semantics, level, B, n,
-                                                               weighted):
-    module, criterion, X, y, weight = _case(random_tree, seed, stop, semantics, level, B=B, n=n)
+                                                               weighted, activation):
+    module, criterion, X, y, weight = _case(random_tree, seed, stop, semantics, level, B=B, n=n,
+                                            activation=activation)
     kwargs = {"sample_weight": weight} if weighted else {}
     assert fused_step_refusal(module, criterion, X) is None
+    if activation is not None:  # the ReLU's mask does something
+        assert 0.1 < float((module.encode(X) > 0).float().mean()) < 0.9
     loss = criterion(module.scorer(module.encode(X)), y, **kwargs)
     loss.backward()
     reference = _grads(module)
@@ -93,12 +98,14 @@ def _optimizer(module: SparseMLP) -> LazyAdam:
 
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize(("stop", "semantics"), [(False, "partial"), (True, "terminal")])
+@pytest.mark.parametrize("activation", [None, torch.nn.ReLU])
 def test_the_fused_update_of_dense_batches_equals_the_torch_route_then_the_optimizer(random_tree, seed, stop,
-                                                                                      semantics):
+                                                                                      semantics, activation):
     """Three weighted steps: the fused step applying LazyAdam's update in the kernel gives the
     weights and optimizer state of the torch route (autograd's dense input gradient) followed
     by ``LazyAdam.step``, the input layer's one second moment per row included."""
-    module, criterion, X, y, weight = _case(random_tree, seed, stop, semantics, 0.3, B=160, n=400, H=16)
+    module, criterion, X, y, weight = _case(random_tree, seed, stop, semantics, 0.3, B=160, n=400, H=16,
+                                            activation=activation)
     other = copy.deepcopy(module)
     fused_opt, torch_opt = _optimizer(module), _optimizer(other)
     rng = np.random.default_rng(seed)
@@ -175,6 +182,26 @@ def test_dense_x_trains_sparse_mlp_fused_by_default_as_the_torch_route_does():
     # a torch X is checked on its own terms
     assert HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(
         torch.from_numpy(X), y).config_.module_class is SparseMLP
+
+
+def test_a_relu_sparse_mlp_on_raw_dense_x_trains_fused_as_the_torch_route_does():
+    """``SparseMLP(activation=nn.ReLU)`` asked for on dense rows not of length 1 trains on the
+    fused step (no batch falls back) as the torch route of the same model does."""
+    tree, X, y = _dense_data()
+    runs = {}
+    for native in ("1", "0"):
+        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+            warnings.simplefilter("ignore")
+            if native == "0":
+                mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
+            runs[native] = HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64, module=SparseMLP,
+                                                  module__activation=torch.nn.ReLU).fit(3 * X, y)
+    fused, plain = runs["1"], runs["0"]
+    assert fused.config_.step_engine == "fused" and fused.net_.step_fallbacks_ == 0
+    assert isinstance(fused.net_.module_.activation, torch.nn.ReLU)
+    assert plain.net_.step_engine_ == "torch"
+    np.testing.assert_allclose(fused.net_.history[:, "train_loss"], plain.net_.history[:, "train_loss"], rtol=1e-4)
+    np.testing.assert_array_equal(fused.predict(X[:50]), plain.predict(X[:50]))
 
 
 def test_a_dense_fused_model_predicts_saves_loads_and_exports(tmp_path):

@@ -27,13 +27,14 @@ pytestmark = pytest.mark.skipif(not _native_path_step.available(),
 
 
 def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int = 23, n: int = 60, H: int = 8,
-          text: bool = False):
+          text: bool = False, activation: type | None = None):
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, n)
     torch.manual_seed(seed)
     # class text: a few features per class (some absent from any batch row), stop columns without
     class_features = sp.random(n, 30, density=0.08, random_state=seed, format="csr", dtype=np.float32) if text else None
-    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H, class_features=class_features)
+    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H, class_features=class_features,
+                       activation=activation)
     with torch.no_grad():
         module.head.bias.weight.normal_()  # zero at the start: give the bias gradient something to check
         if text:
@@ -148,6 +149,96 @@ def test_sample_weights_on_the_fused_step_equal_the_torch_route_and_repeated_row
     assert float(repeated["loss"]) == pytest.approx(float(weighted_loss["loss"]), rel=1e-5, abs=1e-6)
     for name, grad in _grads(module).items():
         torch.testing.assert_close(grad, weighted[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("stop", "semantics", "level", "B"),
+                         [(False, "partial", 0.0, 23), (True, "partial", 0.3, 23), (True, "terminal", 0.3, 160),
+                          (False, "partial", 0.3, 160)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_relu_hidden_layer_on_the_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, level, B,
+                                                                      weighted):
+    """``SparseMLP(activation=nn.ReLU)``: the kernel's max(h, 0) before the scores and the hidden
+    gradient masked by h > 0 give torch's loss, gradients and hidden rows (listed pairs, and
+    the dense block in the bigger batch; with and without sample weights)."""
+    module, criterion, X, y = _case(random_tree, seed, stop, semantics, level, B=B, n=400 if B > 100 else 60, H=16,
+                                    activation=torch.nn.ReLU)
+    with torch.no_grad():
+        module.input.bias.normal_(std=0.3)  # some hidden units off for some rows, on for others
+    assert fused_step_refusal(module, criterion, X) is None
+    hidden = module.encode(X).detach()
+    assert 0.1 < float((hidden > 0).float().mean()) < 0.9  # the mask does something
+    weight = torch.as_tensor(np.random.default_rng(seed).uniform(0.0, 2.0, B), dtype=torch.float32) if weighted \
+        else None
+    reference = _assert_fused_equals_torch(module, criterion, X, y, weight)
+    assert float(reference["input.bias"].abs().max()) > 0
+    module.zero_grad(set_to_none=True)
+    out = fused_step(module, criterion, X, y, **({} if weight is None else {"sample_weight": weight}))
+    torch.testing.assert_close(out["y_pred"], hidden, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize(("stop", "semantics"), [(False, "partial"), (True, "terminal")])
+def test_the_fused_update_of_a_relu_model_equals_the_torch_route_then_the_optimizer(random_tree, seed, stop,
+                                                                                    semantics):
+    """Three weighted steps with ReLU: the fused step's in-kernel LazyAdam update gives the
+    weights and optimizer state of the torch route (autograd) followed by ``LazyAdam.step``."""
+    import copy
+
+    module, criterion, X, y = _case(random_tree, seed, stop, semantics, 0.3, B=160, n=400, H=16,
+                                    activation=torch.nn.ReLU)
+    with torch.no_grad():
+        module.input.bias.normal_(std=0.3)
+    other = copy.deepcopy(module)
+    fused_opt, torch_opt = _optimizer(module, 0.0, "row"), _optimizer(other, 0.0, "row")
+    rng = np.random.default_rng(seed)
+    for step in range(3):
+        X = csr_tensor(sp.random(160, 30, density=0.2, random_state=seed * 10 + step, format="csr", dtype=np.float32))
+        y = torch.as_tensor(rng.integers(-1, 400, 160))
+        weight = torch.as_tensor(rng.uniform(0.0, 2.0, 160), dtype=torch.float32)
+        fused_opt.zero_grad(set_to_none=True)
+        fused_opt.step(lambda: fused_step(module, criterion, X, y, fused_opt, sample_weight=weight)["loss"])
+        assert module.input.embedding.weight.grad is None  # updated inside the step
+
+        def closure():
+            loss = criterion(other.scorer(other.encode(X)), y, sample_weight=weight)
+            loss.backward()
+            return loss
+
+        torch_opt.zero_grad(set_to_none=True)
+        torch_opt.step(closure)
+    for (name, p), q in zip(module.named_parameters(), other.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=2e-5, msg=name)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(fused_opt.state[p][key].float(), torch_opt.state[q][key].float(),
+                                       rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
+
+
+def test_only_relu_joins_the_linear_model_on_the_fused_step(random_tree):
+    """The fused step takes ``activation`` None, ``nn.Identity`` and ``nn.ReLU``, nothing else
+    (not even a subclass of ``nn.ReLU``); the device step's kernels stay linear only."""
+    from hiclass_parallel.estimators.networks._fused_step import built_model_refusal, kernel_model_refusal
+
+    module, criterion, X, _y = _case(random_tree, 2, True, "terminal", 0.3)
+
+    class LeakyReLU(torch.nn.ReLU):
+        pass
+
+    for activation in (None, torch.nn.Identity, torch.nn.ReLU):
+        mlp = SparseMLP(30, module.n_outputs, activation=activation)
+        assert fused_step_refusal(mlp, criterion, X) is None
+        args = {"activation": activation}
+        assert kernel_model_refusal(SparseMLP, args, PathLocalCrossEntropy, {}, relu=True) is None
+    for activation in (torch.nn.Tanh, torch.nn.GELU, LeakyReLU):
+        mlp = SparseMLP(30, module.n_outputs, activation=activation)
+        assert "activation" in fused_step_refusal(mlp, criterion, X)
+        assert "activation" in kernel_model_refusal(SparseMLP, {"activation": activation}, PathLocalCrossEntropy, {},
+                                                    relu=True)
+    relu = SparseMLP(30, module.n_outputs, activation=torch.nn.ReLU)
+    assert "activation" in built_model_refusal(relu, criterion)  # the device step's check
+    assert "activation" in kernel_model_refusal(SparseMLP, {"activation": torch.nn.ReLU}, PathLocalCrossEntropy, {})
+    assert "dropout" in fused_step_refusal(SparseMLP(30, module.n_outputs, activation=torch.nn.ReLU, dropout=0.5),
+                                           criterion, X)
 
 
 def test_a_batch_without_labels_has_zero_loss_and_gradients(random_tree):

@@ -183,7 +183,9 @@ def test_a_fit_planning_ahead_gives_the_same_weights_bit_for_bit(random_tree, mo
 
 
 @needs_kernel
-def test_the_sampled_softmax_draws_the_same_candidates_planning_ahead(random_tree, monkeypatch, planning_ahead):
+@pytest.mark.parametrize("activation", [None, torch.nn.ReLU])
+def test_the_sampled_softmax_draws_the_same_candidates_planning_ahead(random_tree, monkeypatch, planning_ahead,
+                                                                      activation):
     from hiclass_parallel import Tree
 
     rng = np.random.default_rng(5)
@@ -193,7 +195,7 @@ def test_the_sampled_softmax_draws_the_same_candidates_planning_ahead(random_tre
 
     def make():
         return HierarchicalClassifier(tree, max_epochs=2, batch_size=32, random_state=0, prototypes=None,
-                                      module__hidden_units=8, softmax_sample=8)
+                                      module__hidden_units=8, softmax_sample=8, module__activation=activation)
 
     _fit_both(monkeypatch, planning_ahead, make, lambda clf: clf.fit(X, y))
 

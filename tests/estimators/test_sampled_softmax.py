@@ -42,7 +42,8 @@ def _wide_tree(random_tree, rng: np.random.Generator, n: int, n_top: int) -> Tre
     return Tree.from_parents(random_tree.shuffle(parents, rng))
 
 
-def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int, n: int = 600, H: int = 8):
+def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int, n: int = 600, H: int = 8,
+          activation: type | None = None):
     import scipy.sparse as sp
 
     from hiclass_parallel.estimators.networks._data import csr_tensor
@@ -50,10 +51,12 @@ def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: i
     rng = np.random.default_rng(seed)
     tree = _wide_tree(random_tree, rng, n, n_top=40)
     torch.manual_seed(seed)
-    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H)
+    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H, activation=activation)
     with torch.no_grad():
         module.head.bias.weight.normal_()
         module.head.weight.weight.normal_(std=0.5)
+        if activation is not None:
+            module.input.bias.normal_(std=0.3)  # some hidden units off for some rows, on for others
     criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level)
     module.train()
     criterion.train()
@@ -138,10 +141,12 @@ def _reference_loss(module, criterion, X, y, weight, sampled) -> torch.Tensor:
 
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize(("stop", "semantics", "level", "B"), CASES)
-def test_the_sampled_step_equals_the_sampled_loss_in_torch(random_tree, seed, stop, semantics, level, B):
+@pytest.mark.parametrize("activation", [None, torch.nn.ReLU])
+def test_the_sampled_step_equals_the_sampled_loss_in_torch(random_tree, seed, stop, semantics, level, B, activation):
     """Groups wider than 20 columns train on 150 candidates: the fused step's loss and gradients
-    equal autograd's on the same sampled loss written in torch, given the step's candidates."""
-    module, criterion, X, y, weight = _case(random_tree, seed, stop, semantics, level, B)
+    equal autograd's on the same sampled loss written in torch, given the step's candidates
+    (a linear hidden layer, and a ReLU one)."""
+    module, criterion, X, y, weight = _case(random_tree, seed, stop, semantics, level, B, activation=activation)
     plan = sibling_plan(criterion.tree, stop)
     for w in (None, weight):
         loss, grads = _step(module, criterion, X, y, w, (20, 150))

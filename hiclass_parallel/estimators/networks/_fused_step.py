@@ -9,7 +9,8 @@ criterion, autograd) is decided once per fit, by the configuration
 fused step serves exactly the model it was written for:
 
 - the module is :class:`~hiclass_parallel.estimators.SparseMLP` itself (not a subclass), linear
-  (``activation=None``), without dropout or input dropout (with or without class text);
+  (``activation=None`` or ``nn.Identity``) or with ``activation=nn.ReLU`` (the kernel's ``relu``;
+  the device step: linear only), without dropout or input dropout (with or without class text);
 - the criterion is :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` itself, ``"mean"``;
 - the batch is a torch sparse CSR tensor, or a dense float32 ``(B, F)`` tensor (dense input:
   :func:`dense_csr` passes it to the kernel as CSR with every column of every row, so each
@@ -52,11 +53,13 @@ _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def kernel_model_refusal(module: type, module_args: dict[str, Any], criterion: type,
-                         criterion_args: dict[str, Any]) -> str | None:
+                         criterion_args: dict[str, Any], relu: bool = False) -> str | None:
     """Why the model is not the one the path-local kernels (the fused C step, the device step)
-    were written for, or ``None`` when it is: :class:`SparseMLP` itself, linear, without
-    dropout, trained with :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` averaged
-    (``"mean"``); read from the classes and their ``module__*`` / ``criterion__*`` arguments."""
+    were written for, or ``None`` when it is: :class:`SparseMLP` itself, linear (``activation``
+    ``None`` or ``nn.Identity``; with ``relu``, the caller's kernel takes ``nn.ReLU`` too, and
+    no other activation), without dropout, trained with
+    :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` averaged (``"mean"``); read from the
+    classes and their ``module__*`` / ``criterion__*`` arguments."""
     import inspect
 
     from ...losses import PathLocalCrossEntropy
@@ -66,7 +69,9 @@ def kernel_model_refusal(module: type, module_args: dict[str, Any], criterion: t
         return f"the module is {getattr(module, '__name__', module)}, not SparseMLP"
     defaults = {name: p.default for name, p in inspect.signature(SparseMLP.__init__).parameters.items()}
     args = {**defaults, **module_args}
-    if args["activation"] not in (None, nn.Identity) or float(args["dropout"]) > 0 or float(args["input_dropout"]) > 0:
+    activations = (None, nn.Identity, nn.ReLU) if relu else (None, nn.Identity)
+    if not any(args["activation"] is a for a in activations) or float(args["dropout"]) > 0 \
+            or float(args["input_dropout"]) > 0:
         return "the module has an activation or dropout"
     reduction = criterion_args.get("reduction", "mean")
     if criterion is not PathLocalCrossEntropy or reduction != "mean":
@@ -81,7 +86,7 @@ def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: t
     arguments, the criterion and its ``criterion__*`` ones, the device, whether ``X`` is sparse:
     ``None`` for a stream, whose batches the net checks). Dense ``X`` does not refuse: its
     batches reach the kernel through :func:`dense_csr`."""
-    reason = kernel_model_refusal(module, module_args, criterion, criterion_args)
+    reason = kernel_model_refusal(module, module_args, criterion, criterion_args, relu=True)
     if reason:
         return reason
     if torch.device(device).type != "cpu":
@@ -110,15 +115,16 @@ def fused_update_plan_refusal(optimizer: type, callbacks: Any, net_class: type) 
     return None
 
 
-def built_model_refusal(module: nn.Module, criterion: nn.Module) -> str | None:
+def built_model_refusal(module: nn.Module, criterion: nn.Module, relu: bool = False) -> str | None:
     """:func:`kernel_model_refusal` of a built module and criterion: why they are not the model
-    the path-local kernels serve, or ``None``."""
+    the path-local kernels serve, or ``None`` (``relu``: an ``nn.ReLU`` activation is served too)."""
     from ...losses import PathLocalCrossEntropy
     from ._modules import SparseMLP
 
     if type(module) is not SparseMLP:
         return f"the module is {type(module).__name__}, not SparseMLP"
-    if not isinstance(module.activation, nn.Identity) or module.dropout.p > 0 or module.input_dropout.p > 0:
+    activations = (nn.Identity, nn.ReLU) if relu else (nn.Identity,)
+    if type(module.activation) not in activations or module.dropout.p > 0 or module.input_dropout.p > 0:
         return "the module has an activation or dropout"
     if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
         return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
@@ -128,7 +134,7 @@ def built_model_refusal(module: nn.Module, criterion: nn.Module) -> str | None:
 def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
     """Why this path-local step cannot run fused, or ``None`` when it can: the net's check of
     each batch when the configuration chose the fused engine."""
-    reason = built_model_refusal(module, criterion)
+    reason = built_model_refusal(module, criterion, relu=True)
     if reason:
         return reason
     if not isinstance(X, torch.Tensor) or X.device.type != "cpu" or not (
@@ -281,7 +287,7 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
         X, y, W_in.detach(), b_in.detach(), W_out.detach(), b_out.detach().reshape(-1),
         stop_rows=criterion.semantics == "terminal", level_weight=level, threads=torch.get_num_threads(),
         update=tuple(update) if update else None, text=text, sample_weight=sample_weight, sample=sample,
-        plan=planned.step if planned is not None else None,
+        plan=planned.step if planned is not None else None, relu=type(module.activation) is nn.ReLU,
     )
     if text is not None:  # the kernel's gradient is of the scaled weights
         _accumulate(module.match_weight, module.class_feature_scale * out.text_grad)

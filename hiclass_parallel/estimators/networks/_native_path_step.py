@@ -1,7 +1,8 @@
 """The optional C kernel (``_path_step.c``) of one fused path-local training step, and of Adam
 on the rows a sparse gradient touches; loaded with ctypes.
 
-:class:`PathLocalStep` computes, for a sparse batch, a linear model ``h = X W_in + b_in``,
+:class:`PathLocalStep` computes, for a sparse batch, a hidden layer ``h = X W_in + b_in`` (or,
+with ``relu``, ``h = max(X W_in + b_in, 0)``),
 ``score(b, c) = h_b . W_out[c] + b_out[c]``, the exact path-local sibling loss over the groups
 on each labelled path (:func:`~hiclass_parallel.ops.sibling_paths.path_rows`) plus the weighted
 in-batch level term (:func:`~hiclass_parallel.losses.in_batch_level_loss`), and every gradient,
@@ -59,7 +60,7 @@ def _prepare() -> Any:
 
 
 def _forward() -> Any:
-    return _lib(("ps_forward",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _p, _p))
+    return _lib(("ps_forward",), _i, (_p, _i, _p, _p, _p, _i, _p, _p, _p, _p, _p, _p, _i))
 
 
 def _backward() -> Any:
@@ -67,7 +68,8 @@ def _backward() -> Any:
 
 
 def _finish() -> Any:
-    return _lib(("ps_finish",), _i, (_p, _i, _p, _p, _i, _p, _p, _p, _p, _p, _p, _p) + (_p, _p, _p, _p, _i) * 2)
+    return _lib(("ps_finish",), _i, (_p, _i, _p, _p, _i, _p, _p, _p, _p, _p, _p, _p) + (_p, _p, _p, _p, _i) * 2
+                + (_i,))
 
 
 def _text_scores() -> Any:
@@ -357,7 +359,7 @@ class PathLocalStep:
         b_out: torch.Tensor, *, stop_rows: bool, level_weight: float, threads: int,
         update: tuple[RowUpdate, RowUpdate] | None = None, text: ClassText | None = None,
         sample_weight: torch.Tensor | None = None, plan: StepPlan | None = None,
-        sample: tuple[int, int, int] | None = None,
+        sample: tuple[int, int, int] | None = None, relu: bool = False,
     ) -> StepResult:
         """One step on a torch sparse CSR float32 batch ``X (B, F)`` and node ids ``target (B,)``
         (``-1``: unlabelled). Weights are float32, C-contiguous, on the CPU; ``b_out`` has
@@ -389,7 +391,11 @@ class PathLocalStep:
         and others drawn uniformly without replacement (seeded by ``seed``), whose logits get
         ``log(1 / Q)`` added, ``Q`` their chance of being drawn (the sampled-softmax correction of
         the normaliser). A sample that covers the group is its exact softmax. What was drawn:
-        ``last_sample``. :meth:`prepare` takes the same argument."""
+        ``last_sample``. :meth:`prepare` takes the same argument.
+
+        ``relu``: the hidden layer is ``max(X W_in + b_in, 0)`` (``SparseMLP(activation=nn.ReLU)``),
+        and the hidden gradient is masked by the activated rows ``> 0`` (torch's ReLU backward)
+        before the input layer's gradient; ``False``: linear."""
         level = level_weight > 0
         if plan is not None and not plan.matches(self, X, target, sample_weight, stop_rows, level, sample):
             plan.release()
@@ -398,7 +404,8 @@ class PathLocalStep:
             plan = self.prepare(X, target, stop_rows=stop_rows, level=level, sample_weight=sample_weight, sample=sample)
         try:
             with self._lock:
-                result = self._run(plan, W_in, b_in, W_out, b_out, level_weight, max(1, int(threads)), update, text)
+                result = self._run(plan, W_in, b_in, W_out, b_out, level_weight, max(1, int(threads)), update, text,
+                                   bool(relu))
                 self.last_sample = _read_sample(plan.handle) if plan.sample else None
                 return result
         finally:
@@ -406,7 +413,7 @@ class PathLocalStep:
 
     def _run(self, plan: StepPlan, W_in: torch.Tensor, b_in: torch.Tensor, W_out: torch.Tensor, b_out: torch.Tensor,
              level_weight: float, T: int, update: tuple[RowUpdate, RowUpdate] | None,
-             text: ClassText | None) -> StepResult:
+             text: ClassText | None, relu: bool = False) -> StepResult:
         """The planned step: forward, backward and the gradients (or the update) in ``plan``'s
         workspace."""
         handle, crow, col, val, sizes = plan.handle, plan.crow, plan.col, plan.val, plan.sizes
@@ -416,7 +423,7 @@ class PathLocalStep:
         self.last_counts = dict(zip(_COUNTS, (int(v) for v in sizes)), batch=B, width=H)
         hidden, dense_cols = torch.empty(B, H, **f32), torch.empty(D, dtype=torch.int64)
         _check(_forward().ps_forward(handle, T, _ptr(crow), _ptr(col), _ptr(val), H, _ptr(W_in), _ptr(b_in),
-                                     _ptr(W_out), _ptr(b_out), _ptr(hidden), _ptr(dense_cols)))
+                                     _ptr(W_out), _ptr(b_out), _ptr(hidden), _ptr(dense_cols), int(relu)))
         # The columns most rows need (the upper groups) as one dense block, through BLAS.
         W_dense = W_out.index_select(0, dense_cols)
         S = torch.addmm(b_out.index_select(0, dense_cols), hidden, W_dense.t())
@@ -442,7 +449,7 @@ class PathLocalStep:
         input_rows, output_rows = torch.empty(NF, dtype=torch.int64), torch.empty(U, dtype=torch.int64)
         _check(_finish().ps_finish(handle, T, _ptr(crow), _ptr(val), H, _ptr(dh_dense), _ptr(dW_dense),
                                    _ptr(input_grad), _ptr(input_bias), _ptr(output_grad), _ptr(input_rows),
-                                   _ptr(output_rows), *up_in, *up_out))
+                                   _ptr(output_rows), *up_in, *up_out, int(relu)))
         return StepResult(float(loss[0]), float(loss[1]), float(loss[2]), hidden, input_rows, input_grad,
                           input_bias, output_rows, output_grad, output_bias, text_grad)
 

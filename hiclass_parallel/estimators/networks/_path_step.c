@@ -856,6 +856,7 @@ struct Step {
     float path_scale, level_scale;
     const float *sw; /* the samples' weights (NULL: all 1): a row's scale is its sample's weight times these */
     int T;
+    int relu; /* ps_forward: the hidden rows through max(h, 0); ps_finish: dh masked by h > 0 */
     double loss[MAX_THREADS][2], dloss[MAX_THREADS][2];
     int nonfinite[MAX_THREADS], dnonfinite[MAX_THREADS];
     const Text *text; /* ps_text_scores / ps_text_grad: the class texts; text_grad 1 for the gradient */
@@ -927,6 +928,13 @@ CLONES static void hidden_task(const Step *s, int tid, int64_t lo, int64_t hi) {
             axpy(out, s->W_in + s->xidx[k] * H, s->xval[k], H);
         }
         for (int64_t j = 0; j < H; j++) out[j] += s->b_in[j];
+        if (s->relu) /* max(h, 0) on the bits (-ffast-math may drop NaN checks): a NaN stays NaN, so the
+                      * step's loss still reports it */
+            for (int64_t j = 0; j < H; j++) {
+                uint32_t u;
+                memcpy(&u, out + j, 4);
+                if ((u >> 31) && (u & 0x7fffffffu) <= 0x7f800000u) out[j] = 0.0f;
+            }
     }
 }
 
@@ -1114,6 +1122,12 @@ CLONES static void reduce_task(const Step *s, int tid, int64_t lo, int64_t hi) {
     }
     if (s->dh_dense)
         for (int64_t b = lo; b < hi; b++) axpy(dst + b * HS, s->dh_dense + b * H, 1.0f, H);
+    if (s->relu) /* ReLU's gradient: through where the activated hidden row (ps_forward's) is > 0 */
+        for (int64_t b = lo; b < hi; b++) {
+            const float *restrict hb = s->h + b * HS;
+            float *restrict d = dst + b * HS;
+            for (int64_t j = 0; j < H; j++) d[j] = hb[j] > 0.0f ? d[j] : 0.0f;
+        }
 }
 
 /* Input-layer gradient of the distinct features [lo, hi): the sum of value x hidden gradient
@@ -1185,13 +1199,16 @@ static Step *step_new(Work *w, int64_t T, int64_t H) {
     return s;
 }
 
-/* ps_forward. Out: h (B, H) the hidden rows; dense_cols (D) the dense block's columns. */
+/* ps_forward. Out: h (B, H) the hidden rows (relu 1: max(X W_in + b_in, 0), else linear);
+ * dense_cols (D) the dense block's columns. The hidden rows stay in the workspace for
+ * ps_backward and ps_finish. */
 int64_t ps_forward(void *handle, int64_t T, const int64_t *xptr, const int64_t *xidx, const float *xval, int64_t H,
                    const float *W_in, const float *b_in, const float *W_out, const float *b_out, float *h,
-                   int64_t *dense_cols) {
+                   int64_t *dense_cols, int64_t relu) {
     Work *w = handle;
     Step *s = step_new(w, T, H);
     if (!s) return -1;
+    s->relu = relu != 0;
     const int64_t B = w->B, HS = s->HS;
     s->xptr = xptr; s->xidx = xidx; s->xval = xval; s->W_in = W_in; s->b_in = b_in; s->W_out = W_out; s->b_out = b_out;
     int Tb = (int)(B < s->T ? (B > 0 ? B : 1) : s->T);
@@ -1253,7 +1270,8 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, float *W_out, const floa
     return 0;
 }
 
-/* ps_finish. In: dh_dense (B, H) = G W_D and dW_dense (D, H) = G^T h (the caller's products).
+/* ps_finish. In: dh_dense (B, H) = G W_D and dW_dense (D, H) = G^T h (the caller's products);
+ * relu as ps_forward's (1: the hidden gradient is masked by the activated hidden rows > 0).
  * Out: dW_in (NF, H) the input rows' gradients (rows: feat_out, NF); db_in (H); dW_out's dense
  * rows; col_out (U) the distinct columns. The fused update (W_in not NULL): Adam updates W_in's
  * touched rows (m_in, v_in, hyper_in, form_in) and W_out's dense rows (m_out, v_out,
@@ -1261,10 +1279,11 @@ int64_t ps_backward(void *handle, int64_t T, int64_t H, float *W_out, const floa
 int64_t ps_finish(void *handle, int64_t T, const int64_t *xptr, const float *xval, int64_t H, const float *dh_dense,
                   const float *dW_dense, float *dW_in, float *db_in, float *dW_out, int64_t *feat_out,
                   int64_t *col_out, float *W_in, void *m_in, float *v_in, const float *hyper_in, int64_t form_in,
-                  float *W_out, void *m_out, float *v_out, const float *hyper_out, int64_t form_out) {
+                  float *W_out, void *m_out, float *v_out, const float *hyper_out, int64_t form_out, int64_t relu) {
     Work *w = handle;
     Step *s = step_new(w, T, H);
     if (!s) return -1;
+    s->relu = relu != 0;
     const int64_t B = w->B, HS = s->HS;
     s->T = (int)(w->dh.cap / sizeof(float) >= (size_t)(s->T * B * HS) ? s->T : 1); /* blocks of ps_backward */
     s->xptr = xptr; s->xval = xval; s->dW_in = dW_in; s->dh_dense = dh_dense;
