@@ -9,6 +9,8 @@ Fits ``HierarchicalClassifier`` on dense ``X`` two ways, interleaved on the same
   ``LazyAdam`` and the text model's training length; other dense X still gets ``MLP``);
 - ``sparsemlp``: ``module=SparseMLP`` whatever the rows (the fused route on data the default
   leaves on ``MLP``);
+- ``sparsemlp-relu``: ``module=SparseMLP, module__activation=nn.ReLU`` (a ReLU hidden layer,
+  as ``MLP``'s, still on the fused step);
 
 and, on the embedding subsets, ``tfidf``: the defaults on the TF-IDF of the same texts (the
 time the dense fit is held to). Data sets:
@@ -124,6 +126,10 @@ def fit_one(data: dict[str, Any], method: str, seed: int = 0, extra: dict[str, A
         params["module"] = MLP
     elif method == "sparsemlp":
         params["module"] = SparseMLP
+    elif method == "sparsemlp-relu":
+        from torch import nn
+
+        params["module"], params["module__activation"] = SparseMLP, nn.ReLU
     clf = HierarchicalClassifier(data["tree"], **params)
     model: Any = clf
     if method == "tfidf":
@@ -153,7 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="comma separated: emb:<WordNet root>, syn-3000, syn-10k, wn-artifact-svd256, "
                         "tab-<rows per class>")
     p.add_argument("--methods", default="mlp-torch,defaults,tfidf",
-                   help="comma separated, from mlp-torch, defaults, sparsemlp, tfidf (tfidf: embedding subsets only)")
+                   help="comma separated, from mlp-torch, defaults, sparsemlp, sparsemlp-relu, tfidf (tfidf: embedding "
+                        "subsets only)")
     p.add_argument("--repeats", type=int, default=1, help="rounds over the methods, interleaved")
     p.add_argument("--package-defaults", action="store_true",
                    help="peers data: the package's lr, epochs and width, not the peers benchmark's TORCH_PARAMS")
