@@ -263,9 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {"demo": _cmd_demo, "tree": _cmd_tree}[args.command]
     try:
         return handler(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         if args.debug:
             raise
+        _release_half_built(interrupt)
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - every failure becomes one line, unless --debug
@@ -273,6 +274,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {_one_line(err)} (--debug shows the traceback)", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _release_half_built(interrupt: KeyboardInterrupt) -> None:
+    """Free what the interrupted call was building before the one line is printed.
+
+    Ctrl-C can land inside a constructor (a training progress bar's, before it sets an
+    attribute its finaliser reads). The half-built object lives only in the interrupt's
+    traceback; freed after the line, its finaliser fails and Python prints that failure, an
+    echo of the interrupt, as the last lines. The traceback is dropped and collected here,
+    and finaliser errors of that kind (``AttributeError``: an attribute the constructor never
+    set) are not printed; any other finaliser error is reported as usual."""
+    import gc
+
+    previous = sys.unraisablehook
+
+    def hook(unraisable: "sys.UnraisableHookArgs") -> None:
+        if not isinstance(unraisable.exc_value, AttributeError):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        interrupt.__traceback__ = None
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
 
 
 def _one_line(err: BaseException) -> str:

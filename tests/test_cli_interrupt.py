@@ -136,3 +136,26 @@ def test_a_fit_stops_only_for_a_real_ctrl_c(pressed, one_torch_thread):
     else:
         assert len(clf.fit(X, y).net_.history) == 2
     assert signal.getsignal(signal.SIGINT) is handler  # the watch is put back
+
+
+def test_ctrl_c_inside_a_constructor_prints_only_the_one_line(monkeypatch, capsys):
+    """Ctrl-C can land inside a constructor (a progress bar's, before it sets an attribute its
+    finaliser reads): the half-built object's finaliser error is not printed after the line."""
+    from hiclass_parallel import cli
+
+    class Bar:
+        def __init__(self):
+            raise KeyboardInterrupt  # before `pos` is set, as in a progress bar's constructor
+
+        def __del__(self):
+            self.pos  # noqa: B018 - AttributeError, as a half-built progress bar's close()
+
+    def interrupted(args):
+        Bar()
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    monkeypatch.setattr(cli, "_cmd_tree", interrupted)
+    assert cli.main(["tree", "--root", "dog.n.01"]) == 130
+    assert capsys.readouterr().err == "hiclass-parallel: interrupted\n"
+    assert unraisable == []
