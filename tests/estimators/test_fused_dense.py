@@ -146,19 +146,25 @@ def _dense_data(seed: int = 0):
     return tree, X, y
 
 
+def _fused_and_torch_fits(tree, X, y, **params):
+    """The same classifier fitted with the C kernel available (the fused step) and without it
+    (the torch route): 3 epochs, batches of 64, seed 0."""
+    fits = []
+    for available in (True, False):
+        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+            warnings.simplefilter("ignore")
+            if not available:
+                mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
+            fits.append(HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64, **params).fit(X, y))
+    return tuple(fits)
+
+
 def test_dense_x_trains_sparse_mlp_fused_by_default_as_the_torch_route_does():
     """Normalised dense rows (sentence embeddings) default to SparseMLP on the fused step, which
     trains as the torch route of the same model does; other dense X keeps MLP, and each
     configuration says why."""
     tree, X, y = _dense_data()
-    runs = {}
-    for native in ("1", "0"):
-        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
-            warnings.simplefilter("ignore")
-            if native == "0":
-                mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
-            runs[native] = HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64).fit(X, y)
-    fused, plain = runs["1"], runs["0"]
+    fused, plain = _fused_and_torch_fits(tree, X, y)
     assert fused.config_.module_class is SparseMLP and fused.config_.step_engine == "fused"
     assert "length 1" in fused.config_.step_engine_reason and "dense batches" in fused.config_.step_engine_reason
     assert fused.net_.step_engine_ == "fused" and fused.net_.step_fallbacks_ == 0
@@ -188,15 +194,7 @@ def test_a_relu_sparse_mlp_on_raw_dense_x_trains_fused_as_the_torch_route_does()
     """``SparseMLP(activation=nn.ReLU)`` asked for on dense rows not of length 1 trains on the
     fused step (no batch falls back) as the torch route of the same model does."""
     tree, X, y = _dense_data()
-    runs = {}
-    for native in ("1", "0"):
-        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
-            warnings.simplefilter("ignore")
-            if native == "0":
-                mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
-            runs[native] = HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64, module=SparseMLP,
-                                                  module__activation=torch.nn.ReLU).fit(3 * X, y)
-    fused, plain = runs["1"], runs["0"]
+    fused, plain = _fused_and_torch_fits(tree, 3 * X, y, module=SparseMLP, module__activation=torch.nn.ReLU)
     assert fused.config_.step_engine == "fused" and fused.net_.step_fallbacks_ == 0
     assert isinstance(fused.net_.module_.activation, torch.nn.ReLU)
     assert plain.net_.step_engine_ == "torch"

@@ -391,6 +391,8 @@ def resolve_config(
         step_why = f"{module_reason}; {step_why}"
     threads = resolve_threads(estimator)
     plan_ahead, plan_ahead_why = resolve_plan_ahead(step_engine, threads)
+    softmax_sample, softmax_sample_why = resolve_softmax_sample(getattr(estimator, "softmax_sample", "auto"),
+                                                                step_engine, tree, stop)
     return FitConfig(
         module_class=module,
         capabilities=capabilities,
@@ -413,8 +415,8 @@ def resolve_config(
         threads=threads,
         plan_ahead=plan_ahead,
         plan_ahead_reason=plan_ahead_why,
-        **dict(zip(("softmax_sample", "softmax_sample_reason"),
-                   resolve_softmax_sample(getattr(estimator, "softmax_sample", "auto"), step_engine, tree, stop))),
+        softmax_sample=softmax_sample,
+        softmax_sample_reason=softmax_sample_why,
     )
 
 

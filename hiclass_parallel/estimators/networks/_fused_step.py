@@ -34,6 +34,7 @@ it, as it would torch's in-place accumulated ``.grad``.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -45,8 +46,8 @@ from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
 
-__all__ = ["FusedPlan", "built_model_refusal", "dense_csr", "fused_engine_refusal", "kernel_model_refusal", "fused_planner", "fused_step", "fused_step_refusal",
-           "fused_update_plan_refusal", "fused_update_refusal"]
+__all__ = ["FusedPlan", "built_model_refusal", "dense_csr", "fused_engine_refusal", "fused_planner", "fused_step",
+           "fused_step_refusal", "fused_update_plan_refusal", "fused_update_refusal", "kernel_model_refusal"]
 
 #: One workspace per module (weakly held: it goes with the module).
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -162,6 +163,15 @@ def _workspace(module: nn.Module, criterion: nn.Module) -> native.PathLocalStep:
     return step
 
 
+@functools.lru_cache(maxsize=4)
+def _dense_index(B: int, F: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row pointers and column indices of a ``(B, F)`` batch listing every column of every row.
+    A fit's batches share their shape (all but the last), so each shape's index is built once,
+    not every step; the kernel only reads it."""
+    crow = torch.arange(0, B * F + 1, F, dtype=torch.int64) if F else torch.zeros(B + 1, dtype=torch.int64)
+    return crow, torch.arange(F, dtype=torch.int64).repeat(B)
+
+
 def dense_csr(X: torch.Tensor) -> torch.Tensor:
     """A dense ``(B, F)`` float32 batch as a torch sparse CSR tensor that lists every column of
     every row, zeros included: the kernel then reads and writes every input row, as torch's
@@ -171,8 +181,7 @@ def dense_csr(X: torch.Tensor) -> torch.Tensor:
     import warnings
 
     B, F = (int(n) for n in X.shape)
-    crow = torch.arange(0, B * F + 1, F, dtype=torch.int64) if F else torch.zeros(B + 1, dtype=torch.int64)
-    col = torch.arange(F, dtype=torch.int64).repeat(B)
+    crow, col = _dense_index(B, F)
     with warnings.catch_warnings():  # torch flags sparse CSR as beta; the kernel reads only its parts
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(crow, col, X.detach().reshape(-1), size=(B, F), check_invariants=False)
