@@ -1,25 +1,30 @@
-"""Experiment: small WordNet subtrees over several splits, and a flat linear term in the re-ranking.
+"""Small WordNet subtrees over several splits: the defaults, the defaults without the flat term, LinearSVC.
 
 On trees of a few hundred classes one 80/20 split holds 38-235 test rows, so a ranking moves
-with the split. This script fits, per subtree and split seed, on the same TF-IDF features as
-``bench_text``:
+with the split: this script fits, per subtree and split seed, on the same TF-IDF features as
+``bench_text`` (glosses with lemma names):
 
-- ``defaults``: ``HierarchicalClassifier(tree, semantics="terminal", random_state=seed)``;
-- ``svc``: a flat ``LinearSVC()`` over the training targets;
-- ``min-W`` / ``m1-W``: the defaults' ten best answers re-ranked by
-  ``log p(answer) + W * decision(answer)``, the LinearSVC decision value of the answer's class
-  (a class that is no training target gets the row's lowest decision, ``min``, or ``-1``).
+- ``defaults``: ``HierarchicalClassifier(tree, semantics="terminal", random_state=seed)`` (on
+  these fits ``flat_term="auto"`` keeps the flat linear term: ``config_.flat_term_reason``);
+- ``no-flat-term``: the same with ``flat_term=None`` (the defaults before the term);
+- ``linear-svc``: a flat ``LinearSVC()`` over the training targets.
+
+A subtree is named by its ``bench_text`` subset name or by a noun synset's first lemma
+(``tool`` is ``tool.n.01``). It prints each subtree's mean hF1 / exact over the seeds, and the
+mean over all.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.explore_small_subtrees dog,vehicle,fish,bird,mammal 0,1,2 \\
-        benchmarks/results/bench_small_subtrees_splits.json
+    OMP_NUM_THREADS=1 python -m benchmarks.explore_small_subtrees dog,vehicle,fish,bird,mammal 0,1,2,3,4 \\
+        benchmarks/results/bench_small_subtrees_flat.json
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -28,9 +33,11 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+METHODS = ("defaults", "no-flat-term", "linear-svc")
 
-def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, tuple[float, float]]]:
-    """``{"<subset>-<seed>": {method: (hF1, exact)}}``."""
+
+def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, list[float]]]:
+    """``{"<subset>-<seed>": {method: [hF1, exact, fit seconds]}}``."""
     import torch
     from sklearn.svm import LinearSVC
 
@@ -42,39 +49,32 @@ def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, tuple[float
     torch.set_num_threads(1)
     out = {}
     for name in subsets:
+        root = SUBSETS.get(name) or (name if "." in name else f"{name}.n.01")
         for seed in seeds:
-            d = make_text(SUBSETS[name], seed)
+            d = make_text(root, seed)
             tree = Tree.from_parents(np.asarray(d["tree"].parents))  # labels are node ids
             paths = np.asarray(tree.paths)
             X_train, X_test, y_train, y_test = d["X_train"], d["X_test"], d["y_train"], d["y_test"]
-            clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed).fit(X_train, y_train)
-            k = min(10, tree.n_classes)
-            answers, log_prob = clf.predict_top_k(X_test, k, return_log_prob=True)
-            n = answers.shape[0]
-            answer_paths = np.stack([ids_of_label_paths(tree, answers[:, j], clf.pad_label_) for j in range(k)], 1)
-            last = np.array([[p[p >= 0][-1] for p in row] for row in answer_paths])  # (n, k) node ids
-            svc = LinearSVC().fit(X_train, y_train)
-            decision = svc.decision_function(X_test)
-            full = np.full((n, tree.n_classes), np.nan)
-            full[:, svc.classes_] = decision
-            S = np.take_along_axis(full, last, 1)
             res = {}
-
-            def evaluate(pred_paths: np.ndarray, key: str) -> None:
-                hf1 = hierarchical_f1_score(paths[y_test], pred_paths, tree, input_type="ids")
-                exact = np.mean((pred_paths == paths[y_test]).all(1))
-                res[key] = (round(float(hf1), 3), round(float(exact), 3))
-
-            evaluate(ids_of_label_paths(tree, clf.predict(X_test), clf.pad_label_), "defaults")
-            evaluate(paths[svc.classes_[np.argmax(decision, 1)]], "svc")
-            lowest = np.nanmin(np.nan_to_num(S, nan=np.inf), 1, keepdims=True)
-            for fill, value in (("min", lowest), ("m1", -1.0)):
-                F = np.where(np.isnan(S), value, S)
-                for w in (0.5, 1, 2, 4, 8):
-                    best = np.argmax(log_prob + w * F, 1)
-                    evaluate(paths[last[np.arange(n), best]], f"{fill}-{w}")
+            for method in METHODS:
+                start = time.perf_counter()
+                if method == "linear-svc":
+                    pred = paths[LinearSVC().fit(X_train, y_train).predict(X_test)]
+                else:
+                    params = {"flat_term": None} if method == "no-flat-term" else {}
+                    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, **params)
+                    clf.fit(X_train, y_train)
+                    pred = ids_of_label_paths(tree, clf.predict(X_test), clf.pad_label_)
+                seconds = time.perf_counter() - start
+                hf1 = hierarchical_f1_score(paths[y_test], pred, tree, input_type="ids")
+                exact = np.mean((pred == paths[y_test]).all(1))
+                res[method] = [round(float(hf1), 4), round(float(exact), 4), round(seconds, 3)]
             out[f"{name}-{seed}"] = res
             print(name, seed, res, flush=True)
+    for name in subsets:
+        rows = [v for k, v in out.items() if k.rsplit("-", 1)[0] == name]
+        print(name, {m: np.round(np.mean([r[m][:2] for r in rows], 0), 3).tolist() for m in METHODS})
+    print("all", {m: np.round(np.mean([r[m][:2] for r in out.values()], 0), 4).tolist() for m in METHODS})
     return out
 
 
@@ -82,4 +82,4 @@ if __name__ == "__main__":
     warnings.filterwarnings("ignore")
     result = run(sys.argv[1].split(","), [int(s) for s in sys.argv[2].split(",")])
     if len(sys.argv) > 3:
-        Path(sys.argv[3]).write_text(json.dumps(result, indent=1))
+        Path(sys.argv[3]).write_text(json.dumps({"load_average": os.getloadavg(), "runs": result}, indent=1))

@@ -225,7 +225,21 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``decoding``, ``threshold``, ``top_k``, ``prototype_candidates``, ``batch_size``) may
         be changed after fit; prediction checks them as the constructor's constraints do.
     prototype_candidates : int, default=20
-        How many of the model's most probable answers the prototypes re-rank.
+        How many of the model's most probable answers the prototypes (and the flat term) re-rank.
+    flat_term : "auto", float or None, default="auto"
+        Re-rank the answer with a flat linear model too: a linear SVM per training target
+        (scikit-learn's ``LinearSVC``, one class against the rest) fitted beside the network,
+        whose margin for each candidate adds ``weight * margin`` to the re-ranked score (a
+        candidate that was no training target gets margin -1). On small taxonomies a flat SVM
+        is as accurate as the network and errs on other rows, so the two together beat either
+        (``docs/prototypes.md``). ``"auto"``: weight 16 where the SVM is cheap (training targets
+        times the rows' non-zeros at most 20 million, at most 2**24 weights) and the fit holds
+        no rows out for ``calibration``, else none; a float: that weight, wherever the term can
+        be fitted (an error where it cannot; ``calibration="auto"`` then holds no rows out);
+        ``None``: none. ``config_.flat_term`` is the weight used (0: none) and
+        ``config_.flat_term_reason`` says why. Never with ``partial_fit``, streamed data,
+        data-parallel training, or ``semantics="partial"`` with internal targets; continuing
+        training drops it (with a warning). ``None`` or another weight may be set after fit.
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
@@ -288,6 +302,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         sparse, for sparse ``X``; ``GaussianPrototypes``, with counts and squares, for dense
         ``X``; both follow the ``Prototypes`` protocol of ``estimators/prototypes/_prototypes.py``) and
         their fitted weight; ``None`` with ``prototypes=None`` or a streamed data set.
+    flat_term_ : FlatMargins or None
+        The flat linear term's SVM (``coef``, ``intercept`` and the target node ids
+        ``classes``), where ``config_.flat_term`` is above 0; ``None`` otherwise and after
+        training continues.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,
         fitted on held-out rows (``calibration``); ``None`` when the fit did not
@@ -381,6 +399,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
                              Interval(Integral, 1, None, closed="left")],
         "prototypes": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
         "prototype_candidates": [Interval(Integral, 1, None, closed="left")],
+        "flat_term": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -429,6 +448,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         calibration_size: str | float | int = "auto",
         prototypes: str | float | None = "auto",
         prototype_candidates: int = 20,
+        flat_term: str | float | None = "auto",
         verbose: int = 0,
         device: str | torch.device = "cpu",
         random_state: Any = None,
@@ -462,6 +482,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.calibration_size = calibration_size
         self.prototypes = prototypes
         self.prototype_candidates = prototype_candidates
+        self.flat_term = flat_term
         self.verbose = verbose
         self.device = device
         self.random_state = random_state

@@ -184,14 +184,14 @@ def test_fit_is_the_documented_scheme(data, epochs, sparse):
         X = sp.csr_matrix(np.abs(X).astype(np.float32))
     # prototypes=None: the calibrator of the model's own answers (test_prototypes checks the
     # re-ranked ones)
-    clf = HierarchicalClassifier(tree, max_epochs=epochs, random_state=0, prototypes=None).fit(X, y)
+    clf = HierarchicalClassifier(tree, max_epochs=epochs, random_state=0, prototypes=None, flat_term=None).fit(X, y)
     assert len(clf.net_.history) == epochs and clf.calibrator_.n_rows == 125
 
     seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))  # the fit's seed draw
     plan = plan_calibration(clf, X.shape[0], epochs, None, False, seed, sparse_module=sparse)
     assert plan.rejoin == (sparse and epochs >= 5)
     by_hand = HierarchicalClassifier(tree, max_epochs=epochs - plan.rejoin, random_state=0, calibration=None,
-                                     prototypes=None)
+                                     prototypes=None, flat_term=None)
     by_hand.fit(X[plan.fit_rows], y[plan.fit_rows])
     _, log_prob = by_hand.predict_top_k(X[plan.held_rows], 1, return_log_prob=True)
     right = by_hand.predict_node(X[plan.held_rows]) == tree.to_ids(y[plan.held_rows])

@@ -36,7 +36,9 @@ MODELS = ["MLP-full", "MLP-path-local", "SparseMLP-path-local", "SparseMLP-a-ran
 
 
 def _params(model: str):
-    common = {"max_epochs": 3, "batch_size": BATCH, "random_state": 0, "iterator_train__shuffle": False}
+    # flat_term=None: a data-parallel fit keeps no flat term, so the one-process fit keeps none either
+    common = {"max_epochs": 3, "batch_size": BATCH, "random_state": 0, "iterator_train__shuffle": False,
+              "flat_term": None}
     if model == "MLP-full":  # every class scored: no in-batch level term
         return dict(common, module__dropout=0.0, training="full")
     # The in-batch level term draws its negatives from each rank's own half batch, so only

@@ -173,7 +173,7 @@ def test_reranked_answer_equals_the_brute_force_argmax_over_every_candidate(rand
     X = sp.csr_matrix((centers[y_ids] * rng.random((900, 50)) + (rng.random((900, 50)) < 0.05)).astype(np.float32))
     y = tree.labels[y_ids]
     clf = HierarchicalClassifier(tree, semantics=semantics, max_epochs=4, random_state=0, prototypes=5.0,
-                                 prototype_candidates=n_candidates).fit(X, y)
+                                 prototype_candidates=n_candidates, flat_term=None).fit(X, y)
     proto = _dense_prototypes(clf.prototypes_.sums.toarray())
     with np.errstate(divide="ignore"):
         score = np.log(clf.predict_answer_proba(X).astype(np.float64)) + 5.0 * (X.toarray() @ proto.T)

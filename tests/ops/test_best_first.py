@@ -90,7 +90,7 @@ def test_classifier_best_first_decoding_equals_exhaustive_decoding(random_tree):
     X = sp.random(200, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
     y = rng.integers(0, 40, size=200)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, module__hidden_units=16, random_state=0,
-                                 prototypes=None)  # the model's own decoding is compared
+                                 prototypes=None, flat_term=None)  # the model's own decoding is compared
     clf.fit(X, y)
     assert clf.partition_ == "sibling" and clf.path_local_
     scores = torch.as_tensor(clf.decision_function(X))

@@ -6,8 +6,9 @@ and the size of the data into a frozen :class:`FitConfig`, kept as the fitted at
 (path-local or full), the step engine (the fused C step or torch, and why), whether the fused
 step also applies the optimizer's update, the criterion class and its options (the
 level-contrast default), the optimizer class and its options (fused Adam, LazyAdam's groups),
-the epochs, the thread count, whether the fused step is planned ahead and the sampled softmax
-of wide groups. Everything downstream (building the net, the net's training step, the decoding
+the epochs, the thread count, whether the fused step is planned ahead, the sampled softmax
+of wide groups and the flat linear term of the re-ranking (:func:`resolve_flat_term`, resolved
+once the fit knows whether it holds rows out for calibration). Everything downstream (building the net, the net's training step, the decoding
 route, persistence) reads it; nothing decides these again. The one
 data-dependent exception is named in the configuration's docstring: a batch the fused step
 cannot take runs through torch and is counted by the net.
@@ -23,9 +24,9 @@ import numpy as np
 from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
-__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FitConfig", "config_changes",
-           "resolve_config", "resolve_lr", "resolve_max_epochs", "resolve_plan_ahead", "resolve_softmax_sample",
-           "resolve_threads"]
+__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK",
+           "FitConfig", "config_changes", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
+           "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
@@ -37,6 +38,16 @@ TRAINING = ("auto", "path_local", "full")
 #: of this size trains as accurately as the exact softmax, at a fraction of its cost
 #: (docs/performance.md, "Wide sibling groups").
 SOFTMAX_SAMPLE = 1024
+
+#: ``flat_term="auto"`` keeps the flat linear term where its SVM's work, training targets times
+#: the non-zeros of the training rows (liblinear's cost per pass, one class against the rest),
+#: is at most this: there it costs about as much as the network's own fit or less, while on
+#: bigger data sets it costs several times the fit for little gain (docs/performance.md,
+#: "Small taxonomies").
+FLAT_MAX_WORK = 20_000_000
+
+#: ... and where it keeps at most this many weights (targets times features; float32 when saved).
+FLAT_MAX_WEIGHTS = 2**24
 
 #: ``level_contrast`` of path-local training (the in-batch level softmax term of
 #: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`). 0.1: a larger weight favours
@@ -122,6 +133,11 @@ class FitConfig:
         0: every softmax exact.
     softmax_sample_reason : str
         Why.
+    flat_term : float
+        The weight of the flat linear term in the re-ranking (``HierarchicalClassifier``'s
+        ``flat_term``; :mod:`~hiclass_parallel.estimators.prototypes._flat_margins`); 0: none.
+    flat_term_reason : str
+        Why.
     """
 
     module_class: type
@@ -147,6 +163,8 @@ class FitConfig:
     plan_ahead_reason: str = "not resolved (a configuration saved without it)"
     softmax_sample: int = 0
     softmax_sample_reason: str = "not resolved (a configuration saved without it): every softmax exact"
+    flat_term: float = 0.0
+    flat_term_reason: str = "not resolved (a configuration saved without it): no flat term"
 
     @property
     def path_local(self) -> bool:
@@ -315,6 +333,70 @@ def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: 
     wide = int((widths > limit).sum())
     return limit, (f"{wide:,} sibling group{'s' * (wide != 1)} wider than {limit:,} columns ({source}; the widest has "
                    f"{widest:,}) {'train' if wide != 1 else 'trains'} on {limit:,} sampled candidates per batch")
+
+
+def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray, X: Any, calibrates: bool, partial: bool,
+                      data_parallel: bool) -> tuple[float, str]:
+    """``(weight, why)`` of the flat linear term of the re-ranking; weight 0: none.
+
+    ``flat_term=None`` never keeps one; a number keeps one of that weight wherever it can be
+    fitted; ``"auto"`` keeps one of weight
+    :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT` where it is
+    cheap (:data:`FLAT_MAX_WORK`, :data:`FLAT_MAX_WEIGHTS`), ``X`` is sparse (text: where it
+    was measured) and the fit holds no rows out for calibration (``calibrates``: the calibrator and the prototypes' weight are fitted on
+    held-out answers decoded without it). It cannot be fitted by ``partial_fit`` (``partial``:
+    one call's rows), on a streamed data set (``X`` ``None``), in a data-parallel fit (each
+    rank holds a shard of the rows), for label sets, from fewer than two distinct training
+    targets (``ids``), or under ``semantics="partial"`` when a training target is not a leaf
+    (its margin would be no answer's).
+    """
+    from ..prototypes._flat_margins import DEFAULT_WEIGHT
+
+    requested = getattr(estimator, "flat_term", None)
+    if requested is None:
+        return 0.0, "flat_term=None"
+    auto = isinstance(requested, str)
+    refusal = None
+    if not type(estimator)._reranks:
+        refusal = "label sets have no single answer to re-rank"
+    elif partial:
+        refusal = "partial_fit sees one call's rows (fit keeps the term)"
+    elif X is None:
+        refusal = "a streamed data set passes once (arrays keep the term)"
+    elif data_parallel:
+        refusal = "a data-parallel fit holds a shard of the rows on each rank"
+    targets = np.unique(ids[ids >= 0]) if refusal is None else np.empty(0, dtype=np.int64)
+    if refusal is not None:
+        pass
+    elif targets.size < 2:
+        refusal = f"{targets.size} distinct training target{'s' * (targets.size != 1)} (a flat SVM needs two)"
+    elif estimator.semantics == "partial" and not np.asarray(tree.is_leaf)[targets].all():
+        refusal = "semantics='partial' answers with leaves, and some training targets are internal nodes"
+    if refusal is not None:
+        if not auto:
+            raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
+        return 0.0, refusal
+    if not auto:
+        return float(requested), f"flat_term={float(requested)!r}"
+    nonzeros = int(X.nnz) if hasattr(X, "nnz") else int(np.prod(X.shape))
+    work, weights = targets.size * nonzeros, targets.size * int(X.shape[1])
+    if estimator._skorch_kwargs("module__").get("class_features") is not None:
+        return 0.0, ("module__class_features names classes no training row has, which the flat SVM, knowing only "
+                     "the training targets, would vote against")
+    if not hasattr(X, "nnz"):
+        return 0.0, ("dense X: the term was measured to help on sparse text (TF-IDF), not on dense features "
+                     "(set a weight to use it)")
+    if calibrates:
+        return 0.0, ("the fit holds rows out for calibration (the calibrator and the prototypes' weight are fitted on "
+                     "answers without the term)")
+    if work > FLAT_MAX_WORK:
+        return 0.0, (f"{targets.size:,} targets x {nonzeros:,} non-zeros = {work:,} is over {FLAT_MAX_WORK:,}: "
+                     "the flat SVM would cost more than the network's fit")
+    if weights > FLAT_MAX_WEIGHTS:
+        return 0.0, f"{targets.size:,} targets x {X.shape[1]:,} features is over {FLAT_MAX_WEIGHTS:,} weights"
+    return DEFAULT_WEIGHT, (f"a small fit ({targets.size:,} targets x {nonzeros:,} non-zeros = {work:,}, at most "
+                            f"{FLAT_MAX_WORK:,}): a flat linear SVM's margins re-rank the answers with weight "
+                            f"{DEFAULT_WEIGHT:g}")
 
 
 def resolve_partition(requested: str, capabilities: ModuleCapabilities, forced: str | None = None) -> str:

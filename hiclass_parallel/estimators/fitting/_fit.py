@@ -25,6 +25,7 @@ leaves the model much worse on its own rows warns (:func:`~._guards.warn_if_wors
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -36,9 +37,10 @@ from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
 from ..calibration._calibration import plan_calibration
-from ..prototypes._fit_prototypes import added_prototypes, fitted_prototypes, held_out_prototypes
+from ..prototypes._fit_prototypes import data_parallel_group, added_prototypes, fitted_prototypes, held_out_prototypes
+from ..prototypes._flat_margins import FlatMargins
 from ._build import build_net, net_params
-from ._config import config_changes, resolve_config, resolve_threads
+from ._config import config_changes, resolve_config, resolve_flat_term, resolve_threads
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._validation import check_params, validate_X, warn_ignored_changes
@@ -200,6 +202,12 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     net = build_net(estimator, config, targets, seed)
     plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed,
                             sparse_module=config.capabilities.accepts_sparse)
+    in_memory = isinstance(data, ArrayInput) and type(estimator)._reranks  # a stream's labels come with its batches
+    flat_weight, flat_why = resolve_flat_term(estimator, targets.tree, np.asarray(dataset.y) if in_memory else None,
+                                              _rows_of(data),
+                                              calibrates=plan is not None, partial=epochs is not None,
+                                              data_parallel=data_parallel_group(estimator) is not None)
+    config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
     calibrator, held_out = None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed):
@@ -218,8 +226,10 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
         check_trained_scores(net, dataset)
     prototypes = fitted_prototypes(estimator, targets, _rows_of(data), dataset, _row_weights(data),
                                    held_out)
+    flat = None if not flat_weight else FlatMargins.fit(data.X, np.asarray(dataset.y), targets.tree.n_classes,
+                                                        _row_weights(data), random_state=seed)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
-                           prototypes_=prototypes)
+                           prototypes_=prototypes, flat_term_=flat)
     attach_net(estimator, net)
     return estimator
 
@@ -317,6 +327,7 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
             check_trained_scores(net, dataset)
             after = None if before is None else mean_loss(net, dataset)
         _drop_calibrator(estimator)
+        _drop_flat_term(estimator)
         estimator.prototypes_ = prototypes
         warn_if_worse(before, after, getattr(net, "lr", None))
     return estimator
@@ -332,6 +343,21 @@ def _drop_calibrator(estimator: Any) -> None:
         UserWarning, stacklevel=4,
     )
     estimator.calibrator_ = None
+
+
+def _drop_flat_term(estimator: Any) -> None:
+    """Training on leaves the flat linear term a model of the rows before: it goes, said once
+    (its SVM cannot take more rows without all the earlier ones)."""
+    if getattr(estimator, "flat_term_", None) is None:
+        return
+    warnings.warn(
+        "continuing training drops flat_term_: its linear SVM was fitted on the earlier rows only and cannot add "
+        "this call's. The answers are now re-ranked without it; fit afresh to keep it",
+        UserWarning, stacklevel=4,
+    )
+    estimator.flat_term_ = None
+    estimator.config_ = dataclasses.replace(estimator.config_, flat_term=0.0,
+                                            flat_term_reason="dropped when training continued")
 
 
 def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names: list[str]) -> None:

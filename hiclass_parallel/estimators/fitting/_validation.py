@@ -40,7 +40,7 @@ __all__ = ["PREDICTION_PARAMS", "NotBool", "check_device", "check_float32_range"
 #: The parameters prediction reads (``decision_function``, ``predict*``, ``score``), which may
 #: be changed after fit.
 PREDICTION_PARAMS = ("semantics", "decoding", "threshold", "top_k", "prototypes", "prototype_candidates",
-                     "batch_size")
+                     "flat_term", "batch_size")
 
 
 class NotBool(Interval):

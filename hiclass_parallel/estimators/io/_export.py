@@ -42,8 +42,10 @@ from torch import nn
 
 from ...tree import Tree
 from ..calibration._calibration import CLIP as _CLIP
+from ..prototypes._flat_margins import NO_TARGET_MARGIN
 
 if TYPE_CHECKING:
+    from ..prototypes._flat_margins import FlatMargins
     from ..prototypes._prototypes import Prototypes
 
 __all__ = ["TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
@@ -165,10 +167,11 @@ class TreeDecoder(nn.Module):
 
 
 class PrototypeReranker(nn.Module):
-    """The class prototypes' re-ranking of the answer, in pure torch ops (exportable).
+    """The re-ranking of the answer by the class prototypes and the flat term, in pure torch ops (exportable).
 
     Of the ``k`` most probable candidates, the one with the highest
-    ``log p + weight * similarity``, where the similarity is the prototypes kind's own: the cosine with each
+    ``log p + weight * similarity + flat_weight * margin``, the margin the flat term's SVM's
+    (``x . coef[c] + intercept[c]``, -1 for a candidate that was no training target), and where the similarity is the prototypes kind's own: the cosine with each
     class's unit prototype (``"cosine"``: ``features`` and ``values`` per class) or the
     Gaussian log-likelihood up to the row's constant (``"gaussian"``: ``m / var`` and
     ``m . m / (2 var)`` per class, ``m`` the class mean less the mean of all training rows,
@@ -176,13 +179,17 @@ class PrototypeReranker(nn.Module):
 
     Parameters
     ----------
-    prototypes : Prototypes
+    prototypes : Prototypes or None
         A fitted classifier's ``prototypes_``, of either kind (``ClassPrototypes`` or
-        ``GaussianPrototypes``).
-    weight : float
+        ``GaussianPrototypes``); ``None``: no similarity term.
+    weight : float or None
         The weight of the similarity (``clf``'s, as ``predict`` uses it).
     k : int
         How many of the model's most probable answers are re-ranked.
+    flat : FlatMargins or None, default=None
+        A fitted classifier's ``flat_term_``; ``None``: no flat term.
+    flat_weight : float or None, default=None
+        The weight of its margin (``clf``'s, as ``predict`` uses it).
 
     Examples
     --------
@@ -197,15 +204,37 @@ class PrototypeReranker(nn.Module):
     ('gaussian', 4, 1.0)
     """
 
-    def __init__(self, prototypes: Prototypes, weight: float, k: int):
+    def __init__(self, prototypes: Prototypes | None, weight: float | None, k: int, flat: FlatMargins | None = None,
+                 flat_weight: float | None = None):
         super().__init__()
-        self.kind, self.k = prototypes.KIND, int(k)
-        self.register_buffer("weight", torch.tensor(float(weight), dtype=torch.float32))
-        first, second = prototypes.export_arrays()
-        self.register_buffer("first", torch.from_numpy(np.ascontiguousarray(first)))
-        self.register_buffer("second", torch.from_numpy(np.ascontiguousarray(second)))
+        self.kind = prototypes.KIND if prototypes is not None and weight else None
+        self.k = int(k)
+        self.register_buffer("weight", torch.tensor(float(weight or 0.0), dtype=torch.float32))
+        if self.kind is not None:
+            first, second = prototypes.export_arrays()
+            self.register_buffer("first", torch.from_numpy(np.ascontiguousarray(first)))
+            self.register_buffer("second", torch.from_numpy(np.ascontiguousarray(second)))
         if self.kind == "gaussian":
             self.register_buffer("centre", torch.from_numpy(prototypes.centre().astype(np.float32)))
+        self.flat = flat is not None and bool(flat_weight)
+        if self.flat:
+            self.register_buffer("flat_weight", torch.tensor(float(flat_weight), dtype=torch.float32))
+            # row of each node id in coef (-1: no training target); coef's last row is the
+            # margin of those, all zeros with intercept -1
+            rows = flat.rows_of(np.arange(flat.n_classes))
+            self.register_buffer("flat_row", torch.from_numpy(np.where(rows >= 0, rows, flat.classes.size)))
+            coef = np.concatenate([flat.coef, np.zeros((1, flat.coef.shape[1]), np.float32)])
+            intercept = np.concatenate([flat.intercept, np.float32([NO_TARGET_MARGIN])])
+            self.register_buffer("flat_coef", torch.from_numpy(coef))
+            self.register_buffer("flat_intercept", torch.from_numpy(intercept))
+
+    def margin(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        """``(batch, k)`` margins of the flat term's SVM for the candidate classes ``nodes``."""
+        batch, k = nodes.shape
+        rows = torch.index_select(self.flat_row, 0, nodes.reshape(-1))
+        coef = torch.index_select(self.flat_coef, 0, rows).reshape(batch, k, -1)
+        intercept = torch.index_select(self.flat_intercept, 0, rows).reshape(batch, k)
+        return torch.einsum("bf,bkf->bk", X, coef) + intercept
 
     def similarity(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """``(batch, k)`` similarities of the rows ``X`` to the candidate classes ``nodes``."""
@@ -223,8 +252,12 @@ class PrototypeReranker(nn.Module):
         """The chosen node and its log-probability per row, from the candidates' log-probabilities
         ``value`` (:meth:`TreeDecoder.candidate_log_probs`)."""
         top, nodes = torch.topk(value, self.k, dim=1)  # most probable first
-        score = torch.where(torch.isfinite(top), top + self.weight * self.similarity(X, nodes),
-                            torch.full_like(top, float("-inf")))
+        score = top
+        if self.kind is not None:
+            score = score + self.weight * self.similarity(X, nodes)
+        if self.flat:
+            score = score + self.flat_weight * self.margin(X, nodes)
+        score = torch.where(torch.isfinite(top), score, torch.full_like(top, float("-inf")))
         pick = torch.argmax(score, dim=1, keepdim=True)  # the first maximum: the model's order among ties
         return torch.gather(nodes, 1, pick).squeeze(1), torch.gather(top, 1, pick).squeeze(1)
 
@@ -331,8 +364,9 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
 
     Notes
     -----
-    Where the class prototypes re-rank the answer (``prototypes_`` with a weight above 0), the
-    module re-ranks the same way (:class:`PrototypeReranker`): the model's
+    Where the class prototypes or the flat term re-rank the answer (``prototypes_`` or
+    ``flat_term_`` with a weight above 0), the module re-ranks the same way
+    (:class:`PrototypeReranker`; the flat term's SVM weights as a buffer): the model's
     ``prototype_candidates`` most probable answers, scored exhaustively, and the prototypes'
     per-class arrays as buffers (a float32 row per class for dense input; 32 features per class
     for sparse input, which the module takes made dense).
@@ -352,11 +386,12 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     semantics = _check_exportable(clf, semantics)
     module = copy.deepcopy(clf.net_.module_).to("cpu").eval()
     decoder = TreeDecoder(clf.tree_, clf.partition_, clf.stop_, semantics)
-    weight = clf._prototype_weight()
+    reranking = clf._decoder()  # the re-ranking terms and weights predict uses
     reranker = None
-    if weight is not None:
+    if reranking.reranking is not None:
         n_candidates = int(decoder.candidate.sum())
-        reranker = PrototypeReranker(clf.prototypes_, weight, min(clf.prototype_candidates, n_candidates))
+        reranker = PrototypeReranker(clf.prototypes_, reranking.weight, min(clf.prototype_candidates, n_candidates),
+                                     flat=reranking.flat, flat_weight=reranking.flat_weight)
     return ServingModule(module, decoder, _calibration(clf, confidence), reranker).eval()
 
 

@@ -8,6 +8,7 @@ format here is data only, and loading it executes nothing from the files:
 - ``tree.npz``: the class tree, through :meth:`~hiclass_parallel.Tree.save`
   (``np.load(..., allow_pickle=False)``);
 - ``prototypes.npz``: the class prototypes' statistics, where the model has them;
+- ``flat_term.npz``: the flat linear term's SVM (``flat_term_``), where the model has one;
 - ``config.json``: the estimator's parameters, fitted scalars and the answer calibrator's
   three numbers (``calibrator_``), and a SHA-256 digest of the
   other files and of its own content, so that pieces of different models (or an edited
@@ -77,6 +78,7 @@ from ..fitting._validation import check_device
 from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
 
 if TYPE_CHECKING:
+    from ..prototypes._flat_margins import FlatMargins
     from ..prototypes._prototypes import Prototypes
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
@@ -95,9 +97,13 @@ WEIGHTS, TREE, CONFIG = "weights.safetensors", "tree.npz", "config.json"
 #: kind's name, in an ``.npz`` read with ``allow_pickle=False``.
 PROTOTYPES = "prototypes.npz"
 
+#: The flat linear term's SVM (``flat_term_``), where the model has one: its target node ids,
+#: weights and intercepts, in an ``.npz`` read with ``allow_pickle=False``.
+FLAT_TERM = "flat_term.npz"
+
 #: Every file a saved model's folder may hold: :func:`save_classifier` replaces a folder holding
 #: only these, and refuses one holding anything else.
-MODEL_FILES = (CONFIG, TREE, WEIGHTS, PROTOTYPES)
+MODEL_FILES = (CONFIG, TREE, WEIGHTS, PROTOTYPES, FLAT_TERM)
 
 #: The ``format`` field of ``config.json``.
 FORMAT = "hiclass_parallel.HierarchicalClassifier"
@@ -327,6 +333,8 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     prototypes = getattr(clf, "prototypes_", None)
     fitted["prototypes_"] = None if prototypes is None else {
         "__dict__": {"weight": float(prototypes.weight), "scale": float(prototypes.scale)}}
+    flat = getattr(clf, "flat_term_", None)
+    fitted["flat_term_"] = flat is not None
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -351,6 +359,10 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
         prototypes_file = io.BytesIO()
         np.savez(prototypes_file, **prototypes.to_arrays())
         files[PROTOTYPES] = prototypes_file.getvalue()
+    if flat is not None:
+        flat_file = io.BytesIO()
+        np.savez(flat_file, **flat.to_arrays())
+        files[FLAT_TERM] = flat_file.getvalue()
     config["digests"] = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     config["digests"][CONFIG] = _config_digest(config)
     files[CONFIG] = (json.dumps(config, indent=1, sort_keys=True, allow_nan=True) + "\n").encode("utf-8")
@@ -476,6 +488,8 @@ def load_classifier(
         raise ModelFileError(f"{folder / CONFIG}: {exc}") from None
     clf.prototypes_ = _load_prototypes(folder, fitted["prototypes_"], tree, fitted["n_features_in_"],
                                        data.get(PROTOTYPES))
+    clf.flat_term_ = _load_flat_term(folder, fitted.get("flat_term_", False), tree, fitted["n_features_in_"],
+                                     data.get(FLAT_TERM))
     try:
         state = _safetensors().load(data[WEIGHTS])
     except Exception as exc:  # noqa: BLE001 - safetensors' own SafetensorError, and others on damage
@@ -512,6 +526,8 @@ def _read_model(folder: Path, reader: FolderReader) -> tuple[dict[str, Any], dic
     fitted = config.get("fitted")
     if PROTOTYPES in config.get("digests", {}) or (isinstance(fitted, dict) and fitted.get("prototypes_") is not None):
         names += (PROTOTYPES,)
+    if FLAT_TERM in config.get("digests", {}) or (isinstance(fitted, dict) and fitted.get("flat_term_") is True):
+        names += (FLAT_TERM,)
     data = {}
     for name in names:
         try:
@@ -589,6 +605,29 @@ def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data:
     return prototypes
 
 
+def _load_flat_term(folder: Path, saved: Any, tree: Any, n_features: int, data: bytes | None) -> FlatMargins | None:
+    """``flat_term_`` from :data:`FLAT_TERM` (``data``: its bytes) where ``config.json`` says the
+    model has one (``saved``: ``True``; a model saved before the term existed has no entry:
+    ``False``). Every array is checked (dtype, shape against the tree and the feature count,
+    ascending node ids of the tree, finite values) before it is used."""
+    from ..prototypes._flat_margins import FlatMargins
+
+    if not isinstance(saved, bool):
+        raise ModelFileError(f"{folder / CONFIG}: flat_term_ must be true or false, got {saved!r}")
+    if not saved:
+        if data is not None:
+            raise ModelFileError(f"{folder / FLAT_TERM} is there but {folder / CONFIG} describes no flat term")
+        return None
+    if data is None:
+        raise ModelFileError(f"{folder / FLAT_TERM} is missing: {folder / CONFIG} describes a flat term")
+    # No array of the term is larger than (classes + 1) x (features + 1) float32s or int64s.
+    arrays = read_npz(data, folder / FLAT_TERM, 8 * (tree.n_classes + 1) * (n_features + 1) + 1024)
+    try:
+        return FlatMargins.from_arrays(arrays, tree.n_classes, n_features)
+    except (ValueError, TypeError) as exc:
+        raise ModelFileError(f"{folder / FLAT_TERM}: {exc}") from None
+
+
 def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     """The saved :class:`FitConfig`, checked: its fields agree with each other, with the module
     class as it is now and with the tree."""
@@ -613,6 +652,12 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
             problems.append(f"{name}={saved[name]!r} is not a count")
     if not isinstance(saved["lr"], (int, float)) or isinstance(saved["lr"], bool):
         problems.append(f"lr={saved['lr']!r} is not a number")
+    flat_term = saved.get("flat_term", 0.0)
+    if isinstance(flat_term, bool) or not isinstance(flat_term, (int, float)) or not 0 <= flat_term < float("inf"):
+        problems.append(f"flat_term={flat_term!r} is not a weight >= 0")
+    elif bool(flat_term) != bool(fitted.get("flat_term_", False)):
+        problems.append(f"flat_term={flat_term!r} but the model {'has' if fitted.get('flat_term_') else 'has no'} "
+                        "flat term's SVM")
     capabilities = module_capabilities(saved["module_class"])
     saved_capabilities = saved["capabilities"]
     if saved_capabilities != dict(vars(capabilities)):

@@ -5,9 +5,11 @@ A decoded answer goes through four stages, each decided here and nowhere else:
 1. **model paths**: the model's own best path, or its ``n`` best, from
    :func:`~hiclass_parallel.ops.decode.decoding_route`'s route (best-first from the hidden rows
    for path-locally trained models on the CPU, exhaustive over every score otherwise);
-2. **re-ranking** (optional): the class prototypes' (:mod:`..prototypes._prototypes`) order of
-   those candidates, ``log p + weight * similarity``, when the model has prototypes and a
-   positive weight (``decoding`` "best" and "hf1", and top-``k``; never "threshold");
+2. **re-ranking** (optional): the order of those candidates by
+   ``log p + weight * similarity + flat_weight * margin``, the class prototypes'
+   (:mod:`..prototypes._prototypes`) similarity and the flat linear term's margin
+   (:mod:`..prototypes._flat_margins`), when the model has either with a positive weight
+   (``decoding`` "best" and "hf1", and top-``k``; never "threshold");
 3. **decoding rule**: ``"best"`` (the first path), ``"threshold"`` (the deepest path whose
    nodes pass the threshold), ``"hf1"`` (the path of highest expected hierarchical F1 among
    the ``top_k`` candidates and their ancestors) or ``"top_k"`` (the first ``k``);
@@ -54,8 +56,8 @@ class Route:
         How the model's paths were found (:func:`~hiclass_parallel.ops.decode.decoding_route`).
     n_model : int or None
         How many paths per row the model gave (``None``: its best one).
-    reranking : {"prototypes", None}
-        Whether the class prototypes re-ranked the model's paths.
+    reranking : {"prototypes", "flat", "prototypes+flat", None}
+        What re-ranked the model's paths: the class prototypes, the flat linear term, both.
     rule : {"best", "threshold", "hf1", "top_k"}
         The decoding rule.
     output : {"path", "top_k"}
@@ -99,9 +101,13 @@ class Decoder:
     prototypes : Prototypes or None
         The fitted class prototypes (``None``: no re-ranking).
     weight : float or None
-        The prototypes' weight at prediction (``None``: no re-ranking).
+        The prototypes' weight at prediction (``None``: no re-ranking by them).
     scale : float
         The conditional logit's scale for ``"hf1"`` with prototypes (1 for a weight set by hand).
+    flat : FlatMargins or None
+        The flat linear term's SVM (``None``: none).
+    flat_weight : float or None
+        Its weight at prediction (``None``: no re-ranking by it).
     rows : callable
         ``X`` checked for prediction (the estimator's ``validate_X``; the identity for rows
         the fit already checked).
@@ -125,6 +131,14 @@ class Decoder:
     scale: float
     rows: Callable[[Any], Any]
     dataset: Callable[[Any], Any]
+    flat: Any = None
+    flat_weight: float | None = None
+
+    @property
+    def reranking(self) -> str | None:
+        """What re-ranks the model's paths (:attr:`Route.reranking`)."""
+        terms = [name for name, weight in (("prototypes", self.weight), ("flat", self.flat_weight)) if weight]
+        return "+".join(terms) or None
 
     @property
     def n_candidates(self) -> int:
@@ -178,15 +192,30 @@ class Decoder:
         ``X``, their log-probabilities and their answers' similarities to the rows (stages 1 and
         the first half of 2)."""
         paths, log_prob, _ = self.model_paths(X, min(max(self.prototype_candidates, k), self.n_candidates))
-        if isinstance(X, torch.Tensor):  # prototypes compare rows on the host (scipy)
-            X = (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
-        return paths, log_prob, self.prototypes.similarity(X, last_nodes(paths))
+        if self.prototypes is None:
+            return paths, log_prob, np.zeros(log_prob.shape, dtype=np.float32)
+        return paths, log_prob, self.prototypes.similarity(_host_rows(X), last_nodes(paths))
+
+    def flat_prior(self, X: Any, paths: np.ndarray) -> np.ndarray | float:
+        """``flat_weight * margin`` of each candidate path's answer (``(n, k)``), the flat term's
+        part of the re-ranked score; 0 without the term."""
+        if not self.flat_weight:
+            return 0.0
+        return np.float32(self.flat_weight) * self.flat.margins(_host_rows(X), last_nodes(paths))
+
+
+def _host_rows(X: Any) -> Any:
+    """Rows as the re-ranking terms compare them: on the host (scipy, NumPy)."""
+    if isinstance(X, torch.Tensor):
+        return (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
+    return X
 
 
 def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: Any,
-               rows: Callable[[Any], Any]) -> Decoder:
+               rows: Callable[[Any], Any], flat: Any = None) -> Decoder:
     """The :class:`Decoder` of ``net`` trained with ``config`` on ``targets``, with the class
-    ``prototypes`` (``None``: none), and the estimator's prediction settings as they are now.
+    ``prototypes`` and the flat term's SVM ``flat`` (``None``: none), and the estimator's
+    prediction settings as they are now (``flat_term="auto"``: the weight the fit chose).
 
     The fitted estimator makes one of its fitted state; the fit makes one of the net it has
     just trained, to fit the answer calibrator on held-out rows (``rows``: the identity for rows
@@ -196,6 +225,10 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: 
     if prototypes is not None and estimator.prototypes is not None:
         weight = prototypes.weight if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
         weight = weight if weight > 0 else None
+    flat_weight = None
+    requested = getattr(estimator, "flat_term", None)
+    if flat is not None and requested is not None:
+        flat_weight = float(config.flat_term if isinstance(requested, str) else requested) or None
     accepts_sparse = config.capabilities.accepts_sparse
     return Decoder(
         net=net, tree=targets.tree, partition=config.partition, stop=config.stop, path_local=config.path_local,
@@ -203,7 +236,7 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: 
         top_k=estimator.top_k, prototype_candidates=estimator.prototype_candidates, batch_size=estimator.batch_size,
         prototypes=prototypes, weight=weight,
         scale=prototypes.scale if weight is not None and isinstance(estimator.prototypes, str) else 1.0,
-        rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse),
+        rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse), flat=flat, flat_weight=flat_weight,
     )
 
 
@@ -244,7 +277,7 @@ def decode(decoder: Decoder, X: Any, k: int | None = None,
     output = "top_k" if k is not None else "path"
     decoder.check_semantics()
     X = decoder.rows(X)
-    rerank = decoder.weight is not None and rule != "threshold"
+    rerank = decoder.reranking is not None and rule != "threshold"
     if not rerank:
         if rule == "hf1":  # the top_k best paths, then the rule
             from ...ops.decode import expected_hf1_paths
@@ -260,25 +293,26 @@ def decode(decoder: Decoder, X: Any, k: int | None = None,
     if rule == "hf1":
         # The path of highest expected hierarchical F1 among the candidates (the model's
         # max(top_k, prototype_candidates) best) and their ancestors, the candidates weighed by
-        # softmax(scale * (log p + weight * similarity)) (the conditional logit fitted with the
-        # weight), and the model's log-probability of the chosen path.
+        # softmax(scale * (log p + weight * similarity + flat term)) (the conditional logit
+        # fitted with the weight), and the model's log-probability of the chosen path.
         from ...ops.decode import expected_hf1_paths
 
         paths, log_prob, similarity = decoder.candidates(X, min(decoder.top_k, decoder.n_candidates))
         with np.errstate(invalid="ignore"):  # NaN rows stay NaN: expected_hf1_paths gives them the empty path
             combined = np.where(np.isneginf(log_prob), -np.inf, np.float32(decoder.scale) * (
-                log_prob + np.float32(decoder.weight) * similarity)).astype(np.float32)
+                log_prob + np.float32(decoder.weight or 0.0) * similarity + decoder.flat_prior(X, paths)
+            )).astype(np.float32)
         chosen, _ = expected_hf1_paths(paths, combined)
         n_model = paths.shape[1]
         paths, log_prob = chosen, chosen_log_prob(paths, log_prob, chosen)
-    else:  # best or top-k: the candidates ordered by log p + weight * similarity, the first (k)
+    else:  # best or top-k: the candidates ordered by log p + weight * similarity + flat term, the first (k)
         if candidates is None:
             candidates = decoder.candidates(X, k or 1)
         paths, log_prob, similarity = candidates
         n_model = paths.shape[1]
-        order = rerank_order(log_prob, similarity, decoder.weight)[:, : (k or 1)]
+        order = rerank_order(log_prob + decoder.flat_prior(X, paths), similarity, decoder.weight or 0.0)[:, : (k or 1)]
         paths = np.take_along_axis(paths, order[..., None], axis=1)
         log_prob = np.take_along_axis(log_prob, order, axis=1)
         if k is None:
             paths, log_prob = paths[:, 0], log_prob[:, 0]
-    return Decoded(paths, log_prob, Route(decoder.model_route(), n_model, "prototypes", rule, output))
+    return Decoded(paths, log_prob, Route(decoder.model_route(), n_model, decoder.reranking, rule, output))

@@ -59,23 +59,13 @@ class PredictMixin:
         """Number of candidate answers: every node (terminal semantics) or every leaf."""
         return self.tree_.n_classes if self.semantics == "terminal" else int(self.tree_.is_leaf.sum())
 
-    def _prototype_weight(self) -> float | None:
-        """The weight of the class prototypes' re-ranking at prediction (``None``: off): the
-        ``prototypes`` parameter's number, or the fitted one for ``"auto"``."""
-        check_prediction_params(self)  # also read by the export, which reaches no batch
-        fitted = getattr(self, "prototypes_", None)  # absent before fit: decoding then raises NotFittedError
-        if fitted is None or self.prototypes is None:
-            return None
-        weight = fitted.weight if isinstance(self.prototypes, str) else float(self.prototypes)
-        return weight if weight > 0 else None
-
     def _decoder(self) -> Decoder:
         """The :class:`~._decode.Decoder` of the fitted state (its net, tree, prototypes) and
         the prediction settings as they are now."""
         check_prediction_params(self)
         self._decode_kwargs()  # fitted, the settings valid, the semantics possible
         return decoder_of(self, self.net_, self.targets_, self.config_, getattr(self, "prototypes_", None),
-                          rows=lambda X: self._validate_X(X, reset=False))
+                          rows=lambda X: self._validate_X(X, reset=False), flat=getattr(self, "flat_term_", None))
 
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and

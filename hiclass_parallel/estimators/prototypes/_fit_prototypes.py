@@ -26,7 +26,7 @@ import torch
 
 from ._prototypes import Prototypes, choose_weight_and_scale, prototypes_kind
 
-__all__ = ["added_prototypes", "fitted_prototypes", "held_out_prototypes", "wants_prototypes"]
+__all__ = ["added_prototypes", "data_parallel_group", "fitted_prototypes", "held_out_prototypes", "wants_prototypes"]
 
 Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -110,13 +110,13 @@ def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight
         # gets its name as one row more): without it the re-ranking would pass over classes
         # the class text can place.
         prototypes.add_sums(sp.csr_matrix(text)[targets.node_rows()])
-    group = _data_parallel_group(estimator)
+    group = data_parallel_group(estimator)
     if group is not None:
         prototypes.sum_over_ranks(group[0])
     return prototypes
 
 
-def _data_parallel_group(estimator: Any) -> tuple[Any] | None:
+def data_parallel_group(estimator: Any) -> tuple[Any] | None:
     """``(group,)`` of the estimator's :class:`DataParallel` callback when its process group
     has several ranks, else ``None``."""
     from ..networks._distributed import DataParallel, _active
@@ -136,7 +136,7 @@ def _fixed_weight(estimator: Any, X: Any) -> float:
 def _agreed(estimator: Any, values: tuple[float, ...]) -> tuple[float, ...]:
     """The mean of every rank's ``values`` in a data-parallel fit (each fitted them on its own
     held-out rows), so that all ranks predict alike; ``values`` otherwise."""
-    group = _data_parallel_group(estimator)
+    group = data_parallel_group(estimator)
     if group is None:
         return values
     import torch.distributed as dist

@@ -1,0 +1,248 @@
+"""The flat linear term of the re-ranking: its margins against scikit-learn's LinearSVC, when a fit
+keeps it and why, the re-ranked answer against brute force, export, persistence, continuing."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from sklearn.svm import LinearSVC
+
+from hiclass_parallel import Tree
+from hiclass_parallel.datasets import make_hierarchical_classification
+from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier, serving_module
+from hiclass_parallel.estimators.fitting import _config
+from hiclass_parallel.estimators.io._persistence import FLAT_TERM, load_classifier, save_classifier
+from hiclass_parallel.estimators.prototypes._flat_margins import DEFAULT_WEIGHT, NO_TARGET_MARGIN, FlatMargins
+from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
+from hiclass_parallel.exceptions import ModelFileError
+
+
+def _text_like(n_samples=300, n_features=40, seed=0, terminal_fraction=0.3):
+    """Sparse non-negative rows (like TF-IDF), labels at any depth, node ids shuffled."""
+    X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, branching=3, depth=3,
+                                                  terminal_fraction=terminal_fraction, random_state=seed)
+    rng = np.random.default_rng(seed)
+    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.4, np.abs(X), 0.0).astype(np.float32))
+    perm = rng.permutation(tree.n_classes)  # shuffled node ids: node i becomes perm[i]
+    parents = np.full(tree.n_classes, -1)
+    old = np.asarray(tree.parents)
+    parents[perm] = np.where(old >= 0, perm[np.maximum(old, 0)], -1)
+    labels = np.asarray(tree.labels)[np.argsort(perm)]
+    shuffled = Tree.from_parents(parents, labels=labels.tolist())
+    return Xs, y, shuffled
+
+
+def _fit(X, y, tree, **params):
+    params.setdefault("semantics", "terminal")
+    return HierarchicalClassifier(tree, max_epochs=3, random_state=0, **params).fit(X, y)
+
+
+# ---------------------------------------------------------------------------- the margins
+@pytest.mark.parametrize("n_targets", [2, 3, 7])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_margins_equal_linear_svc_decision_values(n_targets, sparse):
+    rng = np.random.default_rng(n_targets)
+    X = rng.uniform(size=(60, 9)).astype(np.float32)
+    n_classes = 12
+    targets = rng.choice(n_classes, n_targets, replace=False)
+    ids = targets[np.arange(60) % n_targets]
+    X = sp.csr_matrix(X) if sparse else X
+    flat = FlatMargins.fit(X, ids, n_classes, random_state=0)
+    reference = LinearSVC(random_state=0).fit(X, ids)
+    decision = reference.decision_function(X)
+    if n_targets == 2:
+        decision = np.stack([-decision, decision], axis=1)
+    nodes = rng.integers(-1, n_classes, size=(60, 5))
+    got = flat.margins(X, nodes)
+    column = {c: j for j, c in enumerate(reference.classes_)}
+    want = np.array([[decision[i, column[c]] if c in column else NO_TARGET_MARGIN for c in row]
+                     for i, row in enumerate(nodes)])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_unlabelled_rows_are_skipped_and_one_target_is_refused():
+    X = np.eye(4, dtype=np.float32)
+    flat = FlatMargins.fit(X, np.array([1, -1, 3, 3]), 5)
+    assert flat.classes.tolist() == [1, 3]
+    with pytest.raises(ValueError, match="at least two training targets, got 1"):
+        FlatMargins.fit(X, np.array([2, 2, -1, 2]), 5)
+
+
+def test_zero_sample_weight_is_the_row_left_out():
+    X, y, tree = _text_like()
+    ids = tree.to_ids(y)
+    weight = np.ones(len(ids))
+    weight[::3] = 0.0
+    kept = FlatMargins.fit(X, ids, tree.n_classes, sample_weight=weight, random_state=0)
+    without = FlatMargins.fit(X[weight > 0], ids[weight > 0], tree.n_classes, random_state=0)
+    np.testing.assert_array_equal(kept.classes, without.classes)
+    np.testing.assert_allclose(kept.coef, without.coef, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------- when a fit keeps it
+def test_a_small_fit_keeps_the_term_and_says_why():
+    X, y, tree = _text_like()
+    clf = _fit(X, y, tree)
+    assert clf.config_.flat_term == DEFAULT_WEIGHT
+    assert "small fit" in clf.config_.flat_term_reason
+    assert isinstance(clf.flat_term_, FlatMargins)
+    assert set(clf.flat_term_.classes) == set(np.unique(tree.to_ids(y)))
+
+
+def test_over_the_work_limit_auto_keeps_none(monkeypatch):
+    X, y, tree = _text_like()
+    monkeypatch.setattr(_config, "FLAT_MAX_WORK", 10)
+    clf = _fit(X, y, tree)
+    assert clf.config_.flat_term == 0 and clf.flat_term_ is None
+    assert "over 10" in clf.config_.flat_term_reason
+    # a weight set by hand is kept whatever the cost
+    assert _fit(X, y, tree, flat_term=4.0).config_.flat_term == 4.0
+
+
+def test_none_keeps_none_and_a_calibrating_fit_keeps_none_by_default():
+    X, y, tree = _text_like(n_samples=2400)
+    assert _fit(X, y, tree, flat_term=None).flat_term_ is None
+    clf = _fit(X, y, tree)  # 5% of 2,400 rows are held out for calibration
+    assert clf.calibrator_ is not None and clf.flat_term_ is None
+    assert "calibration" in clf.config_.flat_term_reason
+    # a weight set by hand keeps the term, and calibration="auto" then holds nothing out
+    chosen = _fit(X, y, tree, flat_term=8.0)
+    assert chosen.flat_term_ is not None and chosen.calibrator_ is None
+    with pytest.raises(ValueError, match="flat_term=8.0 re-ranks"):
+        _fit(X, y, tree, flat_term=8.0, calibration="beta")
+
+
+def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():
+    X, y, tree = _text_like()
+    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X, y)
+    assert clf.flat_term_ is None and "partial_fit" in clf.config_.flat_term_reason
+    with pytest.raises(ValueError, match="flat_term=2.0 cannot be fitted here: partial_fit"):
+        HierarchicalClassifier(tree, semantics="terminal", flat_term=2.0).partial_fit(X, y)
+    # partial semantics answer with leaves: internal targets have no answer's margin
+    partial = _fit(X, y, tree, semantics="partial")
+    assert partial.flat_term_ is None and "internal nodes" in partial.config_.flat_term_reason
+    leaves_only = _text_like(terminal_fraction=0.0)
+    assert _fit(*leaves_only, semantics="partial").flat_term_ is not None
+
+
+def test_label_sets_keep_no_flat_term():
+    X, y, tree = _text_like(n_samples=120)
+    clf = MultiLabelHierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, [[v] for v in y])
+    assert getattr(clf, "flat_term_", None) is None
+    assert clf.config_.flat_term == 0 and "label sets" in clf.config_.flat_term_reason
+
+
+@pytest.mark.parametrize("value", [True, -1.0, "on"])
+def test_bad_values_are_refused_by_name(value):
+    X, y, tree = _text_like(n_samples=60)
+    with pytest.raises(ValueError, match="flat_term"):
+        HierarchicalClassifier(tree, flat_term=value).fit(X, y)
+
+
+# ---------------------------------------------------------------------------- the answer
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("decoding", ["best", "hf1"])
+def test_the_answer_is_the_brute_force_best_of_the_three_terms(seed, decoding):
+    from hiclass_parallel.ops.decode import expected_hf1_paths
+
+    X, y, tree = _text_like(seed=seed)
+    clf = _fit(X, y, tree, decoding=decoding)
+    decoder = clf._decoder()
+    paths, log_prob, similarity = decoder.candidates(decoder.rows(X))
+    assert decoder.weight and decoder.flat_weight == DEFAULT_WEIGHT
+    margins = clf.flat_term_.margins(X, last_nodes(paths))
+    score = log_prob + decoder.weight * similarity + DEFAULT_WEIGHT * margins
+    score = np.where(np.isfinite(log_prob), score, -np.inf)
+    if decoding == "best":
+        want = paths[np.arange(len(paths)), np.argmax(score, axis=1)]
+    else:
+        want, _ = expected_hf1_paths(paths, (decoder.scale * score).astype(np.float32))
+    got = np.asarray(clf.tree_.paths)[clf.predict_node(X)]
+    np.testing.assert_array_equal(got, want)
+    # and the term changes answers: without it some rows differ
+    assert (clf.set_params(flat_term=None).predict_node(X) != clf.set_params(flat_term="auto").predict_node(X)).any()
+
+
+def test_the_weight_may_be_changed_after_fit():
+    X, y, tree = _text_like()
+    clf = _fit(X, y, tree)
+    heavy = clf.set_params(flat_term=1e4).predict_node(X)
+    ids = np.asarray(clf.tree_.paths)[heavy]
+    decoder = clf._decoder()
+    paths, log_prob, _ = decoder.candidates(decoder.rows(X))
+    margins = clf.flat_term_.margins(X, last_nodes(paths))
+    # with an overwhelming weight the answer is the candidate of the largest margin
+    best = last_nodes(paths)[np.arange(len(paths)), np.argmax(np.where(np.isfinite(log_prob), margins, -np.inf), 1)]
+    np.testing.assert_array_equal(last_nodes(ids[:, None, :])[:, 0], best)
+
+
+# ---------------------------------------------------------------------------- export and persistence
+def test_the_exported_module_answers_as_predict():
+    X, y, tree = _text_like(seed=1)
+    clf = _fit(X, y, tree)
+    paths, _ = serving_module(clf)(torch.from_numpy(X.toarray()))
+    np.testing.assert_array_equal(paths.numpy(), np.asarray(clf.tree_.paths)[clf.predict_node(X)])
+    module = serving_module(clf.set_params(prototypes=None))  # the flat term alone
+    assert module.reranker.kind is None and module.reranker.flat
+    np.testing.assert_array_equal(module(torch.from_numpy(X.toarray()))[0].numpy(),
+                                  np.asarray(clf.tree_.paths)[clf.predict_node(X)])
+
+
+def test_save_and_load_keep_the_answers(tmp_path):
+    X, y, tree = _text_like(seed=2)
+    clf = _fit(X, y, tree)
+    save_classifier(clf, tmp_path / "m")
+    assert (tmp_path / "m" / FLAT_TERM).exists()
+    loaded = load_classifier(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.predict_node(X), clf.predict_node(X))
+    np.testing.assert_array_equal(loaded.flat_term_.coef, clf.flat_term_.coef)
+    assert loaded.config_.flat_term == clf.config_.flat_term
+
+
+def _redigest(folder):
+    from hiclass_parallel.estimators.io._persistence import CONFIG, _config_digest, _file_digest
+
+    config = json.loads((folder / CONFIG).read_text())
+    for name in config["digests"]:
+        if name != CONFIG and (folder / name).exists():
+            config["digests"][name] = _file_digest(folder / name)
+    config["digests"][CONFIG] = _config_digest(config)
+    (folder / CONFIG).write_text(json.dumps(config))
+
+
+def test_a_damaged_or_missing_flat_term_file_is_a_named_error(tmp_path):
+    X, y, tree = _text_like(seed=3)
+    clf = _fit(X, y, tree)
+    folder = save_classifier(clf, tmp_path / "m")
+    arrays = clf.flat_term_.to_arrays()
+    np.savez(folder / FLAT_TERM, **{**arrays, "coef": arrays["coef"][:, :-1]})
+    _redigest(folder)
+    with pytest.raises(ModelFileError, match="coef must be float32 of shape"):
+        load_classifier(folder)
+    np.savez(folder / FLAT_TERM, **{**arrays, "classes": arrays["classes"][::-1].copy()})
+    _redigest(folder)
+    with pytest.raises(ModelFileError, match="ascending distinct node ids"):
+        load_classifier(folder)
+    (folder / FLAT_TERM).unlink()
+    with pytest.raises(ModelFileError, match="flat_term.npz is missing"):
+        load_classifier(folder)
+
+
+# ---------------------------------------------------------------------------- continuing
+def test_continuing_drops_the_term_with_a_warning_and_saves(tmp_path):
+    X, y, tree = _text_like()
+    clf = _fit(X, y, tree, warm_start=True)
+    with pytest.warns(UserWarning, match="drops flat_term_"):
+        clf.fit(X, y)
+    assert clf.flat_term_ is None and clf.config_.flat_term == 0
+    assert "continued" in clf.config_.flat_term_reason
+    save_classifier(clf, tmp_path / "m")
+    np.testing.assert_array_equal(load_classifier(tmp_path / "m").predict_node(X), clf.predict_node(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: nothing to drop the next time
+        clf.partial_fit(X, y)
