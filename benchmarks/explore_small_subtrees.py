@@ -1,12 +1,15 @@
-"""Small WordNet subtrees over several splits: the defaults, the defaults without the flat term, LinearSVC.
+"""Small WordNet subtrees over several splits: the defaults, their parts, the previous defaults, LinearSVC.
 
 On trees of a few hundred classes one 80/20 split holds 38-235 test rows, so a ranking moves
 with the split: this script fits, per subtree and split seed, on the same TF-IDF features as
 ``bench_text`` (glosses with lemma names):
 
 - ``defaults``: ``HierarchicalClassifier(tree, semantics="terminal", random_state=seed)`` (on
-  these fits ``flat_term="auto"`` keeps the flat linear term: ``config_.flat_term_reason``);
-- ``no-flat-term``: the same with ``flat_term=None`` (the defaults before the term);
+  these fits ``flat_term="auto"`` keeps the flat linear term and ``batch_size="auto"`` trains
+  in batches of 32-128: ``config_.flat_term_reason``, ``config_.batch_size_reason``);
+- ``no-flat-term``: the same with ``flat_term=None`` (the small batches alone);
+- ``batch-256``: the same with ``batch_size=256`` (the flat term alone);
+- ``previous``: ``flat_term=None, batch_size=256``, the defaults before both;
 - ``linear-svc``: a flat ``LinearSVC()`` over the training targets.
 
 A subtree is named by its ``bench_text`` subset name or by a noun synset's first lemma
@@ -33,7 +36,9 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-METHODS = ("defaults", "no-flat-term", "linear-svc")
+METHODS = ("defaults", "no-flat-term", "batch-256", "previous", "linear-svc")
+PARAMS = {"defaults": {}, "no-flat-term": {"flat_term": None}, "batch-256": {"batch_size": 256},
+          "previous": {"flat_term": None, "batch_size": 256}}
 
 
 def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, list[float]]]:
@@ -61,8 +66,7 @@ def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, list[float]
                 if method == "linear-svc":
                     pred = paths[LinearSVC().fit(X_train, y_train).predict(X_test)]
                 else:
-                    params = {"flat_term": None} if method == "no-flat-term" else {}
-                    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, **params)
+                    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, **PARAMS[method])
                     clf.fit(X_train, y_train)
                     pred = ids_of_label_paths(tree, clf.predict(X_test), clf.pad_label_)
                 seconds = time.perf_counter() - start

@@ -137,17 +137,19 @@ def prepare_out_dir(out: str | Path) -> Path:
     return out
 
 
-def _planned_epochs(n_rows: int, epochs: int | None, batch_size: int = 256) -> int:
+def _planned_epochs(n_rows: int, epochs: int | None) -> int:
     """The epochs the demo's classifier will run: ``epochs``, or the classifier's default for
-    text (``SparseMLP``'s capabilities, see ``HierarchicalClassifier``'s ``max_epochs``).
-    Printed before training; ``test_cli`` checks it against the epochs the fitted classifier
-    ran."""
+    text (``SparseMLP``'s capabilities at the default ``batch_size="auto"``, see
+    ``HierarchicalClassifier``'s ``max_epochs``). Printed before training; ``test_cli`` checks
+    it against the epochs the fitted classifier ran."""
     if epochs is not None:
         return epochs
     from .estimators import SparseMLP
     from .estimators.fitting._capabilities import module_capabilities
+    from .estimators.fitting._config import resolve_batch_size
 
-    return module_capabilities(SparseMLP).default_max_epochs(n_rows, batch_size)
+    text = module_capabilities(SparseMLP)
+    return text.default_max_epochs(n_rows, resolve_batch_size("auto", text, n_rows)[0])
 
 
 def wide_columns(tree: Any, labels: Any, stop: bool = True, softmax_sample: int | None = None) -> float:

@@ -46,9 +46,10 @@ def test_demo_small(tmp_path, capsys):
     # split into modules): 38 held-out synsets, so one changed prediction moves the F1 by ~0.02.
     # The most-frequent baseline involves no network: it must match to the digit.
     assert result["baseline_hierarchical_f1"] == pytest.approx(0.5982, abs=1e-4)
-    # With class prototypes re-ranking the answer (2026-11-27; before: 0.5135 and 5 / 38).
-    assert result["hierarchical_f1"] == pytest.approx(0.7253, abs=0.05)
-    assert result["exact_path_accuracy"] == pytest.approx(14 / 38, abs=0.06)
+    # With class prototypes and the flat linear term re-ranking the answer and batches of 32
+    # (2026-11-28; before the last two: 0.7253 and 14 / 38; before prototypes: 0.5135 and 5 / 38).
+    assert result["hierarchical_f1"] == pytest.approx(0.8909, abs=0.05)
+    assert result["exact_path_accuracy"] == pytest.approx(23 / 38, abs=0.06)
     out = capsys.readouterr().out
     assert "Held-out report" in out and "    -> dog.n.01" in out  # paths start at the root
     # --out promises the plot and the report: the text as printed, the figures as JSON.
@@ -248,12 +249,13 @@ def test_demo_prints_its_plan_before_training_and_keeps_the_epochs_it_plans(monk
     monkeypatch.setattr(demo, "build_demo_pipeline", spying_build)
     result = demo.run_demo("dog.n.01", epochs=None, out=None, verbose=False, n_examples=0)
     (before,) = printed_before_fit
-    # 150 training rows make one step per epoch: the classifier's text default is then 30 epochs.
-    assert ("training on 150 rows, 189 classes, 30 epochs (the classifier's default for this many rows), "
+    # 150 training rows in batches of 32 make 5 steps per epoch: the classifier's text default is
+    # then round(35 / sqrt(5)) = 16 epochs.
+    assert ("training on 150 rows, 189 classes, 16 epochs (the classifier's default for this many rows), "
             "device cpu\nrough estimate: under 10 s of training on 2 idle cores") in before
     assert "several times longer, or more, when other processes share the cores" in before
-    assert result["epochs"] == 30  # what the fitted net ran: the plan's epochs are the real ones
-    assert "trained 30 epochs in" in capsys.readouterr().out
+    assert result["epochs"] == 16  # what the fitted net ran: the plan's epochs are the real ones
+    assert "trained 16 epochs in" in capsys.readouterr().out
 
 
 def test_time_estimate_is_the_recorded_run_scaled():

@@ -64,9 +64,10 @@ def test_wordnet_grid_search():
     printed.assert_stages("loading", "training", "evaluating")
     assert set(result["best_params"]) == {"clf__lr", "clf__module__hidden_units"}
     # Recorded figures (seeded; the same with 1 or 2 torch threads): 38 held-out synsets.
-    # With class prototypes re-ranking the answer (the default).
-    assert result["test_hf1"] == pytest.approx(0.8125, abs=0.05)
-    assert result["cv_score"] == pytest.approx(0.7332, abs=0.05)
+    # With class prototypes and the flat linear term re-ranking the answer, in batches of 32-64
+    # (the defaults on these few rows).
+    assert result["test_hf1"] == pytest.approx(0.8584, abs=0.05)
+    assert result["cv_score"] == pytest.approx(0.7980, abs=0.05)
 
 
 def test_mixed_depth_terminal():

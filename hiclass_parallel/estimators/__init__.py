@@ -26,7 +26,7 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "save_classifier", "load_classifier", "ModelFileError",
            "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
-           "DivergedError", "DivergenceWarning", "ClassTextClassifier", "BetaCalibrator",
+           "DivergedError", "DivergenceWarning", "ClassTextClassifier", "BetaCalibrator", "FlatMargins",
            "ConformalHierarchicalClassifier", "save_conformal", "load_conformal", "UnsupportedEstimatorError",
            "NonMonotoneLossError"]
 
@@ -64,6 +64,10 @@ def __getattr__(name: str) -> Any:
         from .fitting import _capabilities
 
         return getattr(_capabilities, name)
+    if name == "FlatMargins":
+        from .prototypes._flat_margins import FlatMargins
+
+        return FlatMargins
     if name == "BetaCalibrator":
         from .calibration._calibration import BetaCalibrator
 

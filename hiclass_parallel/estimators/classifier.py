@@ -165,8 +165,13 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         within [2, 30]: the text model's held-out accuracy peaks after about
         ``35 x sqrt(steps per epoch)`` steps in all at lr 0.005, so bigger data sets need more
         steps, but fewer passes.
-    batch_size : int, default=256
-        Mini-batch size for training and prediction (``-1``: the whole data set).
+    batch_size : int or "auto", default="auto"
+        Mini-batch size for training and prediction (``-1``: the whole data set). ``"auto"``:
+        256, except that the text model (:class:`SparseMLP`) trains a fit of fewer than 1,024
+        rows in smaller batches, halved down to 32 while an epoch would have fewer than 4 steps
+        (more, smaller steps train a more accurate model on a few hundred rows); prediction
+        runs in batches of 256. ``config_.batch_size`` is the training batch and
+        ``config_.batch_size_reason`` says why.
     train_split : callable, default=None
         skorch's validation split, ``train_split(dataset, y=None) -> (train, valid)``.
         ``None``: no validation split, unless ``early_stopping`` asks for one. Avoid
@@ -386,7 +391,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "optimizer": [callable, None],
         "lr": [Interval(Real, 0, None, closed="neither"), None],
         "max_epochs": [Interval(Integral, 0, None, closed="left"), None],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), Options(Integral, {-1})],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), Options(Integral, {-1}), StrOptions({"auto"})],
         "train_split": [callable, None],
         "callbacks": [list, None],
         "early_stopping": ["boolean"],
@@ -436,7 +441,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         optimizer: Any = None,
         lr: float | None = None,
         max_epochs: int | None = None,
-        batch_size: int = 256,
+        batch_size: int | str = "auto",
         train_split: Any = None,
         callbacks: list | None = None,
         early_stopping: bool = False,

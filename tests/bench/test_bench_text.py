@@ -35,7 +35,7 @@ def test_end_to_end_on_a_small_subtree(tmp_path, monkeypatch):
     results = report["subsets"]["dog"]["results"]
     ours = results["hc-text"]
     assert ours["status"] == "ok", ours.get("error")
-    assert ours["n_epochs_"] == 30  # 150 rows: one step per epoch, the default caps at 30
+    assert ours["n_epochs_"] == 16  # 150 rows in batches of 32: 5 steps per epoch, round(35 / sqrt(5))
     assert results["hc-text-classtext"]["status"] == "ok", results["hc-text-classtext"].get("error")
     # scored by the library's metric on the worker's own predictions and the saved split
     from hiclass_parallel import Tree

@@ -159,7 +159,8 @@ def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):
     internal = np.flatnonzero(stop_col >= 0)
     full = sp.vstack([text, sp.csr_matrix((internal.size, 20), dtype=np.float32)]).tolil()
     full[stop_col[internal]] = text[internal]
-    kw = dict(semantics="terminal", module__hidden_units=8, max_epochs=2, random_state=0)
+    # one batch of every row: the two classifiers draw their batches' rows apart
+    kw = dict(semantics="terminal", module__hidden_units=8, max_epochs=2, random_state=0, batch_size=256)
     # without the in-batch level term, the single-label loss is the multi-label one on a tree;
     # float32 first moments: the two losses' float rounding differs by ulps, and a bfloat16
     # moment an ulp from a rounding boundary rounds the other way (scores 1e-4 apart)

@@ -50,11 +50,11 @@ def test_equals_the_hand_built_class_features(dogs):
     held_out = data.data[150:]
     np.testing.assert_array_equal(est.predict(held_out), hand.predict(vec.transform(held_out)))
     # equal up to float32 rounding of the products (threads may sum in another order)
-    np.testing.assert_allclose(est.predict_proba(held_out), hand.predict_proba(vec.transform(held_out)), atol=1e-6)
+    np.testing.assert_allclose(est.predict_proba(held_out), hand.predict_proba(vec.transform(held_out)), atol=1e-5)
     labels, log_prob = est.predict_top_k(held_out, k=3, return_log_prob=True)
     hand_labels, hand_log_prob = hand.predict_top_k(vec.transform(held_out), k=3, return_log_prob=True)
     np.testing.assert_array_equal(labels, hand_labels)
-    np.testing.assert_allclose(log_prob, hand_log_prob, atol=1e-5)
+    np.testing.assert_allclose(log_prob, hand_log_prob, rtol=1e-5, atol=1e-5)
     assert est.score(held_out, data.target[150:]) == pytest.approx(hand.score(vec.transform(held_out), data.target[150:]))
     np.testing.assert_array_equal(est.classes_, hand.classes_)
     # the given estimators stay unfitted

@@ -178,7 +178,7 @@ def test_batch_size_after_fit_sizes_prediction_without_changing_the_fitted_net(f
     sizes = []
     model._per_batch(X, lambda scores: sizes.append(scores.shape[0]) or scores)
     assert sizes == [7] * 7 + [1]
-    assert model.net_.batch_size == fitted.net_.batch_size == fitted.batch_size != 7
+    assert model.net_.batch_size == fitted.net_.batch_size == fitted.config_.batch_size != 7
 
 
 def test_decoding_options_after_fit(fitted, data):

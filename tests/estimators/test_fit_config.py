@@ -92,7 +92,11 @@ def test_config_holds_every_resolved_default(data):
     assert (text.config_.module_class, text.config_.partition, text.config_.training) == (SparseMLP, "sibling",
                                                                                          "path_local")
     assert text.config_.optimizer.__name__ == "LazyAdam" and text.config_.lr == 5e-3
-    assert text.config_.max_epochs == 30 and len(text.net_.history) == 30  # 1 step per epoch: 35 / 1, at most 30
+    # few rows: batches halved until an epoch has 4 steps, then 35 / sqrt(steps) epochs (at most 30)
+    steps = -(-Xs.shape[0] // text.config_.batch_size)
+    assert text.config_.batch_size == text.net_.batch_size < 256 and steps >= 4 or text.config_.batch_size == 32
+    assert text.config_.max_epochs == min(30, round(35 / steps ** 0.5)) == len(text.net_.history)
+    assert dense.config_.batch_size == 256 and "default for this module" in dense.config_.batch_size_reason
     assert text.config_.capabilities == module_capabilities(SparseMLP)
     with pytest.raises(AttributeError):  # frozen: one configuration per fit
         text.config_.lr = 1.0

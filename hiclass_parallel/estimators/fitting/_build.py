@@ -65,12 +65,12 @@ def _check_criterion_params(criterion: type, given: dict[str, Any], config: FitC
 
 
 def net_params(estimator: Any, config: FitConfig) -> dict[str, Any]:
-    """What the net takes from the estimator as it is: the parameters both share (lr and
-    max_epochs as resolved) and the prefixed ones but ``module__*``."""
+    """What the net takes from the estimator as it is: the parameters both share (lr,
+    max_epochs and batch_size as resolved) and the prefixed ones but ``module__*``."""
     from ._params import net_param_names
 
     params = {name: getattr(estimator, name) for name in net_param_names(type(estimator))}
-    params.update(lr=config.lr, max_epochs=config.max_epochs)
+    params.update(lr=config.lr, max_epochs=config.max_epochs, batch_size=config.batch_size)
     params.update({k: v for k, v in estimator._skorch_kwargs().items() if not k.startswith("module__")})
     return params
 

@@ -25,7 +25,8 @@ from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK",
-           "FitConfig", "config_changes", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
+           "BATCH_SIZE", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes", "inference_batch_size",
+           "resolve_batch_size", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
            "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads"]
 
 #: Values of the ``training`` parameter.
@@ -38,6 +39,18 @@ TRAINING = ("auto", "path_local", "full")
 #: of this size trains as accurately as the exact softmax, at a fraction of its cost
 #: (docs/performance.md, "Wide sibling groups").
 SOFTMAX_SAMPLE = 1024
+
+#: ``batch_size="auto"``: training batches of this many rows, and prediction batches always.
+BATCH_SIZE = 256
+
+#: ... but the text model's batch is halved (down to :data:`MIN_BATCH_SIZE`) while an epoch would
+#: have fewer than this many steps: on a few hundred rows, full batches give the epoch rule a
+#: few dozen steps in all, and smaller ones train a more accurate model (docs/performance.md,
+#: "Small taxonomies"); from 1,024 rows on, nothing changes.
+MIN_STEPS_PER_EPOCH = 4
+
+#: The smallest batch ``batch_size="auto"`` gives.
+MIN_BATCH_SIZE = 32
 
 #: ``flat_term="auto"`` keeps the flat linear term where its SVM's work, training targets times
 #: the non-zeros of the training rows (liblinear's cost per pass, one class against the rest),
@@ -87,6 +100,10 @@ class FitConfig:
         Learning rate of the fit.
     max_epochs : int
         Epochs of the fit.
+    batch_size : int
+        Rows per training batch (``-1``: the whole data set).
+    batch_size_reason : str
+        Why.
     optimizer : type
         Optimizer class.
     optimizer_options : dict
@@ -163,6 +180,8 @@ class FitConfig:
     plan_ahead_reason: str = "not resolved (a configuration saved without it)"
     softmax_sample: int = 0
     softmax_sample_reason: str = "not resolved (a configuration saved without it): every softmax exact"
+    batch_size: int = BATCH_SIZE
+    batch_size_reason: str = "not resolved (a configuration saved without it): the estimator's batch_size"
     flat_term: float = 0.0
     flat_term_reason: str = "not resolved (a configuration saved without it): no flat term"
 
@@ -184,11 +203,46 @@ def resolve_lr(lr: float | None, capabilities: ModuleCapabilities) -> float:
     return float(capabilities.default_lr if lr is None else lr)
 
 
-def resolve_max_epochs(estimator: Any, capabilities: ModuleCapabilities, n_rows: int | None) -> int:
-    """``max_epochs``, or the module's default for ``n_rows`` training rows."""
+def resolve_max_epochs(estimator: Any, capabilities: ModuleCapabilities, n_rows: int | None, batch_size: int) -> int:
+    """``max_epochs``, or the module's default for ``n_rows`` training rows in batches of
+    ``batch_size``."""
     if estimator.max_epochs is not None:
         return int(estimator.max_epochs)
-    return capabilities.default_max_epochs(n_rows, estimator.batch_size)
+    return capabilities.default_max_epochs(n_rows, batch_size)
+
+
+def resolve_batch_size(requested: int | str, capabilities: ModuleCapabilities, n_rows: int | None) -> tuple[int, str]:
+    """``(rows per training batch, why)``: an int as it is; ``"auto"``: :data:`BATCH_SIZE`,
+    halved for the text model (a module that takes sparse input, whose epochs follow the step
+    count) while ``n_rows`` would give an epoch fewer than :data:`MIN_STEPS_PER_EPOCH` steps,
+    down to :data:`MIN_BATCH_SIZE`.
+
+    Examples
+    --------
+    >>> from hiclass_parallel.estimators import SparseMLP
+    >>> from hiclass_parallel.estimators.fitting._capabilities import module_capabilities
+    >>> text = module_capabilities(SparseMLP)
+    >>> [resolve_batch_size("auto", text, n)[0] for n in (150, 400, 940, 1_024, 8_232)]
+    [32, 64, 128, 256, 256]
+    """
+    if not isinstance(requested, str):
+        return int(requested), f"batch_size={requested}"
+    if n_rows is None or not capabilities.accepts_sparse:
+        why = "a stream of unknown length" if n_rows is None else "the default for this module"
+        return BATCH_SIZE, f"{why}: {BATCH_SIZE}"
+    batch = BATCH_SIZE
+    while batch > MIN_BATCH_SIZE and n_rows < MIN_STEPS_PER_EPOCH * batch:
+        batch //= 2
+    if batch == BATCH_SIZE:
+        return batch, f"{n_rows:,} rows give {BATCH_SIZE} rows per batch at least {MIN_STEPS_PER_EPOCH} steps per epoch"
+    return batch, (f"a small fit of {n_rows:,} rows: batches of {batch} give an epoch {-(-n_rows // batch)} steps "
+                   f"(the text model halves {BATCH_SIZE} down to {MIN_BATCH_SIZE} for at least "
+                   f"{MIN_STEPS_PER_EPOCH})")
+
+
+def inference_batch_size(requested: int | str) -> int:
+    """Rows per prediction batch: ``batch_size``, :data:`BATCH_SIZE` for ``"auto"``."""
+    return BATCH_SIZE if isinstance(requested, str) else int(requested)
 
 
 def resolve_threads(estimator: Any) -> int | None:
@@ -466,6 +520,7 @@ def resolve_config(
     stop = resolve_stop(estimator)
     training = resolve_training(estimator.training, partition, module, capabilities)
     optimizer = estimator.optimizer if estimator.optimizer is not None else capabilities.default_optimizer
+    batch_size, batch_size_why = resolve_batch_size(estimator.batch_size, capabilities, n_rows)
     criterion, criterion_options = resolve_criterion(training == "path_local", partition, label_sets)
     step_engine, step_why, update_engine, update_why = resolve_engines(
         estimator, module, training, criterion, criterion_options, optimizer, sparse_input)
@@ -485,7 +540,9 @@ def resolve_config(
         n_levels=int(tree.n_levels),
         n_scores=int(n_outputs(tree, partition=partition, stop=stop)),
         lr=resolve_lr(estimator.lr, capabilities),
-        max_epochs=resolve_max_epochs(estimator, capabilities, n_rows),
+        max_epochs=resolve_max_epochs(estimator, capabilities, n_rows, batch_size),
+        batch_size=batch_size,
+        batch_size_reason=batch_size_why,
         optimizer=optimizer,
         optimizer_options=resolve_optimizer_options(estimator, optimizer, capabilities),
         criterion=criterion,

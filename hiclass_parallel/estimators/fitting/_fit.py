@@ -372,10 +372,12 @@ def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names:
     """
     from dataclasses import replace
 
-    from ._config import resolve_lr, resolve_max_epochs
+    from ._config import resolve_batch_size, resolve_lr, resolve_max_epochs
 
-    now = replace(config, lr=resolve_lr(estimator.lr, config.capabilities),
-                  max_epochs=resolve_max_epochs(estimator, config.capabilities, n_rows))
+    batch_size = config.batch_size if "batch_size" not in names else resolve_batch_size(
+        estimator.batch_size, config.capabilities, n_rows)[0]
+    now = replace(config, lr=resolve_lr(estimator.lr, config.capabilities), batch_size=batch_size,
+                  max_epochs=resolve_max_epochs(estimator, config.capabilities, n_rows, batch_size))
     values = net_params(estimator, now)
     params = {**{name: values[name] for name in names}, "max_epochs": now.max_epochs}
     vars(net).update({k: params.pop(k) for k in list(params) if k.startswith(LOADER_PREFIXES)})

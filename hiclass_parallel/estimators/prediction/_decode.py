@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ..fitting._config import inference_batch_size
 from ..prototypes._prototypes import last_nodes, rerank_order
 
 __all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of"]
@@ -233,7 +234,8 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: 
     return Decoder(
         net=net, tree=targets.tree, partition=config.partition, stop=config.stop, path_local=config.path_local,
         semantics=estimator.semantics, decoding=estimator.decoding, threshold=estimator.threshold,
-        top_k=estimator.top_k, prototype_candidates=estimator.prototype_candidates, batch_size=estimator.batch_size,
+        top_k=estimator.top_k, prototype_candidates=estimator.prototype_candidates,
+        batch_size=inference_batch_size(estimator.batch_size),
         prototypes=prototypes, weight=weight,
         scale=prototypes.scale if weight is not None and isinstance(estimator.prototypes, str) else 1.0,
         rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse), flat=flat, flat_weight=flat_weight,

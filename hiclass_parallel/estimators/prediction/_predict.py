@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from ...labels._paths import as_host_labels, labels_to_ids
 from ...tree import PAD
+from ..fitting._config import inference_batch_size
 from ..fitting._guards import check_decidable
 from ..fitting._validation import check_prediction_params
 from ..prototypes._prototypes import last_nodes
@@ -44,7 +45,7 @@ class PredictMixin:
         parts = []
         # batch_size is an inference setting too: a value set after fit applies at once, to
         # this loop only (the fitted net keeps its own until training continues).
-        for out in self.net_.outputs(self._dataset(X), hidden=hidden, batch_size=self.batch_size):
+        for out in self.net_.outputs(self._dataset(X), hidden=hidden, batch_size=inference_batch_size(self.batch_size)):
             result = fn(out)
             parts.append([t.cpu().numpy() for t in (result if isinstance(result, tuple) else (result,))])
         return tuple(np.concatenate(column) for column in zip(*parts))

@@ -57,6 +57,7 @@ class FlatMargins:
     --------
     >>> import numpy as np
     >>> X = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> from hiclass_parallel.estimators import FlatMargins
     >>> flat = FlatMargins.fit(X, np.array([2, 2, 4, 4]), n_classes=5)
     >>> flat.classes.tolist()
     [2, 4]
