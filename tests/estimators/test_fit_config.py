@@ -313,3 +313,46 @@ def test_a_batch_the_fused_step_cannot_take_is_the_counted_fallback(data, monkey
     assert clf.config_.step_engine == "fused"  # chosen once; the batches fell back, counted and named
     n_steps = sum(len(epoch["batches"]) for epoch in clf.net_.history)  # one training call (no calibration)
     assert clf.calibrator_ is None and clf.net_.step_fallbacks_ == n_steps and clf.net_.step_fallback_reason_ == "a batch it cannot take"
+
+
+# ---------------------------------------------------------------------------- batch_size="auto"
+@pytest.mark.parametrize("n_rows, batch", [(100, 32), (150, 32), (300, 64), (600, 128), (1023, 128), (1024, 256)])
+def test_auto_batches_give_a_small_text_fit_four_steps_per_epoch(n_rows, batch):
+    X, y, tree = make_hierarchical_classification(n_samples=n_rows, n_features=12, branching=3, depth=2,
+                                                  random_state=0)
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 0.8, X, 0.0).astype(np.float32))
+    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0, module__hidden_units=8,
+                                 calibration=None).fit(Xs, y)
+    assert clf.config_.batch_size == clf.net_.batch_size == batch
+    assert (f"batches of {batch}" in clf.config_.batch_size_reason) == (batch < 256)
+    # the epoch rule counts the steps of these batches
+    steps = -(-n_rows // batch)
+    assert HierarchicalClassifier(tree, random_state=0, module__hidden_units=8, calibration=None).fit(
+        Xs, y).config_.max_epochs == min(30, max(2, round(35 / steps ** 0.5)))
+
+
+def test_auto_batches_keep_256_for_dense_mlp_streams_and_a_given_size(data):
+    X, Xs, y, tree = data
+    assert HierarchicalClassifier(tree, **FAST).fit(X, y).config_.batch_size == 256  # MLP
+    assert HierarchicalClassifier(tree, batch_size=48, **FAST).fit(Xs, y).net_.batch_size == 48
+    stream = HierarchicalClassifier(tree, **FAST).partial_fit(Xs, y)  # partial_fit knows the call's rows
+    assert stream.config_.batch_size == 32
+
+
+def test_auto_predicts_in_batches_of_256_and_continues_with_the_fitted_batch(data, tmp_path):
+    from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
+
+    _, Xs, y, tree = data
+    big = sp.vstack([Xs] * 3).tocsr()
+    clf = HierarchicalClassifier(tree, flat_term=None, **FAST).fit(Xs, y)  # continuing would drop the term
+    sizes = []
+    clf._per_batch(big, lambda scores: sizes.append(scores.shape[0]) or scores)
+    assert sizes == [256, big.shape[0] - 256]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "auto" unchanged: nothing to hand over
+        clf.partial_fit(Xs, y)
+    assert clf.net_.batch_size == 32
+    clf.set_params(batch_size=16).partial_fit(Xs, y)
+    assert clf.net_.batch_size == 16
+    save_classifier(clf, tmp_path / "m")
+    assert load_classifier(tmp_path / "m").config_.batch_size == clf.config_.batch_size == 32
