@@ -326,38 +326,33 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
                 net.partial_fit(dataset, None, epochs=epochs)
             check_trained_scores(net, dataset)
             after = None if before is None else mean_loss(net, dataset)
-        _drop_calibrator(estimator)
-        _drop_flat_term(estimator)
+        _drop_stale(estimator)
         estimator.prototypes_ = prototypes
         warn_if_worse(before, after, getattr(net, "lr", None))
     return estimator
 
 
-def _drop_calibrator(estimator: Any) -> None:
-    """Training on makes the answer calibrator a map fitted for other weights: it goes, said once."""
-    if getattr(estimator, "calibrator_", None) is None:
-        return
-    warnings.warn(
-        "continuing training drops calibrator_: it was fitted for the weights before this epoch, on rows held "
-        "out of them. predict_confidence now gives the model's own probability; fit afresh to calibrate again",
-        UserWarning, stacklevel=4,
-    )
-    estimator.calibrator_ = None
+#: What continuing training drops, and why: each was fitted for the weights or the rows before.
+_STALE_ON_CONTINUE = {
+    "calibrator_": ("it was fitted for the weights before this epoch, on rows held out of them. predict_confidence "
+                    "now gives the model's own probability; fit afresh to calibrate again"),
+    "flat_term_": ("its linear SVM was fitted on the earlier rows only and cannot add this call's. The answers are "
+                   "now re-ranked without it; fit afresh to keep it"),
+}
 
 
-def _drop_flat_term(estimator: Any) -> None:
-    """Training on leaves the flat linear term a model of the rows before: it goes, said once
-    (its SVM cannot take more rows without all the earlier ones)."""
-    if getattr(estimator, "flat_term_", None) is None:
-        return
-    warnings.warn(
-        "continuing training drops flat_term_: its linear SVM was fitted on the earlier rows only and cannot add "
-        "this call's. The answers are now re-ranked without it; fit afresh to keep it",
-        UserWarning, stacklevel=4,
-    )
-    estimator.flat_term_ = None
-    estimator.config_ = dataclasses.replace(estimator.config_, flat_term=0.0,
-                                            flat_term_reason="dropped when training continued")
+def _drop_stale(estimator: Any) -> None:
+    """Training on makes the answer calibrator a map fitted for other weights, and the flat
+    term's SVM a model of the rows before: each goes, said once (and the configuration records
+    that the flat term went)."""
+    for name, why in _STALE_ON_CONTINUE.items():
+        if getattr(estimator, name, None) is None:
+            continue
+        warnings.warn(f"continuing training drops {name}: {why}", UserWarning, stacklevel=4)
+        setattr(estimator, name, None)
+        if name == "flat_term_":
+            estimator.config_ = dataclasses.replace(estimator.config_, flat_term=0.0,
+                                                    flat_term_reason="dropped when training continued")
 
 
 def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names: list[str]) -> None:
