@@ -23,6 +23,7 @@ from hiclass_parallel.estimators import (
     export_program,
     serving_module,
 )
+from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
 from hiclass_parallel.ops import best_paths
 from hiclass_parallel.ops.groups import n_outputs, node_log_probs
 
@@ -226,25 +227,27 @@ def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
     torch.testing.assert_close(confidence, torch.exp(log_prob).clamp(1e-7, 1 - 1e-7))
 
 
-@pytest.mark.parametrize("kind", ["gaussian", "cosine"])
-def test_exported_reranking_equals_predict(kind, tmp_path, one_torch_thread):
-    """A model whose class prototypes re-rank the answer exports the re-ranking: eager torch,
-    torch.export (batches of 1 and all) and onnxruntime give predict's answers, on every row
-    whose best re-ranked score leads the next by more than float noise."""
+@pytest.mark.parametrize("kind, flat_term", [("gaussian", None), ("cosine", None), ("cosine", 16.0)])
+def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_thread):
+    """A model whose class prototypes (and flat term) re-rank the answer exports the re-ranking:
+    eager torch, torch.export (batches of 1 and all) and onnxruntime give predict's answers, on
+    every row whose best re-ranked score leads the next by more than float noise."""
     X, y, tree = make_hierarchical_classification(n_samples=1200, n_features=12, branching=3, depth=3, noise=1.5,
                                                   random_state=0)
     if kind == "cosine":  # sparse non-negative rows, like TF-IDF
         rng = np.random.default_rng(0)
         X = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.5, np.abs(X), 0.0).astype(np.float32))
-    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0,
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, flat_term=flat_term,
                                  prototypes=2.0 if kind == "gaussian" else 16.0, prototype_candidates=5).fit(X, y)
-    assert clf.prototypes_.KIND == kind
+    assert clf.prototypes_.KIND == kind and (clf.flat_term_ is None) == (flat_term is None)
     rows = X[:300]
     expected = clf.predict(rows)
-    assert (expected != clf.set_params(prototypes=None).predict(rows)).any()  # the re-ranking changes answers
-    clf.set_params(prototypes=2.0 if kind == "gaussian" else 16.0)
-    _, log_prob, similarity = clf._reranking_candidates(rows)
-    score = np.sort(np.where(np.isfinite(log_prob), log_prob + clf.prototypes * similarity, -np.inf), axis=1)
+    plain = clf.set_params(prototypes=None, flat_term=None).predict(rows)
+    assert (expected != plain).any()  # the re-ranking changes answers
+    clf.set_params(prototypes=2.0 if kind == "gaussian" else 16.0, flat_term=flat_term)
+    paths, log_prob, similarity = clf._reranking_candidates(rows)
+    flat = 0.0 if flat_term is None else flat_term * clf.flat_term_.margins(rows, last_nodes(paths))
+    score = np.sort(np.where(np.isfinite(log_prob), log_prob + clf.prototypes * similarity + flat, -np.inf), axis=1)
     clear = score[:, -1] - score[:, -2] > 1e-3
     assert clear.mean() > 0.9
     dense = torch.from_numpy(np.asarray(rows.toarray() if sp.issparse(rows) else rows, dtype=np.float32))
