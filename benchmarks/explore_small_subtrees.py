@@ -14,12 +14,13 @@ with the split: this script fits, per subtree and split seed, on the same TF-IDF
 
 A subtree is named by its ``bench_text`` subset name or by a noun synset's first lemma
 (``tool`` is ``tool.n.01``). It prints each subtree's mean hF1 / exact over the seeds, and the
-mean over all.
+mean over all. A fourth argument, a JSON object ``{name: parameters}``, adds candidate settings
+of the defaults as more methods (``{"flat-8": {"flat_term": 8.0}}``).
 
 Usage::
 
     OMP_NUM_THREADS=1 python -m benchmarks.explore_small_subtrees dog,vehicle,fish,bird,mammal 0,1,2,3,4 \\
-        benchmarks/results/bench_small_subtrees_flat.json
+        benchmarks/results/bench_small_subtrees_flat.json ['{"flat-8": {"flat_term": 8.0}}']
 """
 
 from __future__ import annotations
@@ -41,8 +42,12 @@ PARAMS = {"defaults": {}, "no-flat-term": {"flat_term": None}, "batch-256": {"ba
           "previous": {"flat_term": None, "batch_size": 256}}
 
 
-def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, list[float]]]:
-    """``{"<subset>-<seed>": {method: [hF1, exact, fit seconds]}}``."""
+def run(subsets: list[str], seeds: list[int], candidates: dict[str, dict] | None = None
+        ) -> dict[str, dict[str, list[float]]]:
+    """``{"<subset>-<seed>": {method: [hF1, exact, fit seconds]}}``; ``candidates`` adds methods
+    (name: parameters of the defaults)."""
+    params_of = {**PARAMS, **(candidates or {})}
+    methods = METHODS + tuple(candidates or ())
     import torch
     from sklearn.svm import LinearSVC
 
@@ -61,12 +66,12 @@ def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, list[float]
             paths = np.asarray(tree.paths)
             X_train, X_test, y_train, y_test = d["X_train"], d["X_test"], d["y_train"], d["y_test"]
             res = {}
-            for method in METHODS:
+            for method in methods:
                 start = time.perf_counter()
                 if method == "linear-svc":
                     pred = paths[LinearSVC().fit(X_train, y_train).predict(X_test)]
                 else:
-                    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, **PARAMS[method])
+                    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, **params_of[method])
                     clf.fit(X_train, y_train)
                     pred = ids_of_label_paths(tree, clf.predict(X_test), clf.pad_label_)
                 seconds = time.perf_counter() - start
@@ -77,13 +82,14 @@ def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, list[float]
             print(name, seed, res, flush=True)
     for name in subsets:
         rows = [v for k, v in out.items() if k.rsplit("-", 1)[0] == name]
-        print(name, {m: np.round(np.mean([r[m][:2] for r in rows], 0), 3).tolist() for m in METHODS})
-    print("all", {m: np.round(np.mean([r[m][:2] for r in out.values()], 0), 4).tolist() for m in METHODS})
+        print(name, {m: np.round(np.mean([r[m][:2] for r in rows], 0), 3).tolist() for m in methods})
+    print("all", {m: np.round(np.mean([r[m][:2] for r in out.values()], 0), 4).tolist() for m in methods})
     return out
 
 
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
-    result = run(sys.argv[1].split(","), [int(s) for s in sys.argv[2].split(",")])
+    result = run(sys.argv[1].split(","), [int(s) for s in sys.argv[2].split(",")],
+                 json.loads(sys.argv[4]) if len(sys.argv) > 4 else None)
     if len(sys.argv) > 3:
         Path(sys.argv[3]).write_text(json.dumps({"load_average": os.getloadavg(), "runs": result}, indent=1))

@@ -389,68 +389,81 @@ def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: 
                    f"{widest:,}) {'train' if wide != 1 else 'trains'} on {limit:,} sampled candidates per batch")
 
 
-def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray, X: Any, calibrates: bool, partial: bool,
+def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, calibrates: bool, partial: bool,
                       data_parallel: bool) -> tuple[float, str]:
     """``(weight, why)`` of the flat linear term of the re-ranking; weight 0: none.
 
     ``flat_term=None`` never keeps one; a number keeps one of that weight wherever it can be
-    fitted; ``"auto"`` keeps one of weight
-    :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT` where it is
-    cheap (:data:`FLAT_MAX_WORK`, :data:`FLAT_MAX_WEIGHTS`), ``X`` is sparse (text: where it
-    was measured) and the fit holds no rows out for calibration (``calibrates``: the calibrator and the prototypes' weight are fitted on
-    held-out answers decoded without it). It cannot be fitted by ``partial_fit`` (``partial``:
-    one call's rows), on a streamed data set (``X`` ``None``), in a data-parallel fit (each
-    rank holds a shard of the rows), for label sets, from fewer than two distinct training
-    targets (``ids``), or under ``semantics="partial"`` when a training target is not a leaf
-    (its margin would be no answer's).
+    fitted (:func:`_flat_term_refusal`; elsewhere a named error); ``"auto"`` keeps one of
+    weight :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT` where
+    it can be fitted and is worth it (:func:`_flat_term_auto_off`). ``ids`` are the training
+    rows' node ids (``None``: a stream's, unread), ``X`` the rows (``None``: streamed),
+    ``calibrates`` whether the fit holds rows out for calibration, ``partial`` whether this is
+    ``partial_fit`` (one call's rows), ``data_parallel`` whether each rank holds a shard.
     """
     from ..prototypes._flat_margins import DEFAULT_WEIGHT
 
     requested = getattr(estimator, "flat_term", None)
     if requested is None:
         return 0.0, "flat_term=None"
-    auto = isinstance(requested, str)
-    refusal = None
-    if not type(estimator)._reranks:
-        refusal = "label sets have no single answer to re-rank"
-    elif partial:
-        refusal = "partial_fit sees one call's rows (fit keeps the term)"
-    elif X is None:
-        refusal = "a streamed data set passes once (arrays keep the term)"
-    elif data_parallel:
-        refusal = "a data-parallel fit holds a shard of the rows on each rank"
-    targets = np.unique(ids[ids >= 0]) if refusal is None else np.empty(0, dtype=np.int64)
+    refusal = _flat_term_refusal(estimator, tree, ids, X, partial, data_parallel)
     if refusal is not None:
-        pass
-    elif targets.size < 2:
-        refusal = f"{targets.size} distinct training target{'s' * (targets.size != 1)} (a flat SVM needs two)"
-    elif estimator.semantics == "partial" and not np.asarray(tree.is_leaf)[targets].all():
-        refusal = "semantics='partial' answers with leaves, and some training targets are internal nodes"
-    if refusal is not None:
-        if not auto:
+        if not isinstance(requested, str):
             raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
         return 0.0, refusal
-    if not auto:
+    if not isinstance(requested, str):
         return float(requested), f"flat_term={float(requested)!r}"
-    nonzeros = int(X.nnz) if hasattr(X, "nnz") else int(np.prod(X.shape))
-    work, weights = targets.size * nonzeros, targets.size * int(X.shape[1])
-    if estimator._skorch_kwargs("module__").get("class_features") is not None:
-        return 0.0, ("module__class_features names classes no training row has, which the flat SVM, knowing only "
-                     "the training targets, would vote against")
-    if not hasattr(X, "nnz"):
-        return 0.0, ("dense X: the term was measured to help on sparse text (TF-IDF), not on dense features "
-                     "(set a weight to use it)")
-    if calibrates:
-        return 0.0, ("the fit holds rows out for calibration (the calibrator and the prototypes' weight are fitted on "
-                     "answers without the term)")
-    if work > FLAT_MAX_WORK:
-        return 0.0, (f"{targets.size:,} targets x {nonzeros:,} non-zeros = {work:,} is over {FLAT_MAX_WORK:,}: "
-                     "the flat SVM would cost more than the network's fit")
-    if weights > FLAT_MAX_WEIGHTS:
-        return 0.0, f"{targets.size:,} targets x {X.shape[1]:,} features is over {FLAT_MAX_WEIGHTS:,} weights"
-    return DEFAULT_WEIGHT, (f"a small fit ({targets.size:,} targets x {nonzeros:,} non-zeros = {work:,}, at most "
+    off = _flat_term_auto_off(estimator, ids, X, calibrates)
+    if off is not None:
+        return 0.0, off
+    return DEFAULT_WEIGHT, (f"a small fit (targets x non-zeros = {_flat_term_work(ids, X)[0]:,}, at most "
                             f"{FLAT_MAX_WORK:,}): a flat linear SVM's margins re-rank the answers with weight "
                             f"{DEFAULT_WEIGHT:g}")
+
+
+def _flat_term_refusal(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
+                       data_parallel: bool) -> str | None:
+    """Why no flat term can be fitted here (``None``: it can)."""
+    if not type(estimator)._reranks:
+        return "label sets have no single answer to re-rank"
+    if partial:
+        return "partial_fit sees one call's rows (fit keeps the term)"
+    if X is None or ids is None:
+        return "a streamed data set passes once (arrays keep the term)"
+    if data_parallel:
+        return "a data-parallel fit holds a shard of the rows on each rank"
+    targets = np.unique(ids[ids >= 0])
+    if targets.size < 2:
+        return f"{targets.size} distinct training target{'s' * (targets.size != 1)} (a flat SVM needs two)"
+    if estimator.semantics == "partial" and not np.asarray(tree.is_leaf)[targets].all():
+        return "semantics='partial' answers with leaves, and some training targets are internal nodes"
+    return None
+
+
+def _flat_term_work(ids: np.ndarray, X: Any) -> tuple[int, int]:
+    """``(targets x non-zeros, targets x features)``: the flat SVM's work per pass and its weights."""
+    targets = np.unique(ids[ids >= 0]).size
+    nonzeros = int(X.nnz) if hasattr(X, "nnz") else int(np.prod(X.shape))
+    return targets * nonzeros, targets * int(X.shape[1])
+
+
+def _flat_term_auto_off(estimator: Any, ids: np.ndarray, X: Any, calibrates: bool) -> str | None:
+    """Why ``flat_term="auto"`` leaves a term that could be fitted off (``None``: it keeps it)."""
+    if estimator._skorch_kwargs("module__").get("class_features") is not None:
+        return ("module__class_features names classes no training row has, which the flat SVM, knowing only the "
+                "training targets, would vote against")
+    if not hasattr(X, "nnz"):
+        return ("dense X: the term was measured to help on sparse text (TF-IDF), not on dense features (set a weight "
+                "to use it)")
+    if calibrates:
+        return ("the fit holds rows out for calibration (the calibrator and the prototypes' weight are fitted on "
+                "answers without the term)")
+    work, weights = _flat_term_work(ids, X)
+    if work > FLAT_MAX_WORK:
+        return f"targets x non-zeros = {work:,} is over {FLAT_MAX_WORK:,}: the flat SVM would cost more than the fit"
+    if weights > FLAT_MAX_WEIGHTS:
+        return f"targets x features = {weights:,} is over {FLAT_MAX_WEIGHTS:,} weights"
+    return None
 
 
 def resolve_partition(requested: str, capabilities: ModuleCapabilities, forced: str | None = None) -> str:
