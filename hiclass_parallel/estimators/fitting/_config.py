@@ -6,12 +6,13 @@ and the size of the data into a frozen :class:`FitConfig`, kept as the fitted at
 (path-local or full), the step engine (the fused C step or torch, and why), whether the fused
 step also applies the optimizer's update, the criterion class and its options (the
 level-contrast default), the optimizer class and its options (fused Adam, LazyAdam's groups),
-the epochs, the thread count, whether the fused step is planned ahead, the sampled softmax
-of wide groups and the flat linear term of the re-ranking (:func:`resolve_flat_term`, resolved
-once the fit knows whether it holds rows out for calibration). Everything downstream (building the net, the net's training step, the decoding
-route, persistence) reads it; nothing decides these again. The one
-data-dependent exception is named in the configuration's docstring: a batch the fused step
-cannot take runs through torch and is counted by the net.
+the epochs and the training batch size, the thread count, whether the fused step is planned
+ahead, the sampled softmax of wide groups and the flat linear term of the re-ranking
+(:func:`resolve_flat_term`, resolved once the fit knows whether it holds rows out for
+calibration). Everything downstream (building the net, the net's training step, the decoding
+route, persistence) reads it; nothing decides these again. The one data-dependent exception is
+named in the configuration's docstring: a batch the fused step cannot take runs through torch
+and is counted by the net.
 """
 
 from __future__ import annotations
@@ -406,33 +407,35 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
     requested = getattr(estimator, "flat_term", None)
     if requested is None:
         return 0.0, "flat_term=None"
-    refusal = _flat_term_refusal(estimator, tree, ids, X, partial, data_parallel)
+    targets = None if X is None or ids is None else np.unique(ids[ids >= 0])
+    refusal = _flat_term_refusal(estimator, tree, targets, partial, data_parallel)
     if refusal is not None:
         if not isinstance(requested, str):
             raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
         return 0.0, refusal
     if not isinstance(requested, str):
         return float(requested), f"flat_term={float(requested)!r}"
-    off = _flat_term_auto_off(estimator, ids, X, calibrates)
+    nonzeros = int(X.nnz) if hasattr(X, "nnz") else int(np.prod(X.shape))
+    work = targets.size * nonzeros  # liblinear's cost per pass, one target against the rest
+    off = _flat_term_auto_off(estimator, X, calibrates, work, targets.size * int(X.shape[1]))
     if off is not None:
         return 0.0, off
-    return DEFAULT_WEIGHT, (f"a small fit (targets x non-zeros = {_flat_term_work(ids, X)[0]:,}, at most "
-                            f"{FLAT_MAX_WORK:,}): a flat linear SVM's margins re-rank the answers with weight "
-                            f"{DEFAULT_WEIGHT:g}")
+    return DEFAULT_WEIGHT, (f"a small fit (targets x non-zeros = {work:,}, at most {FLAT_MAX_WORK:,}): a flat linear "
+                            f"SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
 
 
-def _flat_term_refusal(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
+def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, partial: bool,
                        data_parallel: bool) -> str | None:
-    """Why no flat term can be fitted here (``None``: it can)."""
+    """Why no flat term can be fitted here (``None``: it can); ``targets``: the distinct
+    training targets (``None``: a stream's, unknown)."""
     if not type(estimator)._reranks:
         return "label sets have no single answer to re-rank"
     if partial:
         return "partial_fit sees one call's rows (fit keeps the term)"
-    if X is None or ids is None:
+    if targets is None:
         return "a streamed data set passes once (arrays keep the term)"
     if data_parallel:
         return "a data-parallel fit holds a shard of the rows on each rank"
-    targets = np.unique(ids[ids >= 0])
     if targets.size < 2:
         return f"{targets.size} distinct training target{'s' * (targets.size != 1)} (a flat SVM needs two)"
     if estimator.semantics == "partial" and not np.asarray(tree.is_leaf)[targets].all():
@@ -440,15 +443,9 @@ def _flat_term_refusal(estimator: Any, tree: Tree, ids: np.ndarray | None, X: An
     return None
 
 
-def _flat_term_work(ids: np.ndarray, X: Any) -> tuple[int, int]:
-    """``(targets x non-zeros, targets x features)``: the flat SVM's work per pass and its weights."""
-    targets = np.unique(ids[ids >= 0]).size
-    nonzeros = int(X.nnz) if hasattr(X, "nnz") else int(np.prod(X.shape))
-    return targets * nonzeros, targets * int(X.shape[1])
-
-
-def _flat_term_auto_off(estimator: Any, ids: np.ndarray, X: Any, calibrates: bool) -> str | None:
-    """Why ``flat_term="auto"`` leaves a term that could be fitted off (``None``: it keeps it)."""
+def _flat_term_auto_off(estimator: Any, X: Any, calibrates: bool, work: int, weights: int) -> str | None:
+    """Why ``flat_term="auto"`` leaves a term that could be fitted off (``None``: it keeps it);
+    ``work`` and ``weights``: the SVM's targets times the rows' non-zeros, and times features."""
     if estimator._skorch_kwargs("module__").get("class_features") is not None:
         return ("module__class_features names classes no training row has, which the flat SVM, knowing only the "
                 "training targets, would vote against")
@@ -458,7 +455,6 @@ def _flat_term_auto_off(estimator: Any, ids: np.ndarray, X: Any, calibrates: boo
     if calibrates:
         return ("the fit holds rows out for calibration (the calibrator and the prototypes' weight are fitted on "
                 "answers without the term)")
-    work, weights = _flat_term_work(ids, X)
     if work > FLAT_MAX_WORK:
         return f"targets x non-zeros = {work:,} is over {FLAT_MAX_WORK:,}: the flat SVM would cost more than the fit"
     if weights > FLAT_MAX_WEIGHTS:

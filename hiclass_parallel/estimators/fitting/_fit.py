@@ -202,9 +202,9 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     net = build_net(estimator, config, targets, seed)
     plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed,
                             sparse_module=config.capabilities.accepts_sparse)
-    in_memory = isinstance(data, ArrayInput) and type(estimator)._reranks  # a stream's labels come with its batches
-    flat_weight, flat_why = resolve_flat_term(estimator, targets.tree, np.asarray(dataset.y) if in_memory else None,
-                                              _rows_of(data),
+    # a stream's labels come with its batches; label sets are no node ids
+    ids = np.asarray(dataset.y) if isinstance(data, ArrayInput) and type(estimator)._reranks else None
+    flat_weight, flat_why = resolve_flat_term(estimator, targets.tree, ids, _rows_of(data),
                                               calibrates=plan is not None, partial=epochs is not None,
                                               data_parallel=data_parallel_group(estimator) is not None)
     config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
@@ -226,8 +226,8 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
         check_trained_scores(net, dataset)
     prototypes = fitted_prototypes(estimator, targets, _rows_of(data), dataset, _row_weights(data),
                                    held_out)
-    flat = None if not flat_weight else FlatMargins.fit(data.X, np.asarray(dataset.y), targets.tree.n_classes,
-                                                        _row_weights(data), random_state=seed)
+    flat = None if not flat_weight else FlatMargins.fit(data.X, ids, targets.tree.n_classes, _row_weights(data),
+                                                        random_state=seed)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes, flat_term_=flat)
     attach_net(estimator, net)
@@ -332,27 +332,26 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     return estimator
 
 
-#: What continuing training drops, and why: each was fitted for the weights or the rows before.
+#: What continuing training drops, why (each was fitted for the weights or the rows before), and
+#: the configuration's record of it.
 _STALE_ON_CONTINUE = {
     "calibrator_": ("it was fitted for the weights before this epoch, on rows held out of them. predict_confidence "
-                    "now gives the model's own probability; fit afresh to calibrate again"),
+                    "now gives the model's own probability; fit afresh to calibrate again", {}),
     "flat_term_": ("its linear SVM was fitted on the earlier rows only and cannot add this call's. The answers are "
-                   "now re-ranked without it; fit afresh to keep it"),
+                   "now re-ranked without it; fit afresh to keep it",
+                   {"flat_term": 0.0, "flat_term_reason": "dropped when training continued"}),
 }
 
 
 def _drop_stale(estimator: Any) -> None:
     """Training on makes the answer calibrator a map fitted for other weights, and the flat
-    term's SVM a model of the rows before: each goes, said once (and the configuration records
-    that the flat term went)."""
-    for name, why in _STALE_ON_CONTINUE.items():
+    term's SVM a model of the rows before: each goes, said once, and ``config_`` records it."""
+    for name, (why, config_fields) in _STALE_ON_CONTINUE.items():
         if getattr(estimator, name, None) is None:
             continue
         warnings.warn(f"continuing training drops {name}: {why}", UserWarning, stacklevel=4)
         setattr(estimator, name, None)
-        if name == "flat_term_":
-            estimator.config_ = dataclasses.replace(estimator.config_, flat_term=0.0,
-                                                    flat_term_reason="dropped when training continued")
+        estimator.config_ = dataclasses.replace(estimator.config_, **config_fields)
 
 
 def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names: list[str]) -> None:

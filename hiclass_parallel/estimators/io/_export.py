@@ -167,15 +167,16 @@ class TreeDecoder(nn.Module):
 
 
 class PrototypeReranker(nn.Module):
-    """The re-ranking of the answer by the class prototypes and the flat term, in pure torch ops (exportable).
+    """The re-ranking of the answer by the class prototypes and the flat term, in torch ops (exportable).
 
     Of the ``k`` most probable candidates, the one with the highest
     ``log p + weight * similarity + flat_weight * margin``, the margin the flat term's SVM's
-    (``x . coef[c] + intercept[c]``, -1 for a candidate that was no training target), and where the similarity is the prototypes kind's own: the cosine with each
-    class's unit prototype (``"cosine"``: ``features`` and ``values`` per class) or the
-    Gaussian log-likelihood up to the row's constant (``"gaussian"``: ``m / var`` and
-    ``m . m / (2 var)`` per class, ``m`` the class mean less the mean of all training rows,
-    ``centre``, which the rows lose first, as ``GaussianPrototypes.similarity`` computes it).
+    (``x . coef[c] + intercept[c]``, -1 for a candidate that was no training target), and where
+    the similarity is the prototypes kind's own: the cosine with each class's unit prototype
+    (``"cosine"``: ``features`` and ``values`` per class) or the Gaussian log-likelihood up to
+    the row's constant (``"gaussian"``: ``m / var`` and ``m . m / (2 var)`` per class, ``m``
+    the class mean less the mean of all training rows, ``centre``, which the rows lose first,
+    as ``GaussianPrototypes.similarity`` computes it).
 
     Parameters
     ----------
@@ -390,8 +391,9 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     reranker = None
     if reranking.reranking is not None:
         n_candidates = int(decoder.candidate.sum())
-        reranker = PrototypeReranker(clf.prototypes_, reranking.weight, min(clf.prototype_candidates, n_candidates),
-                                     flat=reranking.flat, flat_weight=reranking.flat_weight)
+        reranker = PrototypeReranker(reranking.prototypes, reranking.weight,
+                                     min(reranking.prototype_candidates, n_candidates), flat=reranking.flat,
+                                     flat_weight=reranking.flat_weight)
     return ServingModule(module, decoder, _calibration(clf, confidence), reranker).eval()
 
 

@@ -222,14 +222,9 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: 
     just trained, to fit the answer calibrator on held-out rows (``rows``: the identity for rows
     the fit already checked), without marking the estimator fitted before it is.
     """
-    weight = None
-    if prototypes is not None and estimator.prototypes is not None:
-        weight = prototypes.weight if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
-        weight = weight if weight > 0 else None
-    flat_weight = None
-    requested = getattr(estimator, "flat_term", None)
-    if flat is not None and requested is not None:
-        flat_weight = float(config.flat_term if isinstance(requested, str) else requested) or None
+    weight = None if prototypes is None else _weight_at_prediction(estimator.prototypes, prototypes.weight)
+    flat_weight = None if flat is None else _weight_at_prediction(getattr(estimator, "flat_term", None),
+                                                                  config.flat_term)
     accepts_sparse = config.capabilities.accepts_sparse
     return Decoder(
         net=net, tree=targets.tree, partition=config.partition, stop=config.stop, path_local=config.path_local,
@@ -240,6 +235,15 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: 
         scale=prototypes.scale if weight is not None and isinstance(estimator.prototypes, str) else 1.0,
         rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse), flat=flat, flat_weight=flat_weight,
     )
+
+
+def _weight_at_prediction(requested: str | float | None, fitted: float) -> float | None:
+    """A re-ranking term's weight at prediction (``None``: off): the parameter's number, the
+    fitted weight for ``"auto"``, off for ``None`` or a weight of 0."""
+    if requested is None:
+        return None
+    weight = float(fitted) if isinstance(requested, str) else float(requested)
+    return weight if weight > 0 else None
 
 
 def chosen_log_prob(paths: np.ndarray, log_prob: np.ndarray, chosen: np.ndarray) -> np.ndarray:
