@@ -246,3 +246,18 @@ def test_continuing_drops_the_term_with_a_warning_and_saves(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once: nothing to drop the next time
         clf.partial_fit(X, y)
+
+
+def test_an_interrupt_while_the_svm_fits_leaves_the_previous_model(monkeypatch):
+    X, y, tree = _text_like(seed=4)
+    clf = _fit(X, y, tree)
+    before = (clf.net_, clf.flat_term_, clf.config_, clf.predict_node(X))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FlatMargins, "fit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        clf.fit(X[::-1], y[::-1])
+    assert (clf.net_, clf.flat_term_, clf.config_) == before[:3]
+    np.testing.assert_array_equal(clf.predict_node(X), before[3])
