@@ -12,8 +12,14 @@ Fits ``HierarchicalClassifier`` on dense ``X`` two ways, interleaved on the same
 - ``sparsemlp-relu``: ``module=SparseMLP, module__activation=nn.ReLU`` (a ReLU hidden layer,
   as ``MLP``'s, still on the fused step);
 
+- ``noflat``: the defaults with ``flat_term=None`` (no flat term in the re-ranking);
+
 and, on the embedding subsets, ``tfidf``: the defaults on the TF-IDF of the same texts (the
-time the dense fit is held to). Data sets:
+time the dense fit is held to). The flat models a user would pick instead, on the same rows,
+each predicting one training target: ``linear-svc`` (``LinearSVC()``), ``logreg``
+(``LogisticRegression(max_iter=1000)``; ``logreg-c<C>``: with ``C=<C>``, as normalised
+embeddings want a weaker penalty than the default), ``1nn`` (the nearest training row by
+cosine). Data sets:
 
 - ``emb:<root>``: all-MiniLM-L6-v2 embeddings (384 columns, normalised) of the WordNet glosses
   with lemma names under ``root``, split 80/20 with seed 0 as ``examples/embeddings_and_tfidf.py``
@@ -122,7 +128,11 @@ def fit_one(data: dict[str, Any], method: str, seed: int = 0, extra: dict[str, A
 
     params = {**data["params"], **(extra or {}), "random_state": seed}
     X_train, X_test = data["X_train"], data["X_test"]
-    if method == "mlp-torch":
+    if method in FLAT_PEERS or method.startswith("logreg-c"):
+        return _fit_flat_peer(data, method, seed)
+    if method == "noflat":
+        params["flat_term"] = None
+    elif method == "mlp-torch":
         params["module"] = MLP
     elif method == "sparsemlp":
         params["module"] = SparseMLP
@@ -149,7 +159,42 @@ def fit_one(data: dict[str, Any], method: str, seed: int = 0, extra: dict[str, A
         "exact": round(float(exact_path_accuracy_score(data["y_test"], pred, data["tree"])), 4),
         "module": config.module_class.__name__, "step_engine": config.step_engine,
         "step_engine_reason": config.step_engine_reason, "max_epochs": config.max_epochs, "lr": config.lr,
-        "step_fallbacks": int(clf.net_.step_fallbacks_), "load_before": load_before, "load_after": _load(),
+        "step_fallbacks": int(clf.net_.step_fallbacks_), "flat_term": config.flat_term,
+        "flat_term_reason": config.flat_term_reason, "load_before": load_before, "load_after": _load(),
+    }
+
+
+FLAT_PEERS = ("linear-svc", "logreg", "1nn")
+
+
+def _fit_flat_peer(data: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
+    """Fit and score one flat model of :data:`FLAT_PEERS` or ``logreg-c<C>`` (labels: the
+    training targets)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.svm import LinearSVC
+
+    from hiclass_parallel.metrics import exact_path_accuracy_score, hierarchical_f1_score
+
+    if method.startswith("logreg"):
+        C = float(method[len("logreg-c"):]) if method.startswith("logreg-c") else 1.0
+        model: Any = LogisticRegression(C=C, max_iter=1000, random_state=seed)
+    else:
+        model = {"linear-svc": lambda: LinearSVC(random_state=seed),
+                 "1nn": lambda: KNeighborsClassifier(n_neighbors=1, metric="cosine", algorithm="brute")}[method]()
+    load_before = _load()
+    start = time.perf_counter()
+    model.fit(data["X_train"], data["y_train"])
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    pred = model.predict(data["X_test"])
+    predict_s = time.perf_counter() - start
+    return {
+        "method": method, "fit_s": round(fit_s, 3), "predict_s": round(predict_s, 3),
+        "hf1": round(float(hierarchical_f1_score(data["y_test"], pred, tree=data["tree"])), 4),
+        "exact": round(float(exact_path_accuracy_score(data["y_test"], pred, data["tree"])), 4),
+        "module": type(model).__name__, "step_engine": "-", "step_engine_reason": "", "max_epochs": None, "lr": None,
+        "step_fallbacks": 0, "load_before": load_before, "load_after": _load(),
     }
 
 
@@ -159,8 +204,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="comma separated: emb:<WordNet root>, syn-3000, syn-10k, wn-artifact-svd256, "
                         "tab-<rows per class>")
     p.add_argument("--methods", default="mlp-torch,defaults,tfidf",
-                   help="comma separated, from mlp-torch, defaults, sparsemlp, sparsemlp-relu, tfidf (tfidf: embedding "
-                        "subsets only)")
+                   help="comma separated, from mlp-torch, defaults, noflat, sparsemlp, sparsemlp-relu, tfidf (tfidf: "
+                        "embedding subsets only), linear-svc, logreg, logreg-c<C>, 1nn")
     p.add_argument("--repeats", type=int, default=1, help="rounds over the methods, interleaved")
     p.add_argument("--package-defaults", action="store_true",
                    help="peers data: the package's lr, epochs and width, not the peers benchmark's TORCH_PARAMS")

@@ -4,7 +4,7 @@ Fits the defaults (``semantics="terminal"``) on the all-MiniLM-L6-v2 embeddings 
 subtree's glosses (``bench_dense_route.embedding_split``, cached in ``/tmp/hc_embeddings``) with
 one change per variant: ``dense`` (none), ``csr`` (the rows as a sparse matrix: cosine
 prototypes instead of Gaussian ones), ``noproto`` (``prototypes=None``), ``h<N>``
-(``module__hidden_units=N``).
+(``module__hidden_units=N``), ``noflat`` (``flat_term=None``), ``flat<W>`` (``flat_term=W``).
 
 Usage::
 
@@ -43,6 +43,10 @@ def run(roots: list[str], variants: list[str], cache: Path = Path("/tmp/hc_embed
                 X_train, X_test = sp.csr_matrix(X_train), sp.csr_matrix(X_test)
             elif variant == "noproto":
                 params["prototypes"] = None
+            elif variant == "noflat":
+                params["flat_term"] = None
+            elif variant.startswith("flat"):
+                params["flat_term"] = float(variant[4:])
             elif variant.startswith("h"):
                 params["module__hidden_units"] = int(variant[1:])
             clf = HierarchicalClassifier(data["tree"], **params)
@@ -54,7 +58,8 @@ def run(roots: list[str], variants: list[str], cache: Path = Path("/tmp/hc_embed
             exact = exact_path_accuracy_score(data["y_test"], pred, data["tree"])
             prototypes = getattr(clf, "prototypes_", None)
             print(f"{root} {variant}: hF1 {hf1:.3f} exact {exact:.3f} fit {fit_s:.1f}s "
-                  f"prototypes {type(prototypes).__name__} weight {getattr(prototypes, 'weight', None)}", flush=True)
+                  f"prototypes {type(prototypes).__name__} weight {getattr(prototypes, 'weight', None)} "
+                  f"flat {clf.config_.flat_term:g}", flush=True)
 
 
 if __name__ == "__main__":

@@ -232,19 +232,24 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     prototype_candidates : int, default=20
         How many of the model's most probable answers the prototypes (and the flat term) re-rank.
     flat_term : "auto", float or None, default="auto"
-        Re-rank the answer with a flat linear model too: a linear SVM per training target
-        (scikit-learn's ``LinearSVC``, one class against the rest) fitted beside the network,
+        Re-rank the answer with a flat linear model too: one linear model per training target
+        (one class against the rest: scikit-learn's ``LinearSVC`` on sparse rows, the
+        least-squares SVM of the same regularisation, solved in closed form, on dense rows),
         whose margin for each candidate adds ``weight * margin`` to the re-ranked score (a
-        candidate that was no training target gets margin -1). On small taxonomies a flat SVM
-        is as accurate as the network and errs on other rows, so the two together beat either
-        (``docs/prototypes.md``). ``"auto"``: weight 16 where the SVM is cheap (training targets
-        times the rows' non-zeros at most 20 million, at most 2**24 weights) and the fit holds
-        no rows out for ``calibration``, else none; a float: that weight, wherever the term can
-        be fitted (an error where it cannot; ``calibration="auto"`` then holds no rows out);
-        ``None``: none. ``config_.flat_term`` is the weight used (0: none) and
-        ``config_.flat_term_reason`` says why. Never with ``partial_fit``, streamed data,
-        data-parallel training, or ``semantics="partial"`` with internal targets; continuing
-        training drops it (with a warning). ``None`` or another weight may be set after fit.
+        candidate that was no training target gets margin -1). Where a flat linear model is as
+        accurate as the network and errs on other rows (small taxonomies, sentence
+        embeddings), the two together beat either (``docs/prototypes.md``). ``"auto"``: weight
+        16 on sparse rows where the SVM is cheap (training targets times the rows' non-zeros at
+        most 20 million) and on dense rows of unit length (normalised embeddings) where the
+        closed form is (features squared times rows plus targets at most 2**35), at most 2**24
+        weights either way, else none; a float: that weight, wherever the term can be fitted
+        (an error where it cannot); ``None``: none. A fit that holds rows out for
+        ``calibration`` re-ranks them with a term of the other rows, so the calibrator and the
+        prototypes' weight see the answers ``predict`` gives. ``config_.flat_term`` is the
+        weight used (0: none) and ``config_.flat_term_reason`` says why. Never with
+        ``partial_fit``, streamed data, data-parallel training, or ``semantics="partial"`` with
+        internal targets; continuing training drops it (with a warning). ``None`` or another
+        weight may be set after fit.
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"

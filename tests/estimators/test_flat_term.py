@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from sklearn.linear_model import Ridge
 from sklearn.svm import LinearSVC
 
 from hiclass_parallel import Tree
@@ -44,25 +45,60 @@ def _fit(X, y, tree, **params):
 
 # ---------------------------------------------------------------------------- the margins
 @pytest.mark.parametrize("n_targets", [2, 3, 7])
-@pytest.mark.parametrize("sparse", [True, False])
-def test_margins_equal_linear_svc_decision_values(n_targets, sparse):
+def test_sparse_margins_equal_linear_svc_decision_values(n_targets):
     rng = np.random.default_rng(n_targets)
-    X = rng.uniform(size=(60, 9)).astype(np.float32)
+    X = sp.csr_matrix(rng.uniform(size=(60, 9)).astype(np.float32))
     n_classes = 12
     targets = rng.choice(n_classes, n_targets, replace=False)
     ids = targets[np.arange(60) % n_targets]
-    X = sp.csr_matrix(X) if sparse else X
     flat = FlatMargins.fit(X, ids, n_classes, random_state=0)
     reference = LinearSVC(random_state=0).fit(X, ids)
     decision = reference.decision_function(X)
     if n_targets == 2:
         decision = np.stack([-decision, decision], axis=1)
-    nodes = rng.integers(-1, n_classes, size=(60, 5))
+    _check_margins(flat, X, decision, reference.classes_, n_classes, rng)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n_targets", [2, 3, 7])
+def test_dense_margins_equal_ridge_on_plus_minus_one_targets(n_targets, weighted):
+    """On dense rows the term is the least-squares SVM: scikit-learn's Ridge of the +-1 targets
+    with LinearSVC's regularisation (alpha 0.5 for C=1), one class against the rest."""
+    rng = np.random.default_rng(n_targets)
+    X = rng.normal(size=(60, 9)).astype(np.float32)
+    n_classes = 12
+    targets = rng.choice(n_classes, n_targets, replace=False)
+    ids = targets[rng.integers(0, n_targets, size=60)]
+    weight = rng.uniform(0.2, 3.0, size=60) if weighted else None
+    flat = FlatMargins.fit(X, ids, n_classes, sample_weight=weight)
+    classes = np.unique(ids)
+    signs = np.where(ids[:, None] == classes[None, :], 1.0, -1.0)
+    reference = Ridge(alpha=0.5).fit(X.astype(np.float64), signs, sample_weight=weight)
+    _check_margins(flat, X, reference.predict(X.astype(np.float64)), classes, n_classes, rng)
+
+
+def _check_margins(flat, X, decision, classes, n_classes, rng):
+    """``flat.margins`` of random candidates (some no training target, some -1) against the
+    reference's decision values ``(rows, classes)``."""
+    nodes = rng.integers(-1, n_classes, size=(X.shape[0], 5))
     got = flat.margins(X, nodes)
-    column = {c: j for j, c in enumerate(reference.classes_)}
+    column = {c: j for j, c in enumerate(classes)}
     want = np.array([[decision[i, column[c]] if c in column else NO_TARGET_MARGIN for c in row]
                      for i, row in enumerate(nodes)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse_coo", "sparse_csr"])
+def test_torch_rows_fit_the_term_their_numpy_or_scipy_rows_fit(layout):
+    rng = np.random.default_rng(1)
+    X = np.where(rng.uniform(size=(40, 6)) < 0.5, rng.uniform(size=(40, 6)), 0.0).astype(np.float32)
+    ids = np.arange(40) % 4 + 1
+    tensor = torch.from_numpy(X)
+    tensor = {"dense": tensor, "sparse_coo": tensor.to_sparse(), "sparse_csr": tensor.to_sparse_csr()}[layout]
+    host = X if layout == "dense" else sp.csr_matrix(X)
+    got, want = FlatMargins.fit(tensor, ids, 6, random_state=0), FlatMargins.fit(host, ids, 6, random_state=0)
+    np.testing.assert_array_equal(got.coef, want.coef)
+    np.testing.assert_array_equal(got.intercept, want.intercept)
 
 
 def test_unlabelled_rows_are_skipped_and_one_target_is_refused():
@@ -104,17 +140,49 @@ def test_over_the_work_limit_auto_keeps_none(monkeypatch):
     assert _fit(X, y, tree, flat_term=4.0).config_.flat_term == 4.0
 
 
-def test_none_keeps_none_and_a_calibrating_fit_keeps_none_by_default():
+def test_a_calibrating_fit_decodes_its_held_out_rows_with_a_term_of_the_other_rows(monkeypatch):
+    """The calibrator and the prototypes' weight are fitted on the answers predict gives: the
+    held-out rows are re-ranked with a flat term fitted on the rows the net trained on, and the
+    term kept is then fitted on every row."""
     X, y, tree = _text_like(n_samples=2400)
     assert _fit(X, y, tree, flat_term=None).flat_term_ is None
+    fitted_rows = []
+    real_fit = FlatMargins.fit.__func__
+
+    def recording_fit(cls, X, ids, *args, **kwargs):
+        fitted_rows.append(X.shape[0])
+        return real_fit(cls, X, ids, *args, **kwargs)
+
+    monkeypatch.setattr(FlatMargins, "fit", classmethod(recording_fit))
     clf = _fit(X, y, tree)  # 5% of 2,400 rows are held out for calibration
-    assert clf.calibrator_ is not None and clf.flat_term_ is None
-    assert "calibration" in clf.config_.flat_term_reason
-    # a weight set by hand keeps the term, and calibration="auto" then holds nothing out
-    chosen = _fit(X, y, tree, flat_term=8.0)
-    assert chosen.flat_term_ is not None and chosen.calibrator_ is None
-    with pytest.raises(ValueError, match="flat_term=8.0 re-ranks"):
-        _fit(X, y, tree, flat_term=8.0, calibration="beta")
+    assert clf.calibrator_ is not None and clf.flat_term_ is not None
+    assert fitted_rows == [2400 - 120, 2400]
+    # a weight set by hand calibrates the same way
+    assert _fit(X, y, tree, flat_term=8.0, calibration="beta").calibrator_ is not None
+
+
+def test_dense_rows_keep_the_term_where_they_are_normalised_embeddings():
+    X, y, tree = _text_like()
+    dense = X.toarray()
+    unit = dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-6)
+    unit[np.linalg.norm(unit, axis=1) < 0.5, 0] = 1.0  # an empty row becomes a unit one
+    clf = _fit(unit, y, tree)
+    assert clf.config_.flat_term == DEFAULT_WEIGHT and "least-squares" in clf.config_.flat_term_reason
+    assert isinstance(clf.flat_term_, FlatMargins)
+    assert _fit(torch.from_numpy(unit), y, tree).config_.flat_term == DEFAULT_WEIGHT
+    other = _fit(dense, y, tree)  # numeric features: classes need not be linear in X
+    assert other.flat_term_ is None and "not all of length 1" in other.config_.flat_term_reason
+    assert _fit(dense, y, tree, flat_term=4.0).config_.flat_term == 4.0
+    coo = _fit(torch.from_numpy(X.toarray()).to_sparse(), y, tree)  # sparse as a scipy matrix is
+    assert coo.config_.flat_term == DEFAULT_WEIGHT and "linear SVM" in coo.config_.flat_term_reason
+
+
+def test_over_the_dense_work_limit_auto_keeps_none(monkeypatch):
+    X, y, tree = _text_like()
+    unit = np.eye(X.shape[1], dtype=np.float32)[np.arange(X.shape[0]) % X.shape[1]]
+    monkeypatch.setattr(_config, "FLAT_MAX_DENSE_WORK", 10)
+    clf = _fit(unit, y, tree)
+    assert clf.flat_term_ is None and "over 10" in clf.config_.flat_term_reason
 
 
 def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():

@@ -198,9 +198,8 @@ def plan_calibration(estimator: Any, n_rows: int | None, max_epochs: int, epochs
 
     ``calibration="auto"`` calibrates a ``fit`` (not ``partial_fit``) of arrays with no
     validation split of skorch's (``train_split``, ``early_stopping``: it would draw its own
-    rows from the ones left), no flat term of a set weight (``flat_term``: the held-out answers
-    would be decoded without it) and at least :data:`MIN_AUTO_ROWS` held-out rows; ``"beta"`` in
-    any other case is a named error, ``None`` never calibrates.
+    rows from the ones left) and at least :data:`MIN_AUTO_ROWS` held-out rows; ``"beta"`` in any
+    other case is a named error, ``None`` never calibrates.
     """
     mode = estimator.calibration
     if mode is None or not type(estimator)._calibrates:
@@ -217,10 +216,6 @@ def plan_calibration(estimator: Any, n_rows: int | None, max_epochs: int, epochs
         reasons.append("a torch Dataset is streamed, not split (pass arrays to calibrate)")
     if estimator.train_split is not None or estimator.early_stopping:
         reasons.append("a validation split (train_split or early_stopping) is set")
-    flat_term = getattr(estimator, "flat_term", None)
-    if flat_term is not None and not isinstance(flat_term, str) and type(estimator)._reranks:
-        reasons.append(f"flat_term={flat_term!r} re-ranks the answers with a flat SVM of every row, which answers "
-                       "decoded on held-out rows would not have")
     minimum = MIN_AUTO_ROWS if mode == "auto" else MIN_ROWS
     if not reasons and n_held < minimum:
         reasons.append(f"calibration_size={size!r} holds out {n_held} of {n_rows} rows, fewer than {minimum}")

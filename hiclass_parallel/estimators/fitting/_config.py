@@ -21,14 +21,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
-__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK",
-           "BATCH_SIZE", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes", "inference_batch_size",
+__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MAX_DENSE_WORK",
+           "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "BATCH_SIZE", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes", "inference_batch_size",
            "resolve_batch_size", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
-           "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads"]
+           "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads", "unit_length_rows"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
@@ -62,6 +63,11 @@ FLAT_MAX_WORK = 20_000_000
 
 #: ... and where it keeps at most this many weights (targets times features; float32 when saved).
 FLAT_MAX_WEIGHTS = 2**24
+
+#: On dense rows the flat term is a least-squares SVM solved in closed form, whose work is
+#: features squared times (rows + targets): ``"auto"`` keeps it up to this, a few seconds of
+#: BLAS at most.
+FLAT_MAX_DENSE_WORK = 2**35
 
 #: ``level_contrast`` of path-local training (the in-batch level softmax term of
 #: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`). 0.1: a larger weight favours
@@ -390,7 +396,29 @@ def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: 
                    f"{widest:,}) {'train' if wide != 1 else 'trains'} on {limit:,} sampled candidates per batch")
 
 
-def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, calibrates: bool, partial: bool,
+#: How far from 1 the squared length of every row of a dense X may be for the rows to count as
+#: normalised (float32 rounding of a normalised vector is far below it).
+UNIT_ROWS_TOLERANCE = 2e-3
+
+
+def unit_length_rows(X: Any) -> bool:
+    """Whether every row of a dense ``X`` (NumPy or torch) has length 1: embeddings normalised
+    for cosine similarity, as sentence encoders give them. ``False`` for an empty ``X``."""
+    import torch
+
+    if isinstance(X, torch.Tensor):
+        if X.ndim != 2 or not X.shape[0]:
+            return False
+        squares = torch.linalg.vector_norm(X.detach().float(), dim=1) ** 2
+        return bool(((squares - 1).abs() <= UNIT_ROWS_TOLERANCE).all())
+    X = np.asarray(X)
+    if X.ndim != 2 or not X.shape[0] or not np.issubdtype(X.dtype, np.floating):
+        return False
+    squares = np.einsum("ij,ij->i", X, X)
+    return bool((np.abs(squares - 1) <= UNIT_ROWS_TOLERANCE).all())
+
+
+def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
                       data_parallel: bool) -> tuple[float, str]:
     """``(weight, why)`` of the flat linear term of the re-ranking; weight 0: none.
 
@@ -399,8 +427,8 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
     weight :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT` where
     it can be fitted and is worth it (:func:`_flat_term_auto_off`). ``ids`` are the training
     rows' node ids (``None``: a stream's, unread), ``X`` the rows (``None``: streamed),
-    ``calibrates`` whether the fit holds rows out for calibration, ``partial`` whether this is
-    ``partial_fit`` (one call's rows), ``data_parallel`` whether each rank holds a shard.
+    ``partial`` whether this is ``partial_fit`` (one call's rows), ``data_parallel`` whether
+    each rank holds a shard.
     """
     from ..prototypes._flat_margins import DEFAULT_WEIGHT
 
@@ -415,13 +443,15 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
         return 0.0, refusal
     if not isinstance(requested, str):
         return float(requested), f"flat_term={float(requested)!r}"
-    nonzeros = int(X.nnz) if hasattr(X, "nnz") else int(np.prod(X.shape))
-    work = targets.size * nonzeros  # liblinear's cost per pass, one target against the rest
-    off = _flat_term_auto_off(estimator, X, calibrates, work, targets.size * int(X.shape[1]))
+    off = _flat_term_auto_off(estimator, X, targets.size)
     if off is not None:
         return 0.0, off
-    return DEFAULT_WEIGHT, (f"a small fit (targets x non-zeros = {work:,}, at most {FLAT_MAX_WORK:,}): a flat linear "
-                            f"SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
+    if sp.issparse(X):
+        return DEFAULT_WEIGHT, (f"a small fit (targets x non-zeros = {targets.size * int(X.nnz):,}, at most "
+                                f"{FLAT_MAX_WORK:,}): a flat linear SVM's margins re-rank the answers with weight "
+                                f"{DEFAULT_WEIGHT:g}")
+    return DEFAULT_WEIGHT, (f"dense rows of unit length ({X.shape[1]} features, {targets.size} targets): a flat "
+                            f"least-squares SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
 
 
 def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, partial: bool,
@@ -443,22 +473,28 @@ def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, p
     return None
 
 
-def _flat_term_auto_off(estimator: Any, X: Any, calibrates: bool, work: int, weights: int) -> str | None:
+def _flat_term_auto_off(estimator: Any, X: Any, n_targets: int) -> str | None:
     """Why ``flat_term="auto"`` leaves a term that could be fitted off (``None``: it keeps it);
-    ``work`` and ``weights``: the SVM's targets times the rows' non-zeros, and times features."""
+    ``n_targets``: the distinct training targets."""
     if estimator._skorch_kwargs("module__").get("class_features") is not None:
         return ("module__class_features names classes no training row has, which the flat SVM, knowing only the "
                 "training targets, would vote against")
-    if not hasattr(X, "nnz"):
-        return ("dense X: the term was measured to help on sparse text (TF-IDF), not on dense features (set a weight "
-                "to use it)")
-    if calibrates:
-        return ("the fit holds rows out for calibration (the calibrator and the prototypes' weight are fitted on "
-                "answers without the term)")
-    if work > FLAT_MAX_WORK:
-        return f"targets x non-zeros = {work:,} is over {FLAT_MAX_WORK:,}: the flat SVM would cost more than the fit"
+    if not sp.issparse(X) and not unit_length_rows(X):
+        return ("dense X with rows not all of length 1: the term was measured to help on sparse text and normalised "
+                "embeddings, and to hurt where classes are not linear in X (set a weight to use it)")
+    weights = n_targets * int(X.shape[1])
     if weights > FLAT_MAX_WEIGHTS:
         return f"targets x features = {weights:,} is over {FLAT_MAX_WEIGHTS:,} weights"
+    if sp.issparse(X):
+        work = n_targets * int(X.nnz)  # liblinear's cost per pass, one target against the rest
+        if work > FLAT_MAX_WORK:
+            return f"targets x non-zeros = {work:,} is over {FLAT_MAX_WORK:,}: the flat SVM would cost more than the fit"
+        return None
+    features = int(X.shape[1])
+    work = features * features * (int(X.shape[0]) + n_targets)  # the Gram matrix, one solve per target
+    if work > FLAT_MAX_DENSE_WORK:
+        return (f"features^2 x (rows + targets) = {work:,} is over {FLAT_MAX_DENSE_WORK:,}: the flat least-squares "
+                "SVM would cost more than the fit")
     return None
 
 

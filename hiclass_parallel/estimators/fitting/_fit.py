@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ from ..calibration._calibration import plan_calibration
 from ..prototypes._fit_prototypes import data_parallel_group, added_prototypes, fitted_prototypes, held_out_prototypes
 from ..prototypes._flat_margins import FlatMargins
 from ._build import build_net, net_params
-from ._config import config_changes, resolve_config, resolve_flat_term, resolve_threads
+from ._config import config_changes, resolve_config, resolve_flat_term, resolve_threads, unit_length_rows
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._validation import check_params, validate_X, warn_ignored_changes
@@ -131,26 +132,6 @@ def _draw_seed(estimator: Any) -> int | None:
     return int(check_random_state(estimator.random_state).randint(np.iinfo(np.int32).max))
 
 
-#: How far from 1 the squared length of every row of a dense X may be for the rows to count as
-#: normalised (float32 rounding of a normalised vector is far below it).
-UNIT_ROWS_TOLERANCE = 2e-3
-
-
-def unit_length_rows(X: Any) -> bool:
-    """Whether every row of a dense ``X`` (NumPy or torch) has length 1: embeddings normalised
-    for cosine similarity, as sentence encoders give them. ``False`` for an empty ``X``."""
-    if isinstance(X, torch.Tensor):
-        if X.ndim != 2 or not X.shape[0]:
-            return False
-        squares = torch.linalg.vector_norm(X.detach().float(), dim=1) ** 2
-        return bool(((squares - 1).abs() <= UNIT_ROWS_TOLERANCE).all())
-    X = np.asarray(X)
-    if X.ndim != 2 or not X.shape[0] or not np.issubdtype(X.dtype, np.floating):
-        return False
-    squares = np.einsum("ij,ij->i", X, X)
-    return bool((np.abs(squares - 1) <= UNIT_ROWS_TOLERANCE).all())
-
-
 def _default_module(estimator: Any, X: Any, label_sets: bool = False) -> tuple[type, str | None]:
     """The network class (the user's, else the default for ``X``), and why a default was
     chosen for a dense ``X`` (``None`` otherwise), which the configuration's
@@ -204,10 +185,11 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                             sparse_module=config.capabilities.accepts_sparse)
     # a stream's labels come with its batches; label sets are no node ids
     ids = np.asarray(dataset.y) if isinstance(data, ArrayInput) and type(estimator)._reranks else None
-    flat_weight, flat_why = resolve_flat_term(estimator, targets.tree, ids, _rows_of(data),
-                                              calibrates=plan is not None, partial=epochs is not None,
+    flat_weight, flat_why = resolve_flat_term(estimator, targets.tree, ids, _rows_of(data), partial=epochs is not None,
                                               data_parallel=data_parallel_group(estimator) is not None)
     config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
+    flat_of = None if not flat_weight else functools.partial(_flat_margins, data.X, ids, targets.tree.n_classes,
+                                                             _row_weights(data), seed)
     calibrator, held_out = None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed):
@@ -220,14 +202,13 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
                 calibrator, held_out = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan,
-                                                       _row_weights(data))
+                                                       _row_weights(data), flat_of=flat_of)
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     prototypes = fitted_prototypes(estimator, targets, _rows_of(data), dataset, _row_weights(data),
                                    held_out)
-    flat = None if not flat_weight else FlatMargins.fit(data.X, ids, targets.tree.n_classes, _row_weights(data),
-                                                        random_state=seed)
+    flat = None if flat_of is None else flat_of()
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes, flat_term_=flat)
     attach_net(estimator, net)
@@ -258,11 +239,15 @@ def _rows_of(data: Any) -> Any:
 
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
-                    plan: Any, sample_weight: np.ndarray | None = None) -> tuple[Any, tuple[float, float] | None]:
+                    plan: Any, sample_weight: np.ndarray | None = None,
+                    flat_of: Callable[..., FlatMargins] | None = None) -> tuple[Any, tuple[float, float] | None]:
     """The answer calibrator of the held-out rows (``ids``: every row's node id; each row
     counted with its ``sample_weight``), decoded by the net as trained so far, and the class
     prototypes' weight and scale (chosen on the same rows first for ``prototypes="auto"``;
-    ``None`` without prototypes).
+    ``None`` without prototypes). With the flat term (``flat_of(rows)`` fits it), the answers
+    are re-ranked with one fitted on the rows the net trained on so far, as the prototypes are:
+    the weight, the scale and the calibrator are then fitted on the answers ``predict`` will
+    give.
 
     The rows are decoded by a :class:`~..prediction._decode.Decoder` of ``net`` (the
     dispatcher :func:`~..prediction._decode.decode` that ``predict`` runs), so the answers are
@@ -275,13 +260,19 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     true = ids[plan.held_rows]
     held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
     view = held_out_view(X, plan.fit_rows, plan.held_rows)
+    fit_margins = None if flat_of is None else flat_of(plan.fit_rows)
+
+    def decoder_with(prototypes: Any) -> Any:
+        return decoder_of(estimator, net, targets, config, prototypes, rows=_checked, flat=fit_margins)
+
     with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
         # The prototypes of the rows the model trained on so far (their weight and scale chosen
-        # on the held-out rows), and those rows' candidates decoded with them.
+        # on the held-out rows, beside the flat term's margins), and those rows' candidates
+        # decoded with them.
         prototypes, candidates = held_out_prototypes(
-            estimator, targets, X, ids, plan,
-            lambda p: decoder_of(estimator, net, targets, config, p, rows=_checked).candidates(view), sample_weight)
-        decoder = decoder_of(estimator, net, targets, config, prototypes, rows=_checked)
+            estimator, targets, X, ids, plan, lambda p: decoder_with(p).candidates(view), sample_weight,
+            prior=lambda paths: decoder_with(None).flat_prior(view, paths))
+        decoder = decoder_with(prototypes)
         if decoder.weight is None:
             candidates = None  # no re-ranking: the model's own answers
         paths, log_prob, _ = decode(decoder, view, candidates=candidates)  # the answers predict will give
@@ -290,6 +281,16 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     held_out = None if prototypes is None else (prototypes.weight, prototypes.scale)
     return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct,
                               sample_weight=None if held_weight is None else held_weight[labelled]), held_out
+
+
+def _flat_margins(X: Any, ids: np.ndarray, n_classes: int, sample_weight: np.ndarray | None, seed: int | None,
+                  rows: np.ndarray | None = None) -> FlatMargins:
+    """The flat term of the training rows ``X`` (node ids ``ids``, weights ``sample_weight``),
+    or of the subset ``rows`` of them."""
+    if rows is not None:
+        X, ids = X[rows], ids[rows]
+        sample_weight = None if sample_weight is None else sample_weight[rows]
+    return FlatMargins.fit(X, ids, n_classes, sample_weight, random_state=seed)
 
 
 def _checked(X: Any) -> Any:

@@ -42,14 +42,18 @@ def wants_prototypes(estimator: Any, X: Any) -> bool:
 
 def held_out_prototypes(estimator: Any, targets: Any, X: Any, ids: np.ndarray, plan: Any,
                         candidates_of: Callable[[Prototypes], Candidates],
-                        sample_weight: np.ndarray | None = None) -> tuple[Prototypes | None, Candidates | None]:
+                        sample_weight: np.ndarray | None = None,
+                        prior: Callable[[np.ndarray], np.ndarray | float] | None = None,
+                        ) -> tuple[Prototypes | None, Candidates | None]:
     """The prototypes of the calibration ``plan``'s fit rows of ``X`` (``ids``: every row's node
     id; each row counted with its ``sample_weight``), and the held-out rows' candidates to
     re-rank (``decoding="best"``; ``None`` otherwise); ``(None, None)`` without prototypes.
 
     ``candidates_of(prototypes)`` decodes the held-out rows with those prototypes (the model's
     paths as trained so far, their log-probabilities and similarities), once: for the weight
-    and for the answers. With ``prototypes="auto"`` the weight and scale are fitted on them.
+    and for the answers. With ``prototypes="auto"`` the weight and scale are fitted on them,
+    beside ``prior(paths)``, the other terms of the re-ranked score (the flat term's; ``None``:
+    none).
     """
     if not wants_prototypes(estimator, X):
         return None, None
@@ -60,7 +64,9 @@ def held_out_prototypes(estimator: Any, targets: Any, X: Any, ids: np.ndarray, p
     candidates = candidates_of(prototypes) if fitting or reranking else None
     if fitting:
         held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
-        fitted = _choose_weight(estimator, candidates, ids[plan.held_rows], type(prototypes), held_weight)
+        paths, log_prob, similarity = candidates
+        scored = (paths, log_prob + (0.0 if prior is None else prior(paths)), similarity)
+        fitted = _choose_weight(estimator, scored, ids[plan.held_rows], type(prototypes), held_weight)
         prototypes.weight, prototypes.scale = _agreed(estimator, fitted)
     return prototypes, candidates if reranking else None
 

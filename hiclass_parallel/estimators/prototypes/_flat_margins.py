@@ -7,10 +7,14 @@ of each candidate answer to the prototypes' score:
 
     log p(answer) + weight_p * similarity(x, prototype) + weight_f * margin(x, answer)
 
-``margin`` is the decision value of scikit-learn's ``LinearSVC`` (squared hinge, one class
-against the rest, ``C=1``) fitted on the training rows and their target nodes; a candidate
-that was no training target gets :data:`NO_TARGET_MARGIN`, the margin the SVM is trained to put
-every negative class at, so it is neither favoured nor ruled out. The weight is in nats per
+``margin`` is the decision value of a linear model of one class against the rest, trained to
+put the class's rows at +1 and every other row at -1, on the training rows and their target
+nodes: on sparse rows scikit-learn's ``LinearSVC`` (squared hinge, ``C=1``); on dense rows the
+least-squares SVM of the same regularisation, ridge regression on the +-1 targets, solved in
+closed form (one ``(features, features)`` system for every class at once: liblinear's
+coordinate descent over dense rows costs minutes where this costs a fraction of the network's
+fit). A candidate that was no training target gets :data:`NO_TARGET_MARGIN`, the margin every
+negative class is trained to, so it is neither favoured nor ruled out. The weight is in nats per
 unit of margin (:data:`DEFAULT_WEIGHT`). Whether a fit keeps the term is decided with the rest
 of the configuration (:func:`~..fitting._config.resolve_flat_term`): its cost is one weight
 per target and feature, so only small fits keep it by default.
@@ -25,6 +29,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 
 __all__ = ["DEFAULT_WEIGHT", "NO_TARGET_MARGIN", "FlatMargins"]
@@ -76,27 +81,19 @@ class FlatMargins:
             random_state: Any = None) -> FlatMargins:
         """The SVM of the rows of ``X`` labelled with node ids ``ids`` (``-1``: unlabelled,
         skipped), each row counted ``sample_weight`` times; at least two distinct targets."""
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.svm import LinearSVC
-
-        ids = np.asarray(ids)
+        X, ids = _host_matrix(X), np.asarray(ids)
         rows = np.flatnonzero(ids >= 0)
         classes = np.unique(ids[rows])
         if classes.size < 2:
             raise ValueError(f"a flat linear term needs at least two training targets, got {classes.size}")
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[rows]
-        svm = LinearSVC(random_state=random_state)
-        with warnings.catch_warnings():
-            # liblinear stops at its iteration cap on dense or badly scaled rows; the margins are
-            # then a little less tight, which only weakens one term of the re-ranking.
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            svm.fit(X[rows], ids[rows], sample_weight=weight)
-        coef = np.asarray(svm.coef_, dtype=np.float32)
-        intercept = np.asarray(svm.intercept_, dtype=np.float32).reshape(-1)
-        if classes.size == 2:  # one binary SVM: the first class's margin is the second's negated
-            coef, intercept = np.concatenate([-coef, coef]), np.concatenate([-intercept, intercept])
-        return cls(classes=classes.astype(np.int64), coef=np.ascontiguousarray(coef), intercept=intercept,
-                   n_classes=int(n_classes))
+        if sp.issparse(X):
+            coef, intercept = _linear_svm(X[rows], ids[rows], classes, weight, random_state)
+        else:
+            coef, intercept = _least_squares_svm(np.asarray(X)[rows], ids[rows], classes, weight)
+        return cls(classes=classes.astype(np.int64), coef=np.ascontiguousarray(coef, dtype=np.float32),
+                   intercept=np.asarray(intercept, dtype=np.float32), n_classes=int(n_classes))
+
 
     def rows_of(self, nodes: np.ndarray) -> np.ndarray:
         """The row of ``coef`` of each node id (``-1``: no training target, or no node)."""
@@ -140,3 +137,72 @@ class FlatMargins:
         if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
             raise ValueError("coef and intercept must be finite")
         return cls(classes=classes, coef=np.ascontiguousarray(coef), intercept=intercept, n_classes=int(n_classes))
+
+
+def _host_matrix(X: Any) -> Any:
+    """Rows as the solvers take them: a torch tensor as a NumPy array (dense) or a scipy CSR
+    matrix (sparse), anything else as it is."""
+    import torch
+
+    if not isinstance(X, torch.Tensor):
+        return X
+    if X.layout == torch.strided:
+        return X.detach().cpu().numpy()
+    coo = X.detach().cpu()
+    coo = (coo if coo.layout == torch.sparse_coo else coo.to_sparse()).coalesce()
+    row, col = coo.indices().numpy()
+    return sp.csr_matrix((coo.values().numpy(), (row, col)), shape=tuple(coo.shape))
+
+
+#: The least-squares SVM's ridge penalty: ``LinearSVC``'s ``C=1`` (its objective
+#: ``||w||^2 / 2 + C * loss`` is the ridge objective ``loss + penalty * ||w||^2`` divided by
+#: ``2 * penalty``).
+LEAST_SQUARES_PENALTY = 0.5
+
+
+def _linear_svm(X: Any, ids: np.ndarray, classes: np.ndarray, weight: np.ndarray | None,
+                random_state: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``LinearSVC``'s ``(coef, intercept)`` of rows ``X`` labelled ``ids``, a row per class."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    svm = LinearSVC(random_state=random_state)
+    with warnings.catch_warnings():
+        # liblinear stops at its iteration cap on badly scaled rows; the margins are then a
+        # little less tight, which only weakens one term of the re-ranking.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        svm.fit(X, ids, sample_weight=weight)
+    coef, intercept = np.asarray(svm.coef_), np.asarray(svm.intercept_).reshape(-1)
+    if classes.size == 2:  # one binary SVM: the first class's margin is the second's negated
+        coef, intercept = np.concatenate([-coef, coef]), np.concatenate([-intercept, intercept])
+    return coef, intercept
+
+
+def _least_squares_svm(X: np.ndarray, ids: np.ndarray, classes: np.ndarray,
+                       weight: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares SVM's ``(coef, intercept)`` of dense rows ``X`` labelled ``ids``, a row
+    per class: ridge regression of ``+1`` (the row's class) and ``-1`` (every other class),
+    each row counted ``weight`` times, with an unpenalised intercept.
+
+    Centred on the rows' weighted mean, the targets ``2 * onehot - 1`` lose their constant, so
+    the right-hand sides are ``2 * Xc^T W onehot``, a sum of each class's rows: the cost is one
+    pass over ``X``, the ``(features, features)`` Gram matrix and one solve with a right-hand
+    side per class, never the ``(rows, classes)`` target matrix.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)
+    total = w.sum()
+    if not total > 0:
+        raise ValueError("a flat linear term needs training rows of positive weight")
+    mean = w @ X / total
+    Xc = X - mean
+    column = np.searchsorted(classes, ids)
+    members = sp.csr_matrix((w, (column, np.arange(n))), shape=(classes.size, n))
+    class_sums = members @ Xc  # each class's weighted centred rows, summed
+    gram = (Xc * w[:, None]).T @ Xc
+    gram[np.diag_indices(d)] += LEAST_SQUARES_PENALTY
+    coef = scipy.linalg.solve(gram, 2.0 * class_sums.T, assume_a="pos")  # (features, classes)
+    share = np.bincount(column, weights=w, minlength=classes.size) / total
+    intercept = (2.0 * share - 1.0) - mean @ coef
+    return coef.T, intercept
