@@ -88,6 +88,7 @@ def _check_margins(flat, X, decision, classes, n_classes, rng):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 @pytest.mark.parametrize("layout", ["dense", "sparse_coo", "sparse_csr"])
 def test_torch_rows_fit_the_term_their_numpy_or_scipy_rows_fit(layout):
     rng = np.random.default_rng(1)

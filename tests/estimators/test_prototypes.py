@@ -196,15 +196,16 @@ def test_predict_is_the_first_of_predict_top_k_and_confidence_maps_its_probabili
 
 def test_prototypes_none_or_zero_gives_the_models_own_answer(text, fitted):
     X, y, tree = text
-    own = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, prototypes=None).fit(X, y)
+    own = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, prototypes=None,
+                                 flat_term=None).fit(X, y)
     assert own.prototypes_ is None
-    clf = fitted.set_params(prototypes=0.0)
+    clf = fitted.set_params(prototypes=0.0, flat_term=None)  # the flat term re-ranks too: off
     try:
         np.testing.assert_array_equal(clf.predict(X[:400]), own.predict(X[:400]))
         _, lp = clf.predict_top_k(X[:400], 4, return_log_prob=True)
         assert (np.diff(lp, axis=1) <= 0).all()  # the model's order, most probable first
     finally:
-        fitted.set_params(prototypes="auto")
+        fitted.set_params(prototypes="auto", flat_term="auto")
 
 
 def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_rows(text):
@@ -287,8 +288,9 @@ def test_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(text):
 
 def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text, fitted):
     """decoding="hf1" with prototypes: the expected-hF1 path among the model's most probable
-    candidates, weighed by softmax(scale * (log p + weight * cos)); candidates, their log p and
-    the cosines computed here from predict_answer_proba and dense prototypes."""
+    candidates, weighed by softmax(scale * (log p + weight * cos + flat weight * margin));
+    candidates, their log p, the cosines and the flat term's margins computed here from
+    predict_answer_proba, dense prototypes and the flat term's weight vectors."""
     from hiclass_parallel.ops.decode import expected_hf1_paths
 
     X, y, tree = text
@@ -302,13 +304,18 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
         with np.errstate(divide="ignore"):
             log_p = np.log(np.take_along_axis(proba, top, axis=1))
         cos = np.take_along_axis(X[:300].toarray() @ _dense_prototypes(clf.prototypes_.sums.toarray()).T, top, axis=1)
-        combined = clf.prototypes_.scale * (log_p + clf.prototypes_.weight * cos)
+        assert clf.flat_term_ is not None  # a small text fit keeps the flat term beside the prototypes
+        rows = np.searchsorted(clf.flat_term_.classes, top)
+        seen = clf.flat_term_.classes[np.minimum(rows, len(clf.flat_term_.classes) - 1)] == top
+        decision = X[:300].toarray() @ clf.flat_term_.coef.T.astype(np.float64) + clf.flat_term_.intercept
+        margin = np.where(seen, np.take_along_axis(decision, np.where(seen, rows, 0), axis=1), -1.0)
+        combined = clf.prototypes_.scale * (log_p + clf.prototypes_.weight * cos + clf.config_.flat_term * margin)
         expected, _ = expected_hf1_paths(tree.paths[top], combined.astype(np.float32))
         assert (got == expected).all(axis=1).mean() > 0.98  # near-ties of float32 aside
-        own = clf.set_params(prototypes=None)._predict_ids(X[:300])
-        assert (got != own).any(axis=1).any()  # the prototypes change hf1's answers too
+        own = clf.set_params(prototypes=None, flat_term=None)._predict_ids(X[:300])
+        assert (got != own).any(axis=1).any()  # the re-ranking terms change hf1's answers too
     finally:
-        fitted.set_params(decoding="best", prototypes="auto")
+        fitted.set_params(decoding="best", prototypes="auto", flat_term="auto")
 
 
 def test_a_prototypes_file_without_its_kind_is_refused(tmp_path, fitted):

@@ -27,9 +27,10 @@ from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MAX_DENSE_WORK",
-           "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "BATCH_SIZE", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes", "inference_batch_size",
-           "resolve_batch_size", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
-           "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads", "unit_length_rows"]
+           "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "BATCH_SIZE", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH",
+           "config_changes", "inference_batch_size", "resolve_batch_size", "resolve_config", "resolve_flat_term",
+           "resolve_lr", "resolve_max_epochs", "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads",
+           "unit_length_rows"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
