@@ -227,7 +227,7 @@ def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
     torch.testing.assert_close(confidence, torch.exp(log_prob).clamp(1e-7, 1 - 1e-7))
 
 
-@pytest.mark.parametrize("kind, flat_term", [("gaussian", None), ("cosine", None), ("cosine", 16.0)])
+@pytest.mark.parametrize("kind, flat_term", [("gaussian", None), ("gaussian", 16.0), ("cosine", None), ("cosine", 16.0)])
 def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_thread):
     """A model whose class prototypes (and flat term) re-rank the answer exports the re-ranking:
     eager torch, torch.export (batches of 1 and all) and onnxruntime give predict's answers, on
