@@ -58,12 +58,13 @@ MIN_BATCH_SIZE = 32
 #: ``flat_term="auto"`` keeps the flat linear term where its SVM's work, training targets times
 #: the non-zeros of the training rows (liblinear's cost per pass, one class against the rest),
 #: is at most this: there it costs about as much as the network's own fit or less, while on
-#: bigger data sets it costs several times the fit for little gain (docs/performance.md,
-#: "Small taxonomies").
-FLAT_MAX_WORK = 20_000_000
+#: bigger data sets it costs many times the fit (docs/performance.md, "Small taxonomies" and
+#: "Few classes, many rows each").
+FLAT_MAX_WORK = 2**25
 
-#: ... and where it keeps at most this many weights (targets times features; float32 when saved).
-FLAT_MAX_WEIGHTS = 2**24
+#: ... and where it keeps at most this many weights (targets times features; float32 when saved):
+#: a few hundred MB at most, less than the network's input layer on such wide vocabularies.
+FLAT_MAX_WEIGHTS = 2**26
 
 #: On dense rows the flat term is a least-squares SVM solved in closed form, whose work is
 #: features squared times (rows + targets): ``"auto"`` keeps it up to this, a few seconds of

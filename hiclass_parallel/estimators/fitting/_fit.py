@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -188,8 +187,11 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     flat_weight, flat_why = resolve_flat_term(estimator, targets.tree, ids, _rows_of(data), partial=epochs is not None,
                                               data_parallel=data_parallel_group(estimator) is not None)
     config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
-    flat_of = None if not flat_weight else functools.partial(_flat_margins, data.X, ids, targets.tree.n_classes,
-                                                             _row_weights(data), seed)
+    # One flat model, of the rows the network trains on before it calibrates (every row when
+    # it does not): the held-out rows are then decoded with the very term predict keeps, which
+    # lacks only them (a few percent of the rows), and the model is fitted once, not twice.
+    flat = None if not flat_weight else _flat_margins(data.X, ids, targets.tree.n_classes, _row_weights(data), seed,
+                                                      None if plan is None else plan.fit_rows)
     calibrator, held_out = None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed):
@@ -202,13 +204,12 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
                 calibrator, held_out = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan,
-                                                       _row_weights(data), flat_of=flat_of)
+                                                       _row_weights(data), flat=flat)
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     prototypes = fitted_prototypes(estimator, targets, _rows_of(data), dataset, _row_weights(data),
                                    held_out)
-    flat = None if flat_of is None else flat_of()
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes, flat_term_=flat)
     attach_net(estimator, net)
@@ -240,14 +241,13 @@ def _rows_of(data: Any) -> Any:
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
                     plan: Any, sample_weight: np.ndarray | None = None,
-                    flat_of: Callable[..., FlatMargins] | None = None) -> tuple[Any, tuple[float, float] | None]:
+                    flat: FlatMargins | None = None) -> tuple[Any, tuple[float, float] | None]:
     """The answer calibrator of the held-out rows (``ids``: every row's node id; each row
     counted with its ``sample_weight``), decoded by the net as trained so far, and the class
     prototypes' weight and scale (chosen on the same rows first for ``prototypes="auto"``;
-    ``None`` without prototypes). With the flat term (``flat_of(rows)`` fits it), the answers
-    are re-ranked with one fitted on the rows the net trained on so far, as the prototypes are:
-    the weight, the scale and the calibrator are then fitted on the answers ``predict`` will
-    give.
+    ``None`` without prototypes). With the flat term ``flat`` (fitted on the rows the net
+    trained on so far), the answers are re-ranked with it too: the weight, the scale and the
+    calibrator are then fitted on the answers ``predict`` will give.
 
     The rows are decoded by a :class:`~..prediction._decode.Decoder` of ``net`` (the
     dispatcher :func:`~..prediction._decode.decode` that ``predict`` runs), so the answers are
@@ -260,10 +260,9 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     true = ids[plan.held_rows]
     held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
     view = held_out_view(X, plan.fit_rows, plan.held_rows)
-    fit_margins = None if flat_of is None else flat_of(plan.fit_rows)
 
     def decoder_with(prototypes: Any) -> Any:
-        return decoder_of(estimator, net, targets, config, prototypes, rows=_checked, flat=fit_margins)
+        return decoder_of(estimator, net, targets, config, prototypes, rows=_checked, flat=flat)
 
     with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
         # The prototypes of the rows the model trained on so far (their weight and scale chosen
