@@ -244,12 +244,12 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         closed form is (features squared times rows plus targets at most 2**35), at most 2**26
         weights either way, else none; a float: that weight, wherever the term can be fitted
         (an error where it cannot); ``None``: none. A fit that holds rows out for
-        ``calibration`` re-ranks them with a term of the other rows, so the calibrator and the
-        prototypes' weight see the answers ``predict`` gives. ``config_.flat_term`` is the
-        weight used (0: none) and ``config_.flat_term_reason`` says why. Never with
-        ``partial_fit``, streamed data, data-parallel training, or ``semantics="partial"`` with
-        internal targets; continuing training drops it (with a warning). ``None`` or another
-        weight may be set after fit.
+        ``calibration`` fits the term on the other rows and re-ranks the held-out ones with
+        it, so the calibrator and the prototypes' weight see the answers ``predict`` gives.
+        ``config_.flat_term`` is the weight used (0: none) and ``config_.flat_term_reason``
+        says why. Never with ``partial_fit``, streamed data, data-parallel training, or
+        ``semantics="partial"`` with internal targets; continuing training drops it (with a
+        warning). ``None`` or another weight may be set after fit.
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
@@ -313,9 +313,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``X``; both follow the ``Prototypes`` protocol of ``estimators/prototypes/_prototypes.py``) and
         their fitted weight; ``None`` with ``prototypes=None`` or a streamed data set.
     flat_term_ : FlatMargins or None
-        The flat linear term's SVM (``coef``, ``intercept`` and the target node ids
-        ``classes``), where ``config_.flat_term`` is above 0; ``None`` otherwise and after
-        training continues.
+        The flat linear term's model (``coef``, ``intercept`` and the target node ids
+        ``classes``), fitted on the training rows (without the rows held out for
+        calibration, when the fit holds some out), where ``config_.flat_term`` is above 0;
+        ``None`` otherwise and after training continues.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,
         fitted on held-out rows (``calibration``); ``None`` when the fit did not
