@@ -126,7 +126,7 @@ def test_a_small_fit_keeps_the_term_and_says_why():
     X, y, tree = _text_like()
     clf = _fit(X, y, tree)
     assert clf.config_.flat_term == DEFAULT_WEIGHT
-    assert "small fit" in clf.config_.flat_term_reason
+    assert "targets x non-zeros" in clf.config_.flat_term_reason
     assert isinstance(clf.flat_term_, FlatMargins)
     assert set(clf.flat_term_.classes) == set(np.unique(tree.to_ids(y)))
 
@@ -139,6 +139,19 @@ def test_over_the_work_limit_auto_keeps_none(monkeypatch):
     assert "over 10" in clf.config_.flat_term_reason
     # a weight set by hand is kept whatever the cost
     assert _fit(X, y, tree, flat_term=4.0).config_.flat_term == 4.0
+
+
+def test_many_rows_per_target_raise_the_work_limit(monkeypatch):
+    X, y, tree = _text_like(n_samples=600)
+    ids = tree.to_ids(y)
+    rows_per_target = len(ids) / np.unique(ids).size
+    monkeypatch.setattr(_config, "FLAT_MAX_WORK", 10)
+    monkeypatch.setattr(_config, "FLAT_MAX_WORK_MANY_ROWS", 10**9)
+    monkeypatch.setattr(_config, "FLAT_MANY_ROWS", rows_per_target + 1)  # just above: the small limit
+    assert "over 10" in _fit(X, y, tree).config_.flat_term_reason
+    monkeypatch.setattr(_config, "FLAT_MANY_ROWS", rows_per_target - 1)  # just below: the large one
+    clf = _fit(X, y, tree)
+    assert clf.config_.flat_term == DEFAULT_WEIGHT and f"at most {10**9:,}" in clf.config_.flat_term_reason
 
 
 def test_a_calibrating_fit_decodes_its_held_out_rows_with_a_term_of_the_other_rows(monkeypatch):

@@ -26,11 +26,11 @@ import scipy.sparse as sp
 from ...tree import Tree
 from ._capabilities import ModuleCapabilities, module_capabilities
 
-__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MAX_DENSE_WORK",
-           "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "BATCH_SIZE", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH",
-           "config_changes", "inference_batch_size", "resolve_batch_size", "resolve_config", "resolve_flat_term",
-           "resolve_lr", "resolve_max_epochs", "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads",
-           "unit_length_rows"]
+__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MANY_ROWS",
+           "FLAT_MAX_DENSE_WORK", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "FLAT_MAX_WORK_MANY_ROWS", "BATCH_SIZE",
+           "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes", "inference_batch_size",
+           "resolve_batch_size", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
+           "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads", "unit_length_rows"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
@@ -61,6 +61,16 @@ MIN_BATCH_SIZE = 32
 #: bigger data sets it costs many times the fit (docs/performance.md, "Small taxonomies" and
 #: "Few classes, many rows each").
 FLAT_MAX_WORK = 2**25
+
+#: ... or at most this where the targets have at least :data:`FLAT_MANY_ROWS` training rows
+#: each on average: with many rows per class a flat SVM is strong, and the term gained on every
+#: such set measured over the smaller limit, worth several times the network's fit; with a
+#: handful of rows per class (thousands of classes) it did not (docs/performance.md, "Few
+#: classes, many rows each").
+FLAT_MAX_WORK_MANY_ROWS = 2**28
+
+#: Training rows per target from which :data:`FLAT_MAX_WORK_MANY_ROWS` applies.
+FLAT_MANY_ROWS = 8
 
 #: ... and where it keeps at most this many weights (targets times features; float32 when saved):
 #: a few hundred MB at most, less than the network's input layer on such wide vocabularies.
@@ -445,13 +455,13 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
         return 0.0, refusal
     if not isinstance(requested, str):
         return float(requested), f"flat_term={float(requested)!r}"
-    off = _flat_term_auto_off(estimator, X, targets.size)
+    off = _flat_term_auto_off(estimator, X, targets.size, int((ids >= 0).sum()))
     if off is not None:
         return 0.0, off
     if sp.issparse(X):
-        return DEFAULT_WEIGHT, (f"a small fit (targets x non-zeros = {targets.size * int(X.nnz):,}, at most "
-                                f"{FLAT_MAX_WORK:,}): a flat linear SVM's margins re-rank the answers with weight "
-                                f"{DEFAULT_WEIGHT:g}")
+        limit = _flat_max_work(targets.size, int((ids >= 0).sum()))
+        return DEFAULT_WEIGHT, (f"targets x non-zeros = {targets.size * int(X.nnz):,}, at most {limit:,}: a flat "
+                                f"linear SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
     return DEFAULT_WEIGHT, (f"dense rows of unit length ({X.shape[1]} features, {targets.size} targets): a flat "
                             f"least-squares SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
 
@@ -475,9 +485,15 @@ def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, p
     return None
 
 
-def _flat_term_auto_off(estimator: Any, X: Any, n_targets: int) -> str | None:
+def _flat_max_work(n_targets: int, n_rows: int) -> int:
+    """``"auto"``'s limit on the flat SVM's work (targets x non-zeros) for ``n_rows`` labelled
+    training rows of ``n_targets`` distinct targets."""
+    return FLAT_MAX_WORK_MANY_ROWS if n_rows >= FLAT_MANY_ROWS * n_targets else FLAT_MAX_WORK
+
+
+def _flat_term_auto_off(estimator: Any, X: Any, n_targets: int, n_rows: int) -> str | None:
     """Why ``flat_term="auto"`` leaves a term that could be fitted off (``None``: it keeps it);
-    ``n_targets``: the distinct training targets."""
+    ``n_targets``: the distinct training targets, ``n_rows`` the labelled training rows."""
     if estimator._skorch_kwargs("module__").get("class_features") is not None:
         return ("module__class_features names classes no training row has, which the flat SVM, knowing only the "
                 "training targets, would vote against")
@@ -488,9 +504,9 @@ def _flat_term_auto_off(estimator: Any, X: Any, n_targets: int) -> str | None:
     if weights > FLAT_MAX_WEIGHTS:
         return f"targets x features = {weights:,} is over {FLAT_MAX_WEIGHTS:,} weights"
     if sp.issparse(X):
-        work = n_targets * int(X.nnz)  # liblinear's cost per pass, one target against the rest
-        if work > FLAT_MAX_WORK:
-            return f"targets x non-zeros = {work:,} is over {FLAT_MAX_WORK:,}: the flat SVM would cost more than the fit"
+        work, limit = n_targets * int(X.nnz), _flat_max_work(n_targets, n_rows)  # liblinear's cost per pass
+        if work > limit:
+            return f"targets x non-zeros = {work:,} is over {limit:,}: the flat SVM would cost more than it gains"
         return None
     features = int(X.shape[1])
     work = features * features * (int(X.shape[0]) + n_targets)  # the Gram matrix, one solve per target
