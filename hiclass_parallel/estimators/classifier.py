@@ -240,9 +240,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         accurate as the network and errs on other rows (small taxonomies, sentence
         embeddings), the two together beat either (``docs/prototypes.md``). ``"auto"``: weight
         16 on sparse rows where the SVM is cheap (training targets times the rows' non-zeros at
-        most 2**25) and on dense rows of unit length (normalised embeddings) where the
-        closed form is (features squared times rows plus targets at most 2**35), at most 2**26
-        weights either way, else none; a float: that weight, wherever the term can be fitted
+        most 2**25, or 2**28 where the targets have at least 8 training rows each) and on
+        dense rows of unit length (normalised embeddings) where the closed form is (features
+        squared times rows plus targets at most 2**35), at most 2**26 weights either way, else
+        none; a float: that weight, wherever the term can be fitted
         (an error where it cannot); ``None``: none. A fit that holds rows out for
         ``calibration`` fits the term on the other rows and re-ranks the held-out ones with
         it, so the calibrator and the prototypes' weight see the answers ``predict`` gives.
