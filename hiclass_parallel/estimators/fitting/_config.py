@@ -455,11 +455,12 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
         return 0.0, refusal
     if not isinstance(requested, str):
         return float(requested), f"flat_term={float(requested)!r}"
-    off = _flat_term_auto_off(estimator, X, targets.size, int((ids >= 0).sum()))
+    labelled = int((ids >= 0).sum())
+    off = _flat_term_auto_off(estimator, X, targets.size, labelled)
     if off is not None:
         return 0.0, off
     if sp.issparse(X):
-        limit = _flat_max_work(targets.size, int((ids >= 0).sum()))
+        limit = _flat_max_work(targets.size, labelled)
         return DEFAULT_WEIGHT, (f"targets x non-zeros = {targets.size * int(X.nnz):,}, at most {limit:,}: a flat "
                                 f"linear SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
     return DEFAULT_WEIGHT, (f"dense rows of unit length ({X.shape[1]} features, {targets.size} targets): a flat "
