@@ -188,10 +188,11 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                                               data_parallel=data_parallel_group(estimator) is not None)
     config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
     # One flat model, of the rows the network trains on before it calibrates (every row when
-    # it does not): the held-out rows are then decoded with the very term predict keeps, which
-    # lacks only them (a few percent of the rows), and the model is fitted once, not twice.
-    flat = None if not flat_weight else _flat_margins(data.X, ids, targets.tree.n_classes, _row_weights(data), seed,
-                                                      None if plan is None else plan.fit_rows)
+    # it does not; held-out rows count as unlabelled): the held-out rows are then decoded with
+    # the very term predict keeps, which lacks only them (a few percent of the rows), and the
+    # model is fitted once, not twice.
+    flat = None if not flat_weight else FlatMargins.fit(data.X, _without(ids, plan), targets.tree.n_classes,
+                                                        _row_weights(data), random_state=seed)
     calibrator, held_out = None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed):
@@ -282,14 +283,14 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
                               sample_weight=None if held_weight is None else held_weight[labelled]), held_out
 
 
-def _flat_margins(X: Any, ids: np.ndarray, n_classes: int, sample_weight: np.ndarray | None, seed: int | None,
-                  rows: np.ndarray | None = None) -> FlatMargins:
-    """The flat term of the training rows ``X`` (node ids ``ids``, weights ``sample_weight``),
-    or of the subset ``rows`` of them."""
-    if rows is not None:
-        X, ids = X[rows], ids[rows]
-        sample_weight = None if sample_weight is None else sample_weight[rows]
-    return FlatMargins.fit(X, ids, n_classes, sample_weight, random_state=seed)
+def _without(ids: np.ndarray, plan: Any) -> np.ndarray:
+    """The node ids ``ids`` with the calibration ``plan``'s held-out rows unlabelled (``-1``);
+    ``ids`` as they are without a plan."""
+    if plan is None:
+        return ids
+    ids = ids.copy()
+    ids[plan.held_rows] = -1
+    return ids
 
 
 def _checked(X: Any) -> Any:

@@ -94,7 +94,6 @@ class FlatMargins:
         return cls(classes=classes.astype(np.int64), coef=np.ascontiguousarray(coef, dtype=np.float32),
                    intercept=np.asarray(intercept, dtype=np.float32), n_classes=int(n_classes))
 
-
     def rows_of(self, nodes: np.ndarray) -> np.ndarray:
         """The row of ``coef`` of each node id (``-1``: no training target, or no node)."""
         row = np.full(self.n_classes + 1, -1, dtype=np.int64)  # the last entry: node -1
@@ -141,17 +140,16 @@ class FlatMargins:
 
 def _host_matrix(X: Any) -> Any:
     """Rows as the solvers take them: a torch tensor as a NumPy array (dense) or a scipy CSR
-    matrix (sparse), anything else as it is."""
+    matrix (sparse, the classifiers' own conversion), anything else as it is."""
     import torch
 
     if not isinstance(X, torch.Tensor):
         return X
     if X.layout == torch.strided:
         return X.detach().cpu().numpy()
-    coo = X.detach().cpu()
-    coo = (coo if coo.layout == torch.sparse_coo else coo.to_sparse()).coalesce()
-    row, col = coo.indices().numpy()
-    return sp.csr_matrix((coo.values().numpy(), (row, col)), shape=tuple(coo.shape))
+    from ..fitting._validation import sparse_tensor_to_csr
+
+    return sparse_tensor_to_csr(X)
 
 
 #: The least-squares SVM's ridge penalty: ``LinearSVC``'s ``C=1`` (its objective
