@@ -121,6 +121,156 @@ def test_zero_sample_weight_is_the_row_left_out():
     np.testing.assert_allclose(kept.coef, without.coef, atol=1e-3)
 
 
+# ---------------------------------------------------------------------------- the SVM of the candidates
+def _candidates_problem(seed):
+    """Sparse rows, target ids at random among shuffled node ids, some rows unlabelled, and
+    random candidates per row (some -1, some no target, a target's own rows not always)."""
+    rng = np.random.default_rng(seed)
+    n, n_classes = 80, 15
+    X = sp.csr_matrix(np.where(rng.uniform(size=(n, 12)) < 0.3, rng.uniform(size=(n, 12)), 0.0).astype(np.float32))
+    targets = rng.choice(n_classes, 5, replace=False)
+    ids = targets[rng.integers(0, 5, size=n)]
+    ids[rng.uniform(size=n) < 0.1] = -1
+    candidates = rng.integers(-1, n_classes, size=(n, 4))
+    return X, ids, candidates, n_classes
+
+
+def _candidates_reference(X, ids, candidates, weight=None):
+    """Brute force, a target at a time: LinearSVC of its rows against every labelled row that
+    names it a candidate, over the features its rows hold, written into a full-width row."""
+    classes = np.unique(ids[ids >= 0])
+    coef, intercept = np.zeros((classes.size, X.shape[1])), np.ones(classes.size)
+    for i, target in enumerate(classes):
+        rows = [r for r in range(len(ids)) if ids[r] >= 0 and (ids[r] == target or target in candidates[r])]
+        positive = ids[rows] == target
+        features = sorted({int(f) for r in np.flatnonzero(ids == target) for f in X[r].indices})
+        if positive.all() or not features:
+            intercept[i] = 1.0 if positive.all() else NO_TARGET_MARGIN
+            continue
+        svm = LinearSVC(random_state=0).fit(X[rows][:, features], positive.astype(int),
+                                            sample_weight=None if weight is None else weight[rows])
+        coef[i, features], intercept[i] = svm.coef_[0], svm.intercept_[0]
+    return classes, coef, intercept
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_svm_of_the_candidates_is_each_targets_svm_of_its_candidate_rows(seed, weighted):
+    X, ids, candidates, n_classes = _candidates_problem(seed)
+    weight = np.random.default_rng(seed).uniform(0.2, 3.0, size=len(ids)) if weighted else None
+    flat = FlatMargins.fit_on_candidates(X, ids, candidates, n_classes, sample_weight=weight, random_state=0)
+    classes, coef, intercept = _candidates_reference(X, ids, candidates, weight)
+    np.testing.assert_array_equal(flat.classes, classes)
+    assert sp.issparse(flat.coef) and flat.coef.nnz <= X.nnz
+    np.testing.assert_allclose(flat.coef.toarray(), coef, atol=1e-5)
+    np.testing.assert_allclose(flat.intercept, intercept, atol=1e-5)
+
+
+def test_a_target_no_row_competes_with_gets_the_positive_margin_and_one_without_features_the_negative():
+    X = sp.csr_matrix(np.array([[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 1, 1], [0, 0, 0]], dtype=np.float32))
+    ids = np.array([1, 1, 2, 3, 4])
+    candidates = np.array([[2, -1], [2, -1], [3, 1], [2, -1], [2, -1]])  # nobody names 4 a candidate
+    flat = FlatMargins.fit_on_candidates(X, ids, candidates, 6, random_state=0)
+    margins = flat.margins(X, np.array([[4, 1, 2, 5]] * 5))
+    np.testing.assert_array_equal(margins[:, 0], 1.0)  # 4: nothing to tell it from
+    np.testing.assert_array_equal(margins[:, 3], NO_TARGET_MARGIN)  # 5: no target
+    assert margins[0, 1] > 0 > margins[2, 1]
+    ids[4] = 5  # an empty row, now a candidate's rival: nothing to tell it by
+    flat = FlatMargins.fit_on_candidates(X, ids, np.array([[2], [2], [3], [5], [1]]), 6, random_state=0)
+    np.testing.assert_array_equal(flat.margins(X, np.full((5, 1), 5)), NO_TARGET_MARGIN)
+
+
+@pytest.mark.parametrize("dense_rows", [False, True])
+def test_sparse_weights_give_the_margins_of_the_same_weights_dense(monkeypatch, dense_rows):
+    from hiclass_parallel.estimators.prototypes import _flat_margins
+
+    monkeypatch.setattr(_flat_margins, "_CHUNK_ENTRIES", 7)  # chunks of one or two rows
+    X, ids, candidates, n_classes = _candidates_problem(4)
+    flat = FlatMargins.fit_on_candidates(X, ids, candidates, n_classes, random_state=0)
+    dense = FlatMargins(classes=flat.classes, coef=flat.coef.toarray(), intercept=flat.intercept, n_classes=n_classes)
+    nodes = np.random.default_rng(0).integers(-1, n_classes, size=(X.shape[0], 6))
+    rows = X.toarray() if dense_rows else X
+    np.testing.assert_allclose(flat.margins(rows, nodes), dense.margins(X, nodes), rtol=1e-6, atol=1e-6)
+
+
+def test_the_svm_of_the_candidates_refuses_dense_rows_and_misshapen_candidates():
+    X, ids, candidates, n_classes = _candidates_problem(0)
+    with pytest.raises(TypeError, match="sparse rows"):
+        FlatMargins.fit_on_candidates(X.toarray(), ids, candidates, n_classes)
+    with pytest.raises(ValueError, match=r"candidates must be of shape \(80, k\)"):
+        FlatMargins.fit_on_candidates(X, ids, candidates[:-1], n_classes)
+
+
+def _over_the_limits(monkeypatch, rows_per_target):
+    """The SVM against every row over its weight limit, and ``FLAT_MANY_ROWS`` at ``rows_per_target``."""
+    monkeypatch.setattr(_config, "FLAT_MAX_WEIGHTS", 10)
+    monkeypatch.setattr(_config, "FLAT_MANY_ROWS", rows_per_target)
+
+
+def test_over_the_limits_many_rows_per_target_keep_the_svm_of_the_candidates(monkeypatch):
+    X, y, tree = _text_like(n_samples=400)
+    ids = tree.to_ids(y)
+    _over_the_limits(monkeypatch, 2)
+    clf = _fit(X, y, tree, calibration=None)
+    reason = clf.config_.flat_term_reason
+    assert clf.config_.flat_term == DEFAULT_WEIGHT and "over 10 weights" in reason and "SVM of the candidates" in reason
+    # trained on the candidates the fitted network gives its training rows, as predict will re-rank them
+    decoder = clf._decoder()
+    paths, _, _ = decoder.model_paths(decoder.rows(X), clf.prototype_candidates)
+    want = FlatMargins.fit_on_candidates(X, ids, last_nodes(paths), tree.n_classes, random_state=clf.random_state)
+    assert sp.issparse(clf.flat_term_.coef)
+    np.testing.assert_array_equal(clf.flat_term_.coef.toarray(), want.coef.toarray())
+    np.testing.assert_array_equal(clf.flat_term_.intercept, want.intercept)
+    # a weight set by hand over the limits is the same SVM
+    assert sp.issparse(_fit(X, y, tree, calibration=None, flat_term=4.0).flat_term_.coef)
+
+
+def test_over_the_limits_a_few_rows_per_target_keep_none(monkeypatch):
+    X, y, tree = _text_like(n_samples=400)
+    _over_the_limits(monkeypatch, 10**6)
+    clf = _fit(X, y, tree)
+    assert clf.config_.flat_term == 0 and clf.flat_term_ is None
+    assert "over 10 weights" in clf.config_.flat_term_reason and "rows each on average (under" in clf.config_.flat_term_reason
+    assert sp.issparse(_fit(X, y, tree, flat_term=4.0).flat_term_.coef)  # a weight set by hand: the candidates'
+
+
+def test_a_calibrating_fit_trains_the_svm_of_the_candidates_on_the_rows_it_trained_on(monkeypatch):
+    X, y, tree = _text_like(n_samples=400)
+    _over_the_limits(monkeypatch, 2)
+    seen = {}
+
+    def recording(cls, X, ids, candidates, *args, **kwargs):
+        seen["labelled"] = int((ids >= 0).sum())
+        return original(X, ids, candidates, *args, **kwargs)
+
+    original = FlatMargins.fit_on_candidates
+    monkeypatch.setattr(FlatMargins, "fit_on_candidates", classmethod(recording))
+    clf = _fit(X, y, tree, calibration="beta", calibration_size=40)
+    assert clf.calibrator_ is not None and sp.issparse(clf.flat_term_.coef)
+    assert seen["labelled"] == len(y) - 40
+
+
+def test_the_svm_of_the_candidates_exports_saves_and_loads(monkeypatch, tmp_path):
+    X, y, tree = _text_like(n_samples=400, seed=1)
+    _over_the_limits(monkeypatch, 2)
+    clf = _fit(X, y, tree)
+    assert sp.issparse(clf.flat_term_.coef)
+    want = np.asarray(clf.tree_.paths)[clf.predict_node(X)]
+    np.testing.assert_array_equal(serving_module(clf)(torch.from_numpy(X.toarray()))[0].numpy(), want)
+    folder = save_classifier(clf, tmp_path / "m")
+    loaded = load_classifier(folder)
+    np.testing.assert_array_equal(loaded.predict_node(X), clf.predict_node(X))
+    assert (loaded.flat_term_.coef != clf.flat_term_.coef).nnz == 0
+    arrays = clf.flat_term_.to_arrays()
+    for damage, message in ((("coef_indices", arrays["coef_indices"] + X.shape[1]), "feature ids below"),
+                            (("coef_indptr", arrays["coef_indptr"][::-1].copy()), "rise from 0"),
+                            (("coef_data", arrays["coef_data"].astype(np.float64)), "coef_data must be 1-D float32")):
+        np.savez(folder / FLAT_TERM, **{**arrays, damage[0]: damage[1]})
+        _redigest(folder)
+        with pytest.raises(ModelFileError, match=message):
+            load_classifier(folder)
+
+
 # ---------------------------------------------------------------------------- when a fit keeps it
 def test_a_small_fit_keeps_the_term_and_says_why():
     X, y, tree = _text_like()

@@ -55,11 +55,13 @@ MIN_STEPS_PER_EPOCH = 4
 #: The smallest batch ``batch_size="auto"`` gives.
 MIN_BATCH_SIZE = 32
 
-#: ``flat_term="auto"`` keeps the flat linear term where its SVM's work, training targets times
-#: the non-zeros of the training rows (liblinear's cost per pass, one class against the rest),
-#: is at most this: there it costs about as much as the network's own fit or less, while on
-#: bigger data sets it costs many times the fit (docs/performance.md, "Small taxonomies" and
-#: "Few classes, many rows each").
+#: On sparse rows the flat term's SVM is fitted against every row where its work, training
+#: targets times the non-zeros of the training rows (liblinear's cost per pass, one class
+#: against the rest), is at most this: there it costs about as much as the network's own fit or
+#: less, while on bigger data sets it costs many times the fit (docs/performance.md, "Small
+#: taxonomies" and "Few classes, many rows each"). Beyond it, and beyond the weight limit,
+#: ``"auto"`` keeps the SVM of the candidates where the targets have many rows each
+#: (:data:`FLAT_MANY_ROWS`) and no term elsewhere.
 FLAT_MAX_WORK = 2**25
 
 #: ... or at most this where the targets have at least :data:`FLAT_MANY_ROWS` training rows
@@ -69,7 +71,8 @@ FLAT_MAX_WORK = 2**25
 #: classes, many rows each").
 FLAT_MAX_WORK_MANY_ROWS = 2**28
 
-#: Training rows per target from which :data:`FLAT_MAX_WORK_MANY_ROWS` applies.
+#: Training rows per target from which :data:`FLAT_MAX_WORK_MANY_ROWS` applies, and from which
+#: ``"auto"`` keeps the SVM of the candidates beyond the limits (with fewer it did not gain).
 FLAT_MANY_ROWS = 8
 
 #: ... and where it keeps at most this many weights (targets times features; float32 when saved):
@@ -431,40 +434,52 @@ def unit_length_rows(X: Any) -> bool:
 
 
 def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
-                      data_parallel: bool) -> tuple[float, str]:
-    """``(weight, why)`` of the flat linear term of the re-ranking; weight 0: none.
+                      data_parallel: bool) -> tuple[float, str, bool]:
+    """``(weight, why, on_candidates)`` of the flat linear term of the re-ranking; weight 0:
+    none; ``on_candidates``: its SVM is the SVM of the candidates
+    (:meth:`~hiclass_parallel.estimators.FlatMargins.fit_on_candidates`), fitted once the
+    network has trained, not the SVM against every row.
 
     ``flat_term=None`` never keeps one; a number keeps one of that weight wherever it can be
     fitted (:func:`_flat_term_refusal`; elsewhere a named error); ``"auto"`` keeps one of
     weight :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT` where
-    it can be fitted and is worth it (:func:`_flat_term_auto_off`). ``ids`` are the training
-    rows' node ids (``None``: a stream's, unread), ``X`` the rows (``None``: streamed),
-    ``partial`` whether this is ``partial_fit`` (one call's rows), ``data_parallel`` whether
-    each rank holds a shard.
+    it can be fitted and is worth it (:func:`_flat_term_auto_off`). On sparse rows the SVM
+    against every row is fitted within the work and weight limits (:func:`_flat_over_limits`),
+    the SVM of the candidates beyond them. ``ids`` are the training rows' node ids (``None``: a
+    stream's, unread), ``X`` the rows (``None``: streamed), ``partial`` whether this is
+    ``partial_fit`` (one call's rows), ``data_parallel`` whether each rank holds a shard.
     """
     from ..prototypes._flat_margins import DEFAULT_WEIGHT
 
     requested = getattr(estimator, "flat_term", None)
     if requested is None:
-        return 0.0, "flat_term=None"
+        return 0.0, "flat_term=None", False
     targets = None if X is None or ids is None else np.unique(ids[ids >= 0])
     refusal = _flat_term_refusal(estimator, tree, targets, partial, data_parallel)
     if refusal is not None:
         if not isinstance(requested, str):
             raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
-        return 0.0, refusal
-    if not isinstance(requested, str):
-        return float(requested), f"flat_term={float(requested)!r}"
+        return 0.0, refusal, False
     labelled = int((ids >= 0).sum())
-    off = _flat_term_auto_off(estimator, X, targets.size, labelled)
+    over = _flat_over_limits(X, targets.size, labelled)
+    on_candidates = over is not None and sp.issparse(X)
+    route = (f"{over}: the SVM of the candidates (each target against the rows whose "
+             f"{estimator.prototype_candidates} most probable answers hold it)" if on_candidates else None)
+    if not isinstance(requested, str):
+        return float(requested), f"flat_term={float(requested)!r}" + (f"; {route}" if route else ""), on_candidates
+    off = _flat_term_auto_off(estimator, X, targets.size, labelled, over)
     if off is not None:
-        return 0.0, off
+        return 0.0, off, False
+    if on_candidates:
+        return DEFAULT_WEIGHT, (f"{route}, as the targets have {labelled / targets.size:.0f} training rows each on "
+                                f"average (at least {FLAT_MANY_ROWS}): its margins re-rank the answers with weight "
+                                f"{DEFAULT_WEIGHT:g}"), True
     if sp.issparse(X):
         limit = _flat_max_work(targets.size, labelled)
         return DEFAULT_WEIGHT, (f"targets x non-zeros = {targets.size * int(X.nnz):,}, at most {limit:,}: a flat "
-                                f"linear SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
+                                f"linear SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}"), False
     return DEFAULT_WEIGHT, (f"dense rows of unit length ({X.shape[1]} features, {targets.size} targets): a flat "
-                            f"least-squares SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}")
+                            f"least-squares SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}"), False
 
 
 def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, partial: bool,
@@ -492,28 +507,42 @@ def _flat_max_work(n_targets: int, n_rows: int) -> int:
     return FLAT_MAX_WORK_MANY_ROWS if n_rows >= FLAT_MANY_ROWS * n_targets else FLAT_MAX_WORK
 
 
-def _flat_term_auto_off(estimator: Any, X: Any, n_targets: int, n_rows: int) -> str | None:
+def _flat_over_limits(X: Any, n_targets: int, n_rows: int) -> str | None:
+    """Why the flat SVM against every row would cost too much (``None``: it would not), for
+    ``n_rows`` labelled training rows of ``n_targets`` distinct targets."""
+    if sp.issparse(X):
+        weights = n_targets * int(X.shape[1])
+        if weights > FLAT_MAX_WEIGHTS:
+            return f"targets x features = {weights:,} is over {FLAT_MAX_WEIGHTS:,} weights"
+        work, limit = n_targets * int(X.nnz), _flat_max_work(n_targets, n_rows)  # liblinear's cost per pass
+        if work > limit:
+            return f"targets x non-zeros = {work:,} is over {limit:,}"
+        return None
+    features = int(X.shape[1])
+    work = features * features * (int(X.shape[0]) + n_targets)  # the Gram matrix, one solve per target
+    if work > FLAT_MAX_DENSE_WORK:
+        return f"features^2 x (rows + targets) = {work:,} is over {FLAT_MAX_DENSE_WORK:,}"
+    return None
+
+
+def _flat_term_auto_off(estimator: Any, X: Any, n_targets: int, n_rows: int, over: str | None) -> str | None:
     """Why ``flat_term="auto"`` leaves a term that could be fitted off (``None``: it keeps it);
-    ``n_targets``: the distinct training targets, ``n_rows`` the labelled training rows."""
+    ``n_targets``: the distinct training targets, ``n_rows`` the labelled training rows,
+    ``over``: why the SVM against every row would cost too much (:func:`_flat_over_limits`)."""
     if estimator._skorch_kwargs("module__").get("class_features") is not None:
         return ("module__class_features names classes no training row has, which the flat SVM, knowing only the "
                 "training targets, would vote against")
     if not sp.issparse(X) and not unit_length_rows(X):
         return ("dense X with rows not all of length 1: the term was measured to help on sparse text and normalised "
                 "embeddings, and to hurt where classes are not linear in X (set a weight to use it)")
-    weights = n_targets * int(X.shape[1])
-    if weights > FLAT_MAX_WEIGHTS:
-        return f"targets x features = {weights:,} is over {FLAT_MAX_WEIGHTS:,} weights"
-    if sp.issparse(X):
-        work, limit = n_targets * int(X.nnz), _flat_max_work(n_targets, n_rows)  # liblinear's cost per pass
-        if work > limit:
-            return f"targets x non-zeros = {work:,} is over {limit:,}: the flat SVM would cost more than it gains"
+    if over is None:
         return None
-    features = int(X.shape[1])
-    work = features * features * (int(X.shape[0]) + n_targets)  # the Gram matrix, one solve per target
-    if work > FLAT_MAX_DENSE_WORK:
-        return (f"features^2 x (rows + targets) = {work:,} is over {FLAT_MAX_DENSE_WORK:,}: the flat least-squares "
-                "SVM would cost more than the fit")
+    if not sp.issparse(X):
+        return f"{over}: the flat least-squares SVM would cost more than the fit"
+    if n_rows < FLAT_MANY_ROWS * n_targets:
+        # The SVM of the candidates did not gain where targets have a few rows each.
+        return (f"{over}, and the targets have {n_rows / n_targets:.1f} training rows each on average (under "
+                f"{FLAT_MANY_ROWS}): the flat SVM would cost more than it gains")
     return None
 
 

@@ -184,26 +184,23 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                             sparse_module=config.capabilities.accepts_sparse)
     # a stream's labels come with its batches; label sets are no node ids
     ids = np.asarray(dataset.y) if isinstance(data, ArrayInput) and type(estimator)._reranks else None
-    flat_weight, flat_why = resolve_flat_term(estimator, targets.tree, ids, _rows_of(data), partial=epochs is not None,
-                                              data_parallel=data_parallel_group(estimator) is not None)
+    flat_weight, flat_why, flat_on_candidates = resolve_flat_term(
+        estimator, targets.tree, ids, _rows_of(data), partial=epochs is not None,
+        data_parallel=data_parallel_group(estimator) is not None)
     config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
-    # One flat model, of the rows the network trains on before it calibrates (every row when
-    # it does not; held-out rows count as unlabelled): the held-out rows are then decoded with
-    # the very term predict keeps, which lacks only them (a few percent of the rows), and the
-    # model is fitted once, not twice.
-    flat = None if not flat_weight else FlatMargins.fit(data.X, _without(ids, plan), targets.tree.n_classes,
-                                                        _row_weights(data), random_state=seed)
-    calibrator, held_out = None, None
+    calibrator, held_out, flat = None, None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed):
             net.initialize()
             if plan is None:
                 net.partial_fit(dataset, None, epochs=epochs)
+                flat = _fit_flat_term(estimator, net, targets, config, data, ids, None, flat_on_candidates, seed)
             else:
                 # Without the held-out rows; with enough epochs they join the last one, after the
                 # map is fitted (_calibration's docstring says when and why).
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
+                flat = _fit_flat_term(estimator, net, targets, config, data, ids, plan, flat_on_candidates, seed)
                 calibrator, held_out = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan,
                                                        _row_weights(data), flat=flat)
                 if plan.rejoin:
@@ -238,6 +235,32 @@ def _rows_of(data: Any) -> Any:
     """The training rows of in-memory input; ``None`` for a stream (its rows pass once, and
     the prototypes are not built from them)."""
     return data.X if isinstance(data, ArrayInput) else None
+
+
+def _fit_flat_term(estimator: Any, net: Any, targets: Any, config: Any, data: Any, ids: np.ndarray | None,
+                   plan: Any, on_candidates: bool, seed: int) -> FlatMargins | None:
+    """The flat term's SVM (``None`` where ``config.flat_term`` is 0), of the rows the network
+    has trained on so far: every row without calibration, the calibration ``plan``'s held-out
+    rows counting as unlabelled. Predict keeps this one model, which lacks only the held-out
+    rows (a few percent), so the calibrator sees the very term predict adds; it is fitted once,
+    not twice.
+
+    ``on_candidates``: the SVM of the candidates, each target trained against the rows whose
+    ``prototype_candidates`` most probable answers of the network as trained so far hold it
+    (the answers the re-ranking will compare); else the SVM against every row."""
+    if not config.flat_term:
+        return None
+    fit_ids, weights = _without(ids, plan), _row_weights(data)
+    if not on_candidates:
+        return FlatMargins.fit(data.X, fit_ids, targets.tree.n_classes, weights, random_state=seed)
+    from ..prediction._decode import decoder_of
+    from ..prototypes._prototypes import last_nodes
+
+    decoder = decoder_of(estimator, net, targets, config, None, rows=_checked)
+    with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
+        paths, _, _ = decoder.model_paths(data.X, min(decoder.prototype_candidates, decoder.n_candidates))
+    return FlatMargins.fit_on_candidates(data.X, fit_ids, last_nodes(paths), targets.tree.n_classes, weights,
+                                         random_state=seed)
 
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,

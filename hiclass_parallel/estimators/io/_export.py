@@ -37,6 +37,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import nn
 
@@ -171,7 +172,8 @@ class PrototypeReranker(nn.Module):
 
     Of the ``k`` most probable candidates, the one with the highest
     ``log p + weight * similarity + flat_weight * margin``, the margin the flat term's SVM's
-    (``x . coef[c] + intercept[c]``, -1 for a candidate that was no training target), and where
+    (``x . coef[c] + intercept[c]``, -1 for a candidate that was no training target; sparse
+    weights, the SVM of the candidates, are summed per target by a scatter), and where
     the similarity is the prototypes kind's own: the cosine with each class's unit prototype
     (``"cosine"``: ``features`` and ``values`` per class) or the Gaussian log-likelihood up to
     the row's constant (``"gaussian"``: ``m / var`` and ``m . m / (2 var)`` per class, ``m``
@@ -218,23 +220,36 @@ class PrototypeReranker(nn.Module):
         if self.kind == "gaussian":
             self.register_buffer("centre", torch.from_numpy(prototypes.centre().astype(np.float32)))
         self.flat = flat is not None and bool(flat_weight)
+        self.flat_sparse = self.flat and sp.issparse(flat.coef)
         if self.flat:
             self.register_buffer("flat_weight", torch.tensor(float(flat_weight), dtype=torch.float32))
             # row of each node id in coef (-1: no training target); coef's last row is the
             # margin of those, all zeros with intercept -1
             rows = flat.rows_of(np.arange(flat.n_classes))
             self.register_buffer("flat_row", torch.from_numpy(np.where(rows >= 0, rows, flat.classes.size)))
-            coef = np.concatenate([flat.coef, np.zeros((1, flat.coef.shape[1]), np.float32)])
             intercept = np.concatenate([flat.intercept, np.float32([NO_TARGET_MARGIN])])
-            self.register_buffer("flat_coef", torch.from_numpy(coef))
             self.register_buffer("flat_intercept", torch.from_numpy(intercept))
+            if self.flat_sparse:  # the SVM of the candidates: its weights as (target, feature, value) entries
+                coo = flat.coef.tocoo()
+                self.register_buffer("flat_entry_row", torch.from_numpy(coo.row.astype(np.int64)))
+                self.register_buffer("flat_entry_feature", torch.from_numpy(coo.col.astype(np.int64)))
+                self.register_buffer("flat_entry_value", torch.from_numpy(coo.data.astype(np.float32)))
+            else:
+                coef = np.concatenate([flat.coef, np.zeros((1, flat.coef.shape[1]), np.float32)])
+                self.register_buffer("flat_coef", torch.from_numpy(coef))
 
     def margin(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """``(batch, k)`` margins of the flat term's SVM for the candidate classes ``nodes``."""
         batch, k = nodes.shape
-        rows = torch.index_select(self.flat_row, 0, nodes.reshape(-1))
-        coef = torch.index_select(self.flat_coef, 0, rows).reshape(batch, k, -1)
-        intercept = torch.index_select(self.flat_intercept, 0, rows).reshape(batch, k)
+        rows = torch.index_select(self.flat_row, 0, nodes.reshape(-1)).reshape(batch, k)
+        intercept = torch.index_select(self.flat_intercept, 0, rows.reshape(-1)).reshape(batch, k)
+        if self.flat_sparse:
+            # Every target's decision (memory: batch x the SVM's weights), then the candidates'.
+            found = torch.index_select(X, 1, self.flat_entry_feature) * self.flat_entry_value
+            decision = torch.zeros(batch, self.flat_intercept.shape[0], dtype=X.dtype, device=X.device)
+            decision = decision.scatter_add(1, self.flat_entry_row.expand(batch, -1), found)
+            return torch.gather(decision, 1, rows) + intercept
+        coef = torch.index_select(self.flat_coef, 0, rows.reshape(-1)).reshape(batch, k, -1)
         return torch.einsum("bf,bkf->bk", X, coef) + intercept
 
     def similarity(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:

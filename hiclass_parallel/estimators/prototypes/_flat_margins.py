@@ -15,9 +15,16 @@ closed form (one ``(features, features)`` system for every class at once: liblin
 coordinate descent over dense rows costs minutes where this costs a fraction of the network's
 fit). A candidate that was no training target gets :data:`NO_TARGET_MARGIN`, the margin every
 negative class is trained to, so it is neither favoured nor ruled out. The weight is in nats per
-unit of margin (:data:`DEFAULT_WEIGHT`). Whether a fit keeps the term is decided with the rest
-of the configuration (:func:`~..fitting._config.resolve_flat_term`): its cost is one weight
-per target and feature, so only small fits keep it by default.
+unit of margin (:data:`DEFAULT_WEIGHT`).
+
+The SVM against every row costs one weight per target and feature and a pass over all rows per
+target. Where that is too much, the SVM of the candidates (:meth:`FlatMargins.fit_on_candidates`)
+trains each target only where the re-ranking will compare it: against the training rows whose
+``prototype_candidates`` most probable answers of the trained network hold it (its hard
+negatives), over the features its own rows hold (a sparse weight vector). Its cost is about
+``candidates + 1`` passes over the training rows in all, whatever the number of targets, and its
+weights are at most the non-zeros of the training rows. Which of the two a fit keeps, if any, is
+decided with the rest of the configuration (:func:`~..fitting._config.resolve_flat_term`).
 
 Only the answer changes, as with the prototypes: probabilities and scores are the network's.
 """
@@ -52,8 +59,9 @@ class FlatMargins:
     ----------
     classes : ndarray of int64 of shape (n_targets,)
         The target node ids, ascending.
-    coef : ndarray of float32 of shape (n_targets, n_features)
-        One weight vector per target.
+    coef : ndarray of float32 of shape (n_targets, n_features), or scipy CSR matrix
+        One weight vector per target: dense for the SVM against every row (:meth:`fit`), a
+        sparse CSR matrix of float32 for the SVM of the candidates (:meth:`fit_on_candidates`).
     intercept : ndarray of float32 of shape (n_targets,)
     n_classes : int
         Classes of the tree (node ids run ``0..n_classes-1``).
@@ -94,6 +102,32 @@ class FlatMargins:
         return cls(classes=classes.astype(np.int64), coef=np.ascontiguousarray(coef, dtype=np.float32),
                    intercept=np.asarray(intercept, dtype=np.float32), n_classes=int(n_classes))
 
+    @classmethod
+    def fit_on_candidates(cls, X: Any, ids: np.ndarray, candidates: np.ndarray, n_classes: int,
+                          sample_weight: np.ndarray | None = None, random_state: Any = None) -> FlatMargins:
+        """The SVM of the candidates: for each target of the rows of sparse ``X`` labelled with
+        node ids ``ids`` (``-1``: unlabelled, skipped), a linear SVM of its rows against the
+        labelled rows whose ``candidates`` (``(n_rows, k)`` node ids, ``-1`` pads: the answers the
+        re-ranking will compare) hold it, over the features its own rows hold, each row counted
+        ``sample_weight`` times; at least two distinct targets.
+
+        A target that is no other row's candidate has no negatives to train against: it gets
+        the margin of its positives (+1) everywhere; one whose rows hold no feature gets
+        :data:`NO_TARGET_MARGIN`.
+        """
+        X, ids, candidates = _host_matrix(X), np.asarray(ids), np.asarray(candidates)
+        if not sp.issparse(X):
+            raise TypeError("the SVM of the candidates takes sparse rows (dense rows fit the SVM against every row)")
+        if candidates.ndim != 2 or candidates.shape[0] != ids.shape[0]:
+            raise ValueError(f"candidates must be of shape ({ids.shape[0]}, k), got {candidates.shape}")
+        X = sp.csr_matrix(X, dtype=np.float32)
+        classes = np.unique(ids[ids >= 0])
+        if classes.size < 2:
+            raise ValueError(f"a flat linear term needs at least two training targets, got {classes.size}")
+        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        coef, intercept = _candidate_svms(X, ids, candidates, classes, n_classes, weight, random_state)
+        return cls(classes=classes.astype(np.int64), coef=coef, intercept=intercept, n_classes=int(n_classes))
+
     def rows_of(self, nodes: np.ndarray) -> np.ndarray:
         """The row of ``coef`` of each node id (``-1``: no training target, or no node)."""
         row = np.full(self.n_classes + 1, -1, dtype=np.int64)  # the last entry: node -1
@@ -104,38 +138,81 @@ class FlatMargins:
         """``(n, k)`` float32: the margin of row ``i`` for candidate class ``nodes[i, j]``;
         :data:`NO_TARGET_MARGIN` for a node that was no training target and for ``-1``."""
         nodes = np.asarray(nodes)
-        decision = X @ self.coef.T if sp.issparse(X) else np.asarray(X, dtype=np.float32) @ self.coef.T
-        decision = np.asarray(decision, dtype=np.float32) + self.intercept
         rows = self.rows_of(nodes)
-        found = np.take_along_axis(decision, np.maximum(rows, 0), axis=1)
+        if not sp.issparse(self.coef):
+            decision = X @ self.coef.T if sp.issparse(X) else np.asarray(X, dtype=np.float32) @ self.coef.T
+            found = np.take_along_axis(np.asarray(decision, dtype=np.float32), np.maximum(rows, 0), axis=1)
+        else:  # sparse weights: every target's decision for a chunk of rows at a time, bounding memory
+            X = X if sp.issparse(X) else np.asarray(X, dtype=np.float32)
+            transposed = self.coef.T.tocsr()
+            found = np.zeros(nodes.shape, dtype=np.float32)
+            step = max(1, _CHUNK_ENTRIES // max(1, self.classes.size))
+            for start in range(0, nodes.shape[0], step):
+                decision = X[start:start + step] @ transposed
+                decision = decision.toarray() if sp.issparse(decision) else np.asarray(decision)
+                found[start:start + step] = np.take_along_axis(decision, np.maximum(rows[start:start + step], 0), axis=1)
+        found = found + self.intercept[np.maximum(rows, 0)]
         return np.where(rows >= 0, found, np.float32(NO_TARGET_MARGIN)).astype(np.float32)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """The SVM as plain arrays, for saving without pickle."""
+        """The SVM as plain arrays, for saving without pickle (sparse weights as their CSR parts)."""
+        if sp.issparse(self.coef):
+            return {"classes": self.classes, "coef_data": self.coef.data, "coef_indices": self.coef.indices,
+                    "coef_indptr": self.coef.indptr, "intercept": self.intercept}
         return {"classes": self.classes, "coef": self.coef, "intercept": self.intercept}
 
     @classmethod
     def from_arrays(cls, arrays: Any, n_classes: int, n_features: int) -> FlatMargins:
         """The inverse of :meth:`to_arrays`, checked against the model it belongs to (a
         ``ValueError`` naming what does not fit)."""
-        expected = {"classes", "coef", "intercept"}
-        if set(arrays) != expected:
-            raise ValueError(f"expected the arrays {sorted(expected)}, got {sorted(arrays)}")
-        classes, coef, intercept = arrays["classes"], arrays["coef"], arrays["intercept"]
+        dense, sparse = {"classes", "coef", "intercept"}, {"classes", "coef_data", "coef_indices", "coef_indptr",
+                                                           "intercept"}
+        if set(arrays) not in (dense, sparse):
+            raise ValueError(f"expected the arrays {sorted(dense)} or {sorted(sparse)}, got {sorted(arrays)}")
+        classes, intercept = arrays["classes"], arrays["intercept"]
         if classes.dtype != np.int64 or classes.ndim != 1 or classes.size < 2:
             raise ValueError(f"classes must be at least two int64 node ids, got {classes.dtype} of shape "
                              f"{classes.shape}")
         if classes.min() < 0 or classes.max() >= n_classes or (np.diff(classes) <= 0).any():
             raise ValueError(f"classes must be ascending distinct node ids of the tree's {n_classes} classes")
-        if coef.dtype != np.float32 or coef.shape != (classes.size, n_features):
-            raise ValueError(f"coef must be float32 of shape {(classes.size, n_features)}, got {coef.dtype} of "
-                             f"shape {coef.shape}")
         if intercept.dtype != np.float32 or intercept.shape != (classes.size,):
             raise ValueError(f"intercept must be float32 of shape {(classes.size,)}, got {intercept.dtype} of "
                              f"shape {intercept.shape}")
-        if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
+        coef = (_sparse_coef_from_arrays(arrays, classes.size, n_features) if "coef_data" in arrays
+                else _dense_coef_from_arrays(arrays["coef"], classes.size, n_features))
+        if not (np.isfinite(coef.data if sp.issparse(coef) else coef).all() and np.isfinite(intercept).all()):
             raise ValueError("coef and intercept must be finite")
-        return cls(classes=classes, coef=np.ascontiguousarray(coef), intercept=intercept, n_classes=int(n_classes))
+        return cls(classes=classes, coef=coef, intercept=intercept, n_classes=int(n_classes))
+
+
+def _dense_coef_from_arrays(coef: np.ndarray, n_targets: int, n_features: int) -> np.ndarray:
+    """A saved dense weight matrix, checked (a ``ValueError`` naming what does not fit)."""
+    if coef.dtype != np.float32 or coef.shape != (n_targets, n_features):
+        raise ValueError(f"coef must be float32 of shape {(n_targets, n_features)}, got {coef.dtype} of "
+                         f"shape {coef.shape}")
+    return np.ascontiguousarray(coef)
+
+
+def _sparse_coef_from_arrays(arrays: Any, n_targets: int, n_features: int) -> sp.csr_matrix:
+    """A saved sparse weight matrix from its CSR parts, checked before scipy reads them (a
+    ``ValueError`` naming what does not fit)."""
+    data, indices, indptr = arrays["coef_data"], arrays["coef_indices"], arrays["coef_indptr"]
+    if data.dtype != np.float32 or data.ndim != 1:
+        raise ValueError(f"coef_data must be 1-D float32, got {data.dtype} of shape {data.shape}")
+    if indices.dtype.kind != "i" or indices.shape != data.shape:
+        raise ValueError(f"coef_indices must be integers of coef_data's shape {data.shape}, got {indices.dtype} "
+                         f"of shape {indices.shape}")
+    if indptr.dtype.kind != "i" or indptr.shape != (n_targets + 1,):
+        raise ValueError(f"coef_indptr must be integers of shape {(n_targets + 1,)}, got {indptr.dtype} of shape "
+                         f"{indptr.shape}")
+    if indptr[0] != 0 or indptr[-1] != data.size or (np.diff(indptr) < 0).any():
+        raise ValueError(f"coef_indptr must rise from 0 to the {data.size} weights")
+    if indices.size and (indices.min() < 0 or indices.max() >= n_features):
+        raise ValueError(f"coef_indices must be feature ids below {n_features}")
+    coef = sp.csr_matrix((data, indices, indptr), shape=(n_targets, n_features))
+    if not coef.has_sorted_indices or not coef.has_canonical_format:
+        raise ValueError("coef_indices must be ascending and distinct within each target")
+    return coef
 
 
 def _host_matrix(X: Any) -> Any:
@@ -150,6 +227,49 @@ def _host_matrix(X: Any) -> Any:
     from ..fitting._validation import sparse_tensor_to_csr
 
     return sparse_tensor_to_csr(X)
+
+
+#: Sparse weights are applied to this many (rows x targets) decisions at a time.
+_CHUNK_ENTRIES = 2**22
+
+
+def _candidate_svms(X: sp.csr_matrix, ids: np.ndarray, candidates: np.ndarray, classes: np.ndarray,
+                    n_classes: int, weight: np.ndarray | None, random_state: Any) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The sparse ``(coef, intercept)`` of :meth:`FlatMargins.fit_on_candidates`, a row per class."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    labelled = np.flatnonzero(ids >= 0)
+    # Which rows train which target: its own rows and the rows it is a candidate of, each once.
+    row = np.concatenate([labelled, np.repeat(labelled, candidates.shape[1])])
+    node = np.concatenate([ids[labelled], candidates[labelled].reshape(-1)])
+    keep = node >= 0
+    members = sp.csr_matrix((np.ones(int(keep.sum()), dtype=np.int32), (node[keep], row[keep])),
+                            shape=(n_classes, ids.shape[0]))
+    members.sum_duplicates()
+    members.sort_indices()
+    parts, intercept = [], np.ones(classes.size, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # as in _linear_svm
+        for i, target in enumerate(classes):
+            rows = members.indices[members.indptr[target]:members.indptr[target + 1]]
+            positive = ids[rows] == target
+            features = np.unique(X[rows[positive]].indices)
+            if positive.all() or not features.size:
+                # Nothing to tell it from (the positives' margin, +1), or nothing to tell it by
+                # (its rows are empty: the margin of a class that was no target).
+                parts.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)))
+                intercept[i] = np.float32(1.0 if positive.all() else NO_TARGET_MARGIN)
+                continue
+            svm = LinearSVC(random_state=random_state)
+            svm.fit(X[rows][:, features], positive.astype(np.int64),
+                    sample_weight=None if weight is None else weight[rows])
+            parts.append((features, svm.coef_[0].astype(np.float32)))
+            intercept[i] = np.float32(svm.intercept_[0])
+    indptr = np.concatenate([[0], np.cumsum([f.size for f, _ in parts])])
+    coef = sp.csr_matrix((np.concatenate([v for _, v in parts]), np.concatenate([f for f, _ in parts]), indptr),
+                         shape=(classes.size, X.shape[1]))
+    return coef, intercept
 
 
 #: The least-squares SVM's ridge penalty: ``LinearSVC``'s ``C=1`` (its objective
