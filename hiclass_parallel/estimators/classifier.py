@@ -242,7 +242,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         16 on sparse rows where the SVM is cheap (training targets times the rows' non-zeros at
         most 2**25, or 2**28 where the targets have at least 8 training rows each, and at most
         2**26 weights), on sparse rows beyond that whose targets have at least 8 training rows
-        each with the SVM of the candidates (each target trained against the rows whose
+        each with the SVM of the candidates at weight 8 (each target trained against the rows whose
         ``prototype_candidates`` most probable answers of the trained network hold it, over its
         own rows' features: sparse weights, about ``prototype_candidates + 1`` passes over the
         rows), and on dense rows of unit length (normalised embeddings) where the closed form

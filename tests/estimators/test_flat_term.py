@@ -18,7 +18,8 @@ from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier, serving_module
 from hiclass_parallel.estimators.fitting import _config
 from hiclass_parallel.estimators.io._persistence import FLAT_TERM, load_classifier, save_classifier
-from hiclass_parallel.estimators.prototypes._flat_margins import DEFAULT_WEIGHT, NO_TARGET_MARGIN, FlatMargins
+from hiclass_parallel.estimators.prototypes._flat_margins import (CANDIDATES_WEIGHT, DEFAULT_WEIGHT, NO_TARGET_MARGIN,
+                                                                 FlatMargins)
 from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
 from hiclass_parallel.exceptions import ModelFileError
 
@@ -213,7 +214,7 @@ def test_over_the_limits_many_rows_per_target_keep_the_svm_of_the_candidates(mon
     _over_the_limits(monkeypatch, 2)
     clf = _fit(X, y, tree, calibration=None)
     reason = clf.config_.flat_term_reason
-    assert clf.config_.flat_term == DEFAULT_WEIGHT and "over 10 weights" in reason and "SVM of the candidates" in reason
+    assert clf.config_.flat_term == CANDIDATES_WEIGHT and "over 10 weights" in reason and "SVM of the candidates" in reason
     # trained on the candidates the fitted network gives its training rows, as predict will re-rank them
     decoder = clf._decoder()
     paths, _, _ = decoder.model_paths(decoder.rows(X), clf.prototype_candidates)

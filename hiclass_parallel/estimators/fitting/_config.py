@@ -442,14 +442,15 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
 
     ``flat_term=None`` never keeps one; a number keeps one of that weight wherever it can be
     fitted (:func:`_flat_term_refusal`; elsewhere a named error); ``"auto"`` keeps one of
-    weight :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT` where
-    it can be fitted and is worth it (:func:`_flat_term_auto_off`). On sparse rows the SVM
+    weight :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT`
+    (:data:`~hiclass_parallel.estimators.prototypes._flat_margins.CANDIDATES_WEIGHT` for the
+    SVM of the candidates) where it can be fitted and is worth it (:func:`_flat_term_auto_off`). On sparse rows the SVM
     against every row is fitted within the work and weight limits (:func:`_flat_over_limits`),
     the SVM of the candidates beyond them. ``ids`` are the training rows' node ids (``None``: a
     stream's, unread), ``X`` the rows (``None``: streamed), ``partial`` whether this is
     ``partial_fit`` (one call's rows), ``data_parallel`` whether each rank holds a shard.
     """
-    from ..prototypes._flat_margins import DEFAULT_WEIGHT
+    from ..prototypes._flat_margins import CANDIDATES_WEIGHT, DEFAULT_WEIGHT
 
     requested = getattr(estimator, "flat_term", None)
     if requested is None:
@@ -471,9 +472,9 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
     if off is not None:
         return 0.0, off, False
     if on_candidates:
-        return DEFAULT_WEIGHT, (f"{route}, as the targets have {labelled / targets.size:.0f} training rows each on "
-                                f"average (at least {FLAT_MANY_ROWS}): its margins re-rank the answers with weight "
-                                f"{DEFAULT_WEIGHT:g}"), True
+        return CANDIDATES_WEIGHT, (f"{route}, as the targets have {labelled / targets.size:.0f} training rows each "
+                                   f"on average (at least {FLAT_MANY_ROWS}): its margins re-rank the answers with "
+                                   f"weight {CANDIDATES_WEIGHT:g}"), True
     if sp.issparse(X):
         limit = _flat_max_work(targets.size, labelled)
         return DEFAULT_WEIGHT, (f"targets x non-zeros = {targets.size * int(X.nnz):,}, at most {limit:,}: a flat "

@@ -23,7 +23,8 @@ trains each target only where the re-ranking will compare it: against the traini
 ``prototype_candidates`` most probable answers of the trained network hold it (its hard
 negatives), over the features its own rows hold (a sparse weight vector). Its cost is about
 ``candidates + 1`` passes over the training rows in all, whatever the number of targets, and its
-weights are at most the non-zeros of the training rows. Which of the two a fit keeps, if any, is
+weights are at most the non-zeros of the training rows (``"auto"`` weighs it by
+:data:`CANDIDATES_WEIGHT`). Which of the two a fit keeps, if any, is
 decided with the rest of the configuration (:func:`~..fitting._config.resolve_flat_term`).
 
 Only the answer changes, as with the prototypes: probabilities and scores are the network's.
@@ -39,12 +40,17 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-__all__ = ["DEFAULT_WEIGHT", "NO_TARGET_MARGIN", "FlatMargins"]
+__all__ = ["CANDIDATES_WEIGHT", "DEFAULT_WEIGHT", "NO_TARGET_MARGIN", "FlatMargins"]
 
 #: ``flat_term="auto"``'s weight, in nats per unit of margin: on the WordNet gloss subtrees of a
 #: few hundred classes, re-ranking with both terms was most accurate with a weight in 8-32
 #: (docs/performance.md, "Small taxonomies").
 DEFAULT_WEIGHT = 16.0
+
+#: ``flat_term="auto"``'s weight for the SVM of the candidates: its margins are trained against
+#: the rivals the re-ranking compares, and on the many-rows gloss benchmarks half the weight of
+#: the SVM against every row was the more accurate (docs/performance.md, "Many rows per class").
+CANDIDATES_WEIGHT = 8.0
 
 #: The margin of a candidate that was no training target: the hinge loss's target for every
 #: negative class.
