@@ -227,11 +227,18 @@ def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
     torch.testing.assert_close(confidence, torch.exp(log_prob).clamp(1e-7, 1 - 1e-7))
 
 
-@pytest.mark.parametrize("kind, flat_term", [("gaussian", None), ("gaussian", 16.0), ("cosine", None), ("cosine", 16.0)])
-def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_thread):
+@pytest.mark.parametrize("kind, flat_term", [("gaussian", None), ("gaussian", 16.0), ("cosine", None), ("cosine", 16.0),
+                                             ("cosine", "candidates")])
+def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_thread, monkeypatch):
     """A model whose class prototypes (and flat term) re-rank the answer exports the re-ranking:
     eager torch, torch.export (batches of 1 and all) and onnxruntime give predict's answers, on
-    every row whose best re-ranked score leads the next by more than float noise."""
+    every row whose best re-ranked score leads the next by more than float noise.
+    ``"candidates"``: the flat term's SVM of the candidates (sparse weights, over the limits)."""
+    if flat_term == "candidates":
+        from hiclass_parallel.estimators.fitting import _config
+
+        monkeypatch.setattr(_config, "FLAT_MAX_WEIGHTS", 10)
+        flat_term = 8.0
     X, y, tree = make_hierarchical_classification(n_samples=1200, n_features=12, branching=3, depth=3, noise=1.5,
                                                   random_state=0)
     if kind == "cosine":  # sparse non-negative rows, like TF-IDF
@@ -240,6 +247,7 @@ def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, flat_term=flat_term,
                                  prototypes=2.0 if kind == "gaussian" else 16.0, prototype_candidates=5).fit(X, y)
     assert clf.prototypes_.KIND == kind and (clf.flat_term_ is None) == (flat_term is None)
+    assert flat_term != 8.0 or sp.issparse(clf.flat_term_.coef)
     rows = X[:300]
     expected = clf.predict(rows)
     plain = clf.set_params(prototypes=None, flat_term=None).predict(rows)
