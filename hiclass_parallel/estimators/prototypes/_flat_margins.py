@@ -83,6 +83,14 @@ class FlatMargins:
     >>> m = flat.margins(X[:1], np.array([[2, 4, 0]]))
     >>> bool(m[0, 0] > 0 > m[0, 1]), float(m[0, 2])
     (True, -1.0)
+
+    The SVM of the candidates, each target against the rows whose candidates hold it:
+
+    >>> import scipy.sparse as sp
+    >>> rivals = np.array([[4], [4], [2], [2]])
+    >>> flat = FlatMargins.fit_on_candidates(sp.csr_matrix(X), np.array([2, 2, 4, 4]), rivals, n_classes=5)
+    >>> sp.issparse(flat.coef), bool(flat.margins(sp.csr_matrix(X[:1]), np.array([[2, 4]]))[0, 0] > 0)
+    (True, True)
     """
 
     classes: np.ndarray
