@@ -242,17 +242,17 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         16 on sparse rows where the SVM is cheap (training targets times the rows' non-zeros at
         most 2**25, or 2**28 where the targets have at least 8 training rows each, and at most
         2**26 weights), on sparse rows beyond that whose targets have at least 8 training rows
-        each with the SVM of the candidates at weight 8 (each target trained against the rows whose
-        ``prototype_candidates`` most probable answers of the trained network hold it, over its
-        own rows' features: sparse weights, about ``prototype_candidates + 1`` passes over the
-        rows), and on dense rows of unit length (normalised embeddings) where the closed form
-        is cheap (features squared times rows plus targets at most 2**35), else none; a float:
-        that weight, wherever the term can be fitted (the SVM of the candidates beyond the
-        limits on sparse rows; an error where it cannot be fitted); ``None``: none. A fit that holds rows out for
-        ``calibration`` fits the term on the other rows and re-ranks the held-out ones with
-        it, so the calibrator and the prototypes' weight see the answers ``predict`` gives.
-        ``config_.flat_term`` is the weight used (0: none) and ``config_.flat_term_reason``
-        says why. Never with ``partial_fit``, streamed data, data-parallel training, or
+        each with the SVM of the candidates at weight 8 (each target trained against the rows
+        whose ``prototype_candidates`` most probable answers of the trained network hold it,
+        over its own rows' features: sparse weights, about ``prototype_candidates + 1`` passes
+        over the rows), and on dense rows of unit length (normalised embeddings) where the
+        closed form is cheap (features squared times rows plus targets at most 2**35), else
+        none; a float: that weight, wherever the term can be fitted (the SVM of the candidates
+        beyond the limits on sparse rows; an error where it cannot be fitted); ``None``: none.
+        A fit that holds rows out for ``calibration`` fits the term on the other rows and
+        re-ranks the held-out ones with it, so the calibrator and the prototypes' weight see
+        the answers ``predict`` gives. ``config_.flat_term`` is the weight used (0: none) and
+        ``config_.flat_term_reason`` says why. Never with ``partial_fit``, streamed data, data-parallel training, or
         ``semantics="partial"`` with internal targets; continuing training drops it (with a
         warning). ``None`` or another weight may be set after fit.
     verbose : int, default=0
@@ -320,8 +320,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     flat_term_ : FlatMargins or None
         The flat linear term's model (``coef``, dense or for the SVM of the candidates a
         sparse CSR matrix, ``intercept`` and the target node ids ``classes``), fitted on the
-        training rows (without the rows held out for
-        calibration, when the fit holds some out), where ``config_.flat_term`` is above 0;
+        training rows (without the rows held out for calibration, when the fit holds some out), where ``config_.flat_term`` is above 0;
         ``None`` otherwise and after training continues.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,

@@ -214,7 +214,8 @@ def test_over_the_limits_many_rows_per_target_keep_the_svm_of_the_candidates(mon
     _over_the_limits(monkeypatch, 2)
     clf = _fit(X, y, tree, calibration=None)
     reason = clf.config_.flat_term_reason
-    assert clf.config_.flat_term == CANDIDATES_WEIGHT and "over 10 weights" in reason and "SVM of the candidates" in reason
+    assert clf.config_.flat_term == CANDIDATES_WEIGHT
+    assert "over 10 weights" in reason and "SVM of the candidates" in reason
     # trained on the candidates the fitted network gives its training rows, as predict will re-rank them
     decoder = clf._decoder()
     paths, _, _ = decoder.model_paths(decoder.rows(X), clf.prototype_candidates)
@@ -231,7 +232,8 @@ def test_over_the_limits_a_few_rows_per_target_keep_none(monkeypatch):
     _over_the_limits(monkeypatch, 10**6)
     clf = _fit(X, y, tree)
     assert clf.config_.flat_term == 0 and clf.flat_term_ is None
-    assert "over 10 weights" in clf.config_.flat_term_reason and "rows each on average (under" in clf.config_.flat_term_reason
+    reason = clf.config_.flat_term_reason
+    assert "over 10 weights" in reason and "rows each on average (under" in reason
     assert sp.issparse(_fit(X, y, tree, flat_term=4.0).flat_term_.coef)  # a weight set by hand: the candidates'
 
 

@@ -164,7 +164,8 @@ class FlatMargins:
             for start in range(0, nodes.shape[0], step):
                 decision = X[start:start + step] @ transposed
                 decision = decision.toarray() if sp.issparse(decision) else np.asarray(decision)
-                found[start:start + step] = np.take_along_axis(decision, np.maximum(rows[start:start + step], 0), axis=1)
+                chunk = np.maximum(rows[start:start + step], 0)
+                found[start:start + step] = np.take_along_axis(decision, chunk, axis=1)
         found = found + self.intercept[np.maximum(rows, 0)]
         return np.where(rows >= 0, found, np.float32(NO_TARGET_MARGIN)).astype(np.float32)
 
