@@ -320,8 +320,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     flat_term_ : FlatMargins or None
         The flat linear term's model (``coef``, dense or for the SVM of the candidates a
         sparse CSR matrix, ``intercept`` and the target node ids ``classes``), fitted on the
-        training rows (without the rows held out for calibration, when the fit holds some out), where ``config_.flat_term`` is above 0;
-        ``None`` otherwise and after training continues.
+        training rows (without the rows held out for calibration, when the fit holds some
+        out), where ``config_.flat_term`` is above 0; ``None`` otherwise and after training
+        continues.
     calibrator_ : BetaCalibrator or None
         The map from the probability of the predicted answer to the chance it is right,
         fitted on held-out rows (``calibration``); ``None`` when the fit did not

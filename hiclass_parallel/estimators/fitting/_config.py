@@ -446,9 +446,10 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
     (:data:`~hiclass_parallel.estimators.prototypes._flat_margins.CANDIDATES_WEIGHT` for the
     SVM of the candidates) where it can be fitted and is worth it (:func:`_flat_term_auto_off`).
     On sparse rows the SVM against every row is fitted within the work and weight limits
-    (:func:`_flat_over_limits`), the SVM of the candidates beyond them. ``ids`` are the training rows' node ids (``None``: a
-    stream's, unread), ``X`` the rows (``None``: streamed), ``partial`` whether this is
-    ``partial_fit`` (one call's rows), ``data_parallel`` whether each rank holds a shard.
+    (:func:`_flat_over_limits`), the SVM of the candidates beyond them. ``ids`` are the
+    training rows' node ids (``None``: a stream's, unread), ``X`` the rows (``None``:
+    streamed), ``partial`` whether this is ``partial_fit`` (one call's rows),
+    ``data_parallel`` whether each rank holds a shard.
     """
     from ..prototypes._flat_margins import CANDIDATES_WEIGHT, DEFAULT_WEIGHT
 

@@ -105,9 +105,7 @@ class FlatMargins:
         skipped), each row counted ``sample_weight`` times; at least two distinct targets."""
         X, ids = _host_matrix(X), np.asarray(ids)
         rows = np.flatnonzero(ids >= 0)
-        classes = np.unique(ids[rows])
-        if classes.size < 2:
-            raise ValueError(f"a flat linear term needs at least two training targets, got {classes.size}")
+        classes = _training_targets(ids)
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[rows]
         if sp.issparse(X):
             coef, intercept = _linear_svm(X[rows], ids[rows], classes, weight, random_state)
@@ -135,9 +133,7 @@ class FlatMargins:
         if candidates.ndim != 2 or candidates.shape[0] != ids.shape[0]:
             raise ValueError(f"candidates must be of shape ({ids.shape[0]}, k), got {candidates.shape}")
         X = sp.csr_matrix(X, dtype=np.float32)
-        classes = np.unique(ids[ids >= 0])
-        if classes.size < 2:
-            raise ValueError(f"a flat linear term needs at least two training targets, got {classes.size}")
+        classes = _training_targets(ids)
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         coef, intercept = _candidate_svms(X, ids, candidates, classes, n_classes, weight, random_state)
         return cls(classes=classes.astype(np.int64), coef=coef, intercept=intercept, n_classes=int(n_classes))
@@ -198,6 +194,15 @@ class FlatMargins:
         if not (np.isfinite(coef.data if sp.issparse(coef) else coef).all() and np.isfinite(intercept).all()):
             raise ValueError("coef and intercept must be finite")
         return cls(classes=classes, coef=coef, intercept=intercept, n_classes=int(n_classes))
+
+
+def _training_targets(ids: np.ndarray) -> np.ndarray:
+    """The distinct node ids of the labelled rows (``ids >= 0``), ascending; a ``ValueError``
+    with fewer than two (a flat SVM tells one target from another)."""
+    classes = np.unique(ids[ids >= 0])
+    if classes.size < 2:
+        raise ValueError(f"a flat linear term needs at least two training targets, got {classes.size}")
+    return classes
 
 
 def _dense_coef_from_arrays(coef: np.ndarray, n_targets: int, n_features: int) -> np.ndarray:
@@ -269,7 +274,8 @@ def _candidate_svms(X: sp.csr_matrix, ids: np.ndarray, candidates: np.ndarray, c
         for i, target in enumerate(classes):
             rows = members.indices[members.indptr[target]:members.indptr[target + 1]]
             positive = ids[rows] == target
-            features = np.unique(X[rows[positive]].indices)
+            subset = X[rows]  # sliced once: its positives' features, then its columns
+            features = np.unique(subset[positive].indices)
             if positive.all() or not features.size:
                 # Nothing to tell it from (the positives' margin, +1), or nothing to tell it by
                 # (its rows are empty: the margin of a class that was no target).
@@ -277,7 +283,7 @@ def _candidate_svms(X: sp.csr_matrix, ids: np.ndarray, candidates: np.ndarray, c
                 intercept[i] = np.float32(1.0 if positive.all() else NO_TARGET_MARGIN)
                 continue
             svm = LinearSVC(random_state=random_state)
-            svm.fit(X[rows][:, features], positive.astype(np.int64),
+            svm.fit(subset[:, features], positive.astype(np.int64),
                     sample_weight=None if weight is None else weight[rows])
             parts.append((features, svm.coef_[0].astype(np.float32)))
             intercept[i] = np.float32(svm.intercept_[0])
