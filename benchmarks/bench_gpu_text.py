@@ -125,6 +125,8 @@ def run_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
             _sync(device)
             predict_s.append(time.perf_counter() - t0)
         res["predict_s"] = predict_s
+        if device == args.device and args.profile and device.startswith("cuda"):
+            res["profile"] = profile_epoch(tree, data, device, args, name)
         from benchmarks._peers import ids_of_label_paths
         from hiclass_parallel.ops.decode import decoding_route
 
@@ -145,6 +147,30 @@ def run_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(threads)
         out["cpu" if device == "cpu" and device != args.device else "main"] = res
     return out
+
+
+def profile_epoch(tree: Any, data: dict[str, Any], device: str, args: argparse.Namespace, name: str) -> str:
+    """One more fit of one epoch under torch's profiler: where the device time goes, by kernel
+    (the table is written to ``<profile>/<task>_profile.txt``; its path is returned)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from hiclass_parallel.estimators import HierarchicalClassifier
+
+    clf = HierarchicalClassifier(tree, semantics="terminal", device=device, random_state=args.seed, verbose=0,
+                                 **{**args.params, "max_epochs": 1})
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        clf.fit(data["X_train"], tree.labels[data["y_train"]])
+        _sync(device)
+    path = Path(args.profile) / f"{name}_profile.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30)
+    table_cpu = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    path.write_text(f"{name}: one epoch, config_.step_engine={clf.config_.step_engine!r}\n"
+                    f"{clf.config_.step_engine_reason}\n\nby device time\n{table}\n\nby host time\n{table_cpu}\n")
+    print(table, flush=True)
+    return str(path)
 
 
 def _other_route_and_syncs(clf: Any, data: dict[str, Any], device: str, sync_steps: int) -> dict[str, Any]:
@@ -208,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--params", type=json.loads, default={},
                    help='classifier parameters over the defaults, as JSON (e.g. \'{"batch_size": 512}\')')
+    p.add_argument("--profile", default=None, help="also profile one epoch per task; tables go to this folder")
     p.add_argument("--out", default=None, help="JSON report path")
     args = p.parse_args(argv)
     args.cpu_on = args.cpu_on.split(",")

@@ -10,6 +10,10 @@
 #   bash scripts/gpu_check.sh tests      # only the test suite
 #   bash scripts/gpu_check.sh text       # only the text route end to end (all nouns, full tree)
 #   bash scripts/gpu_check.sh bench      # only the engine benchmarks
+#   bash scripts/gpu_check.sh device     # the device training step: its tests compiled on CUDA, the text
+#                                        # route on person, all nouns and the full tree against the CPU on the
+#                                        # same split, one profiled epoch each, the CPU fit at 1-16 threads
+#                                        # beside XR-Linear (where .pecos/ holds libpecos and NumPy 1.26 wheels)
 #
 # Wheels in .whl/ (for an offline machine without skorch / array-api-compat) are installed
 # into /tmp/site first.
@@ -43,6 +47,27 @@ EOF
 $PY setup.py build_ext --inplace -q >"$OUT/build.log" 2>&1 || echo "C kernels not built (see $OUT/build.log); CPU fallbacks run"
 
 status=0
+if [ "$what" = device ]; then
+    # each part under its own time limit, so that one slow part leaves the others their time
+    timeout ${TESTS_S:-150} $PY -m pytest -p no:cacheprovider -q -rfEs tests/estimators/test_device_step.py 2>&1 \
+        | tee "$OUT/pytest_device_step.log" | tail -n 30
+    status=$((status | ${PIPESTATUS[0]}))
+    timeout ${TEXT_S:-300} $PY -m benchmarks.bench_gpu_text --tasks ${TASKS:-person,nouns,full} --cpu-threads 2 \
+        --cpu-on person,nouns --profile "$OUT" --out "$OUT/gpu_text.json" 2>&1 | tee "$OUT/gpu_text.log" \
+        | grep -v "^ \|^-\|^Name\|^Self" 
+    status=$((status | ${PIPESTATUS[0]}))
+    if [ -n "${THREADS:-}" ]; then
+        if compgen -G ".pecos/*.whl" >/dev/null; then
+            $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pecos .pecos/*.whl
+            printf '#!/bin/sh\nPYTHONPATH=/tmp/pecos exec %s "$@"\n' "$(command -v $PY)" >/tmp/pecos_python
+            chmod +x /tmp/pecos_python
+            export PECOS_PYTHON=/tmp/pecos_python
+        fi
+        timeout ${THREADS_S:-200} $PY -m benchmarks.bench_cpu_threads --subset nouns --threads "$THREADS" \
+            --out "$OUT/cpu_threads.json" 2>&1 | tee "$OUT/cpu_threads.log"
+        status=$((status | ${PIPESTATUS[0]}))
+    fi
+fi
 if [ "$what" = gpu-tests ]; then
     $PY -m pytest -p no:cacheprovider -n 8 -q -rfEs -k "cuda or cupy or gpu or triton or device_step" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 40
     status=$((status | ${PIPESTATUS[0]}))
