@@ -15,8 +15,9 @@ import of the package against this list; modules on one line do not import each 
 Where each concept lives, one module each: every exception class in
 :mod:`~hiclass_parallel.exceptions`; every reading of labels in ``labels/`` (``_paths``, ``_sets``).
 In :mod:`~hiclass_parallel.estimators`, the public estimators at the top: ``classifier``,
-``multilabel``, ``class_text``, ``conformal`` and ``path_encoder`` (:class:`PathEncoder`); the
-parts they compose in one sub-package each:
+``multilabel``, ``class_text``, ``conformal`` and ``path_encoder`` (:class:`PathEncoder`), and
+``explain`` (why an answer was given: each path step's features over its rival, per class the
+features that raise it); the parts they compose in one sub-package each:
 
 - ``estimators/fitting/``: the fit pipeline (``_fit``), the resolved fit configuration
   (``_config``: the one place every fit-time choice is made -- the training route, the step

@@ -15,6 +15,7 @@ from typing import Any
 from ..exceptions import (
     DivergedError,
     DivergenceWarning,
+    IgnoredSettingWarning,
     ModelFileError,
     NonFiniteLossError,
     NonMonotoneLossError,
@@ -26,9 +27,9 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "save_classifier", "load_classifier", "ModelFileError",
            "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
-           "DivergedError", "DivergenceWarning", "ClassTextClassifier", "BetaCalibrator", "FlatMargins",
+           "DivergedError", "DivergenceWarning", "IgnoredSettingWarning", "ClassTextClassifier", "BetaCalibrator", "FlatMargins",
            "ConformalHierarchicalClassifier", "save_conformal", "load_conformal", "UnsupportedEstimatorError",
-           "NonMonotoneLossError"]
+           "NonMonotoneLossError", "explain_predictions", "explain_classes", "Explanation", "ClassExplanation"]
 
 
 def __getattr__(name: str) -> Any:
@@ -84,6 +85,10 @@ def __getattr__(name: str) -> Any:
         from .io import _conformal_persistence
 
         return getattr(_conformal_persistence, name)
+    if name in ("explain_predictions", "explain_classes", "Explanation", "ClassExplanation"):
+        from . import explain
+
+        return getattr(explain, name)
     if name == "ClassTextClassifier":
         from .class_text import ClassTextClassifier
 
