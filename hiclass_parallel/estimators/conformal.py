@@ -30,6 +30,7 @@ the tree and over chunks of rows (to bound the memory of ``(rows, classes)`` pro
 
 from __future__ import annotations
 
+import copy
 import warnings
 from numbers import Integral, Real
 from typing import Any, ClassVar
@@ -44,6 +45,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 from ..exceptions import NonMonotoneLossError, UnsupportedEstimatorError
 from ..labels._paths import as_host_labels, labels_to_ids
 from ..metrics._conformal import loss_bound, resolve_loss
+from ..metrics._weights import check_sample_weight
 
 __all__ = [
     "ConformalHierarchicalClassifier",
@@ -124,18 +126,128 @@ def _answer_chains(answer_proba: np.ndarray, tree: Any) -> tuple[np.ndarray, np.
     ``-inf`` at the pads), the mass non-increasing along each row (rounding in the sums could
     otherwise leave a child a hair above its parent).
     """
-    bad = ~np.isfinite(answer_proba).all(axis=1)
+    _check_decidable(~np.isfinite(answer_proba).all(axis=1))
+    start = np.argmax(answer_proba, axis=1)
+    nodes = np.asarray(tree.paths, dtype=np.int64)[start]
+    mass_all = subtree_proba(answer_proba, tree)
+    mass = np.take_along_axis(mass_all, np.maximum(nodes, 0), axis=1).astype(np.float64)
+    mass[nodes < 0] = -np.inf
+    return nodes, np.minimum.accumulate(mass, axis=1)
+
+
+def _check_decidable(bad: np.ndarray) -> None:
+    """A named error for rows whose scores hold NaN or inf (``bad``: one bool per row)."""
     if bad.any():
         rows = np.flatnonzero(bad)
         raise ValueError(
             f"the classifier's answer probabilities hold NaN or inf in {rows.size} row(s), e.g. row {int(rows[0])}: "
             "its scores are not finite (a diverged model?); no answer can be vouched for"
         )
-    start = np.argmax(answer_proba, axis=1)
-    nodes = np.asarray(tree.paths, dtype=np.int64)[start]
-    mass_all = subtree_proba(answer_proba, tree)
-    mass = np.take_along_axis(mass_all, np.maximum(nodes, 0), axis=1).astype(np.float64)
-    mass[nodes < 0] = -np.inf
+
+
+def reach_log_proba(score: Any, paths: Any, tree: Any, stop: bool) -> Any:
+    """Log-probability of reaching each node of the paths, under the sibling partition.
+
+    The sum of the conditional log-probabilities (each node's score against its siblings',
+    the stop column included when ``stop``) from the top level down to the node. Under the
+    sibling partition, with stop scores that match the semantics (``stop=False`` with
+    leaf answers, ``stop=True`` with answers at every node), the softmax of each group sums
+    to 1 over its children and its stop, so ``exp`` of this value is the probability of the
+    node's subtree: the same number :func:`subtree_proba` sums from every answer below it.
+    Only the groups along the paths are scored: ``O(depth x siblings)`` per row.
+
+    Parameters
+    ----------
+    score : callable
+        ``score(rows, columns) -> scores`` on torch tensors, as
+        :func:`~hiclass_parallel.ops.best_first.best_first_paths` takes it (columns index the
+        full score vector: the classes, then the stop columns).
+    paths : torch.Tensor of int64 of shape (n_rows, n_levels)
+        Node-id paths, padded with -1.
+    tree : Tree
+    stop : bool
+        Whether the score vector has stop columns.
+
+    Returns
+    -------
+    torch.Tensor of shape (n_rows, n_levels)
+        Float64; ``-inf`` at the pads.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.ops.groups import node_log_probs
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
+    >>> scores = torch.randn(1, 9)
+    >>> reach = reach_log_proba(lambda r, c: scores[r, c], torch.tensor([[0, 3, 7]]), tree, stop=False)
+    >>> full = node_log_probs(scores, tree, "sibling")[0, [0, 3, 7]]
+    >>> bool(torch.allclose(reach[0].float(), full, atol=1e-6))
+    True
+    """
+    import torch
+
+    from ..ops.sibling_paths import expand_rows, path_rows, segment_logsumexp, sibling_plan
+
+    plan = sibling_plan(tree, stop)
+    paths = torch.as_tensor(paths, dtype=torch.int64)
+    depth = (paths >= 0).sum(dim=1)
+    last = paths.gather(1, (depth - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+    last = torch.where(depth > 0, last, torch.full_like(last, -1))
+    # One softmax row per node on each path: its sibling group, and the node as the target.
+    sample, group, target = path_rows(plan, last, terminal=False)
+    entry, column, _ = expand_rows(plan, group)
+    values = score(sample[entry], column).to(torch.float64)
+    lse = segment_logsumexp(values, entry, group.shape[0])
+    own = values[column == target[entry]]  # exactly one per softmax row, in row order
+    out = torch.full(paths.shape, -torch.inf, dtype=torch.float64, device=paths.device)
+    # path_rows lists each path's nodes top-down, path after path: a node's level is its
+    # position within its path's run.
+    start = torch.cumsum(depth, 0) - depth
+    level = torch.arange(sample.shape[0], device=paths.device) - start[sample]
+    out[sample, level] = own - lse
+    return torch.cumsum(out, dim=1)  # -inf pads stay -inf: they follow the path's nodes
+
+
+def _sibling_route(classifier: Any) -> bool:
+    """Whether a node's subtree probability is its reach probability for this classifier
+    (:func:`reach_log_proba`): a :class:`HierarchicalClassifier` of the sibling partition
+    whose stop scores match its semantics."""
+    from .classifier import HierarchicalClassifier
+
+    return (isinstance(classifier, HierarchicalClassifier) and getattr(classifier, "partition_", None) == "sibling"
+            and bool(classifier.stop_) == (classifier.semantics == "terminal"))
+
+
+def _sibling_chains(classifier: Any, X: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_answer_chains` of the rows of ``X`` for a classifier of :func:`_sibling_route`:
+    the model's best path (its exact decoding, as ``predict_answer_proba``'s argmax) and the
+    reach probabilities of its nodes, scoring only the groups on that path."""
+    import dataclasses
+
+    from ..ops.best_first import best_first_paths
+    from ..ops.decode import best_paths
+
+    # The model's own most probable answer, whatever decoding rule predict is set to.
+    decoder = dataclasses.replace(classifier._decoder(), decoding="best")
+    tree, stop, semantics = decoder.tree, decoder.stop, decoder.semantics
+    if decoder.model_route() != "exhaustive":  # scores on demand: the search and the path's groups
+        def on_hidden(hidden: Any) -> tuple[Any, Any]:
+            score = decoder.net.module_.scorer(hidden)
+            paths, _ = best_first_paths(score, hidden.shape[0], tree, stop=stop, semantics=semantics, like=hidden)
+            return paths, reach_log_proba(score, paths, tree, stop)
+
+        paths, reach = decoder.per_batch(decoder.rows(X), on_hidden, hidden=True)
+    else:
+        def on_scores(scores: Any) -> tuple[Any, Any]:
+            paths, _ = best_paths(scores, tree, partition="sibling", stop=stop, semantics=semantics)
+            return paths, reach_log_proba(lambda r, c: scores[r, c], paths, tree, stop)
+
+        paths, reach = decoder.per_batch(decoder.rows(X), on_scores)
+    nodes = paths.astype(np.int64, copy=False)
+    # An undecidable row (NaN or +inf scores) decodes to the empty path.
+    _check_decidable((nodes[:, 0] < 0) | np.isnan(reach).any(axis=1))
+    mass = np.where(nodes >= 0, np.exp(reach), -np.inf)
     return nodes, np.minimum.accumulate(mass, axis=1)
 
 
@@ -267,6 +379,14 @@ def _last_step(estimator: Any) -> Any:
     while isinstance(estimator, Pipeline):
         estimator = estimator.steps[-1][1]
     return estimator
+
+
+def _truth_ids(classifier: Any, y: Any) -> np.ndarray:
+    """Node ids of labels ``y`` as the classifier reads them (its own label form: path strings
+    with ``path_sep``, name paths where names repeat, labels at any depth)."""
+    targets = getattr(classifier, "targets_", None)
+    values = targets.read(y) if hasattr(targets, "read") else as_host_labels(y, classifier.pad_label_)
+    return labels_to_ids(values, classifier.tree_, classifier.pad_label_)
 
 
 def _check_supported(estimator: Any) -> None:
@@ -481,7 +601,9 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
                 raise ValueError("sample_weight weighs the rows that train the classifier; with cv='prefit' no row "
                                  "trains it (the calibration counts every row once): fit the classifier with them")
             check_is_fitted(_last_step(estimator))
-            fitted, cal_X, cal_y, cal_rows = estimator, X, y, None
+            # A copy: the cut-off belongs to this model, and refitting (or training on) the
+            # user's object afterwards must not put another model under it.
+            fitted, cal_X, cal_y, cal_rows = copy.deepcopy(estimator), X, y, None
         else:
             cal_rows, train_rows = self._split(n)
             fitted = clone(estimator).fit(_safe_indexing(X, train_rows), _safe_indexing(y, train_rows),
@@ -489,7 +611,7 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             cal_X, cal_y = self._calibration_rows(X, train_rows, cal_rows), _safe_indexing(y, cal_rows)
         _check_supported(fitted)
         classifier = self._classifier(fitted)
-        truth = labels_to_ids(as_host_labels(cal_y, classifier.pad_label_), classifier.tree_, classifier.pad_label_)
+        truth = _truth_ids(classifier, cal_y)
         nodes, mass = self._chains(fitted, cal_X)
         losses = _chain_losses(nodes, truth, classifier.tree_, loss, bound)
         cutoff, risk = conformal_cutoff(mass, losses, self.alpha, bound)
@@ -532,9 +654,9 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
 
         if sample_weight is None:
             return {}
-        weight = np.asarray(sample_weight)
-        if weight.shape != (n,):
-            raise ValueError(f"sample_weight must have shape ({n},), one weight per row of X, got {weight.shape}")
+        # Every row's weight is checked as the classifier checks them (the calibration rows'
+        # too, though they count once each): a NaN or negative weight is a mistake anywhere.
+        weight = check_sample_weight(sample_weight, n)
         name = "sample_weight"
         while isinstance(estimator, Pipeline):  # a Pipeline takes its last step's weights by name
             name = f"{estimator.steps[-1][0]}__{name}"
@@ -567,8 +689,13 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         return getattr(last, "classifier_", last)
 
     @staticmethod
-    def _chains(fitted: Any, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Chains and masses of the rows of X, computed in chunks of rows."""
+    def _chains(fitted: Any, X: Any, route: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """Chains and masses of the rows of X.
+
+        ``route="auto"``: along the best path only where the subtree probabilities are reach
+        probabilities (:func:`_sibling_route`), else (and with ``route="full"``, the
+        reference) from the full distribution over the answers, in chunks of rows.
+        """
         from sklearn.pipeline import Pipeline
 
         model = fitted
@@ -576,6 +703,12 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             X = model[:-1].transform(X) if len(model.steps) > 1 else X
             model = model.steps[-1][1]
         classifier = ConformalHierarchicalClassifier._classifier(model)
+        if route == "auto" and _sibling_route(classifier):
+            if classifier is not model:  # a ClassTextClassifier: its vectorizer first
+                X = model._features(X)
+            if _num_samples(X) == 0:
+                raise ValueError("X has no rows")
+            return _sibling_chains(classifier, X)
         tree = classifier.tree_
         n = _num_samples(X)
         step = max(1, _CHUNK_FLOATS // tree.n_classes)
@@ -636,7 +769,7 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         return _answers_at(nodes, mass, self.lambda_)
 
     def predict(self, X: Any) -> np.ndarray:
-        """The answer of each row as an ancestral path of labels.
+        """The answer of each row as an ancestral path, in the classifier's own form.
 
         Parameters
         ----------
@@ -644,14 +777,22 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
 
         Returns
         -------
-        paths : ndarray of shape (n_samples, n_levels)
-            Labels from the top level down to the answer, right-padded with ``pad_label_``;
-            an all-pad row is the root's answer ("anything").
+        paths : ndarray of shape (n_samples, n_levels), or (n_samples,) with ``path_sep``
+            As the classifier's ``predict`` writes its answers: names from the top level
+            down to the answer, right-padded with ``pad_label_`` (an all-pad row is the
+            root's answer, "anything"); with the classifier's ``path_sep``, one path string
+            per row (``pad_label_`` for the root's answer). So the classifier's labels and
+            metrics read them, and :meth:`score` scores them.
         """
         nodes = self.predict_node(X)
+        classifier = self.classifier_
+        strings = classifier._answers() if hasattr(classifier, "_answers") else None
+        if strings is not None:
+            return strings[nodes]  # index -1 is the pad: the root's answer
         table = np.asarray(self.tree_.paths)[np.maximum(nodes, 0)]
         table[nodes < 0] = -1
-        return self.classifier_._label_lookup()[table]
+        names = classifier._path_lookup() if hasattr(classifier, "_path_lookup") else classifier._label_lookup()
+        return names[table]
 
     def predict_labels(self, X: Any) -> np.ndarray:
         """The label of each row's answer (``pad_label_`` for the root's).
@@ -678,16 +819,22 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         ----------
         X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_levels)
-            True labels (checked against the tree, not used in the value).
+            True labels, in any form the classifier's ``fit`` takes (checked against the
+            tree, not used in the value).
         sample_weight : array-like of shape (n_samples,), default=None
 
         Returns
         -------
         float
         """
+        from sklearn.utils.validation import check_consistent_length
+
         from ..metrics._conformal import mean_answer_depth
 
-        return mean_answer_depth(y, self.predict(X), self.tree_, pad_label=self.pad_label_,
+        truth = _truth_ids(self.classifier_, y)
+        check_consistent_length(X, truth)
+        # Node ids, not labels: the answers' identity without a second label look-up.
+        return mean_answer_depth(truth, self.predict_node(X), self.tree_, input_type="ids",
                                  sample_weight=sample_weight)
 
     def __sklearn_tags__(self):

@@ -33,7 +33,8 @@ def check_sample_weight(sample_weight: Any, n_samples: int) -> np.ndarray | None
     Raises
     ------
     ValueError
-        When the weights are not numbers, not of shape ``(n_samples,)``, or one of them is
+        When the weights are not real numbers (complex ones included), not of shape
+        ``(n_samples,)``, or one of them is
         negative, NaN or infinite (the error names the first such weight and its index).
 
     Examples
@@ -48,6 +49,8 @@ def check_sample_weight(sample_weight: Any, n_samples: int) -> np.ndarray | None
     if sample_weight is None:
         return None
     raw = np.asarray(to_numpy(sample_weight))
+    if np.iscomplexobj(raw):  # a cast to float would drop the imaginary parts without a word
+        raise ValueError(f"sample_weight must be real numbers, got {raw.dtype}")
     try:
         w = raw.astype(np.float64)
     except (TypeError, ValueError):

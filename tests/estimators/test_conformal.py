@@ -250,9 +250,29 @@ def test_fit_predict_and_prefit(small):
 
     fitted = _clf(tree).fit(X[:200], y[:200])
     prefit = ConformalHierarchicalClassifier(fitted, alpha=0.2, cv="prefit").fit(X[200:400], y[200:400])
-    assert prefit.estimator_ is fitted and prefit.n_calibration_ == 200 and prefit.calibration_indices_ is None
+    assert prefit.n_calibration_ == 200 and prefit.calibration_indices_ is None
     with pytest.raises(NotFittedError):
         ConformalHierarchicalClassifier(_clf(tree), cv="prefit").fit(X, y)
+
+
+def test_prefit_calibrates_a_copy_that_refitting_the_classifier_leaves_alone(small):
+    # The cut-off belongs to the model it was calibrated for: training the user's object on,
+    # or refitting it on another tree, must not put another model under it.
+    X, y, tree = small
+    fitted = _clf(tree).fit(X[:200], y[:200])
+    model = ConformalHierarchicalClassifier(fitted, alpha=0.2, cv="prefit").fit(X[200:400], y[200:400])
+    assert model.estimator_ is not fitted and model.get_params()["estimator"] is fitted
+    nodes, scores = model.predict_node(X[400:]), model.estimator_.decision_function(X[400:])
+    paths = model.predict(X[400:])
+    fitted.partial_fit(X[:400], y[:400])  # trains the user's net in place
+    assert not np.allclose(fitted.decision_function(X[400:]), scores)
+    X2, y2, tree2 = make_hierarchical_classification(n_samples=300, n_features=5, branching=3, depth=2,
+                                                     random_state=5)
+    fitted.set_params(tree=tree2).fit(X2, y2)  # another tree altogether
+    np.testing.assert_array_equal(model.predict_node(X[400:]), nodes)
+    np.testing.assert_array_equal(model.predict(X[400:]), paths)
+    np.testing.assert_array_equal(model.estimator_.decision_function(X[400:]), scores)
+    assert model.tree_ == tree and model.classifier_.tree_ is not fitted.tree_
 
 
 def test_sparse_calibration_rows_are_shown_as_new_documents():
@@ -290,6 +310,38 @@ def test_sample_weight_reaches_the_training_rows_only(small, monkeypatch):
         ConformalHierarchicalClassifier(model.estimator_, cv="prefit").fit(X, y, sample_weight=weight)
     with pytest.raises(ValueError, match=r"shape \(500,\)"):
         ConformalHierarchicalClassifier(_clf(tree)).fit(X, y, sample_weight=weight[:3])
+
+
+@pytest.mark.parametrize("bad, message", [(np.nan, "is nan"), (-1.0, "is -1.0"), (np.inf, "is inf")])
+def test_calibration_rows_weights_are_checked_as_the_classifier_checks_them(small, bad, message):
+    # The calibration counts every row once, but a NaN, negative or infinite weight is a
+    # mistake wherever it sits: refused by position, as the classifier refuses it.
+    X, y, tree = small
+    model = ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, random_state=0)
+    row = int(model._split(len(X))[0][3])  # a calibration row of this random_state
+    weight = np.ones(len(X))
+    weight[row] = bad
+    with pytest.raises(ValueError, match=rf"sample_weight\[{row}\] {message}"):
+        model.fit(X, y, sample_weight=weight)
+    with pytest.raises(ValueError, match=rf"sample_weight\[{row}\] {message}"):
+        _clf(tree).fit(X, y, sample_weight=weight)
+
+
+def test_complex_weights_are_refused_everywhere(small):
+    import torch
+
+    from hiclass_parallel.metrics import hierarchical_f1_score
+
+    X, y, tree = small
+    weight = np.ones(len(X), dtype=complex)
+    weight[5] = 1 + 2j  # its imaginary part would be dropped by a cast
+    for fit in (ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, random_state=0).fit, _clf(tree).fit):
+        with pytest.raises(ValueError, match="real numbers, got complex128"):
+            fit(X, y, sample_weight=weight)
+    with pytest.raises(ValueError, match="real numbers, got complex"):
+        _clf(tree).fit(X, y, sample_weight=torch.as_tensor(weight))
+    with pytest.raises(ValueError, match="real numbers, got complex128"):
+        hierarchical_f1_score(y, y, tree=tree, sample_weight=weight)
 
 
 def test_terminal_semantics_and_a_changed_semantics(small):
