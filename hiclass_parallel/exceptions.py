@@ -7,9 +7,9 @@ from this one place.
 
 from __future__ import annotations
 
-__all__ = ["DivergedError", "DivergenceWarning", "ModelFileError", "NonFiniteLossError",
-           "NonMonotoneLossError", "TreeError", "UnknownLabelError", "UnsupportedEstimatorError",
-           "WordNetNotFoundError"]
+__all__ = ["DivergedError", "DivergenceWarning", "IgnoredSettingWarning", "ModelFileError",
+           "NonFiniteLossError", "NonMonotoneLossError", "TreeError", "UnknownLabelError",
+           "UnsupportedEstimatorError", "WordNetNotFoundError"]
 
 
 class TreeError(ValueError):
@@ -31,6 +31,26 @@ class DivergenceWarning(UserWarning):
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("error", DivergenceWarning)  # a diverging step stops the script
     ...     issubclass(DivergenceWarning, UserWarning)
+    True
+    """
+
+
+class IgnoredSettingWarning(UserWarning):
+    """A setting was changed on a fitted model that the fitted model cannot apply, so its
+    answers ignore it.
+
+    Raised by prediction for a re-ranking term given a weight after fit (``set_params(
+    prototypes=3.0)``, ``flat_term=5.0``) that the fit did not build, and by continued
+    training (``warm_start``, ``partial_fit``) for parameters the network is built from. The
+    message names the setting and what would apply it: a fresh ``fit``.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from hiclass_parallel.exceptions import IgnoredSettingWarning
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", IgnoredSettingWarning)  # an ignored setting stops the script
+    ...     issubclass(IgnoredSettingWarning, UserWarning)
     True
     """
 

@@ -15,6 +15,7 @@ from hiclass_parallel import exceptions
     ("hiclass_parallel.estimators", "NonFiniteLossError"),
     ("hiclass_parallel.estimators", "DivergedError"),
     ("hiclass_parallel.estimators", "DivergenceWarning"),
+    ("hiclass_parallel.estimators", "IgnoredSettingWarning"),
     ("hiclass_parallel.estimators", "UnsupportedEstimatorError"),
     ("hiclass_parallel.estimators", "NonMonotoneLossError"),
     ("hiclass_parallel.estimators.conformal", "UnsupportedEstimatorError"),

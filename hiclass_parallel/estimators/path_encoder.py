@@ -25,6 +25,7 @@ from ..labels._paths import (
     default_pad_label,
     device_label_ids,
     as_host_labels,
+    check_names_free_of_sep,
     device_paths_to_last,
     is_device_array,
     labels_to_ids,
@@ -146,6 +147,8 @@ class PathEncoder(TransformerMixin, BaseEstimator):
             if self.pad_label is None:
                 self.pad_label_ = default_pad_label(self.tree_.names)
         else:
+            if self.path_sep is not None:
+                check_names_free_of_sep(self.tree, self.path_sep)
             self.tree_ = self.tree
             self.pad_label_ = default_pad_label(self.tree.names) if self.pad_label is None else self.pad_label
         check_pad_not_a_label(self.tree_, self.pad_label_)

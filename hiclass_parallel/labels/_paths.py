@@ -50,11 +50,12 @@ def is_device_array(y: Any) -> bool:
 
 
 def default_pad_label(labels: np.ndarray) -> Any:
-    """The documented pad: ``-1`` for integer labels, ``""`` for strings, else ``None``."""
+    """The documented pad: ``-1`` for integer labels, ``""`` for strings (also strings mixed
+    with other labels), else ``None``."""
     labels = np.asarray(labels)
     if labels.dtype.kind in "iu":
         return -1
-    if labels.dtype.kind == "U" or (labels.dtype == object and all(isinstance(v, str) for v in labels.reshape(-1))):
+    if labels.dtype.kind == "U" or (labels.dtype == object and any(isinstance(v, str) for v in labels.reshape(-1))):
         return ""
     return None
 
@@ -121,7 +122,10 @@ def as_host_labels(y: Any, pad: Any = None) -> np.ndarray:
     ragged = _ragged_rows(y, pad)
     if ragged is not None:
         return ragged
-    values = np.asarray(y)
+    try:
+        values = list_of_labels(y) if isinstance(y, (list, tuple)) else np.asarray(y)
+    except ValueError as exc:  # NumPy refuses nested sequences of different lengths
+        raise ValueError(_inhomogeneous(y, "y", exc)) from None
     if values.dtype.kind in "US":
         values = values.astype(object)
     if values.ndim == 1 and values.dtype == object and values.size \
@@ -130,6 +134,61 @@ def as_host_labels(y: Any, pad: Any = None) -> np.ndarray:
         # repeat: one path per row, read as a list of lists.
         return as_host_labels([list(v) for v in values.tolist()], pad)
     return values
+
+
+def list_of_labels(y: list | tuple) -> np.ndarray:
+    """A list of labels (or of label paths) as an array in which every label keeps its type.
+
+    NumPy makes every entry of a list mixing strings and numbers a string (``[1, "a"]`` ->
+    ``["1", "a"]``), so such a list is read as objects instead.
+    """
+    values = np.asarray(y)
+    if values.dtype.kind == "U" and _holds_non_strings(y):
+        return np.asarray(y, dtype=object)
+    return values
+
+
+def _holds_non_strings(y: list | tuple) -> bool:
+    """Whether a list of labels (or of label paths) holds an entry that is not a string."""
+    for v in y:
+        if isinstance(v, (list, tuple, np.ndarray)):
+            if _holds_non_strings(v.tolist() if isinstance(v, np.ndarray) else v):
+                return True
+        elif not isinstance(v, str):
+            return True
+    return False
+
+
+def refuse_mixed_label_types(values: np.ndarray, name: str = "y") -> None:
+    """A ``ValueError`` when 1-D labels mix strings and numbers (missing labels aside).
+
+    A flat tree learnt from 1-D labels sorts its classes (``classes_``, as scikit-learn's
+    classifiers do), and strings and numbers have no order; scikit-learn refuses the mix too.
+    A tree given with such labels needs no order, so the classifiers take the mix there.
+    """
+    if values.dtype != object or values.ndim != 1:
+        return
+    present = values[~_is_none_or_nan(values)].tolist()
+    string = next((v for v in present if isinstance(v, str)), None)
+    other = next((v for v in present if not isinstance(v, str)), None)
+    if string is not None and other is not None:
+        raise ValueError(
+            f"{name} mixes string and non-string labels (e.g. {string!r} and {other!r}), so the classes "
+            "learnt from it cannot be sorted; give every label one type (e.g. all strings), or pass "
+            "tree=Tree(...) holding these labels"
+        )
+
+
+def _inhomogeneous(y: Any, name: str, exc: ValueError) -> str:
+    """Why NumPy could not make ``y`` an array, naming the first row that differs in kind."""
+    rows = list(y) if isinstance(y, (list, tuple)) else []
+    nested = [isinstance(v, (list, tuple, np.ndarray)) for v in rows]
+    if rows and any(nested) and not all(nested):
+        row = nested.index(not nested[0])
+        return (f"{name} mixes plain labels and label paths: row 0 is {rows[0]!r} but row {row} is "
+                f"{rows[row]!r}; give one label per row, or one path (a list) per row")
+    return (f"{name} cannot be made into an array ({exc}); pass 1-D labels, or paths as a list of lists "
+            "or a 2-D array right-padded with pad_label")
 
 
 def split_path_strings(values: np.ndarray, sep: str, pad: Any) -> np.ndarray:
@@ -176,6 +235,24 @@ def read_path_strings(values: np.ndarray, tree: Tree, sep: str | None, pad: Any)
         lambda: tree.labels.dtype == object and tree.labels.tolist() == path_strings(tree, sep).tolist(),
     )
     return values if labels_are_paths else split_path_strings(values, sep, pad)
+
+
+def check_names_free_of_sep(tree: Tree, sep: str) -> None:
+    """A ``ValueError`` naming a name of ``tree`` that holds the path separator ``sep``.
+
+    A path string is split on ``sep`` into names, so a name holding it would be read as two
+    levels and never found. A tree learnt with ``sep`` cannot have one (its names are the
+    parts of the split); a tree given with ``path_sep`` is checked here.
+    """
+    holding = [v for v in tree.names.tolist() if isinstance(v, str) and sep in v]
+    if holding:
+        node = tree.names.tolist().index(holding[0])
+        raise ValueError(
+            f"path_sep={sep!r} splits each label into names, but the tree's name {holding[0]!r} (node {node}"
+            f"{'' if len(holding) == 1 else f'; {len(holding)} names in all'}) holds it, so no path string "
+            "could name that class; choose a separator that no name holds, or leave path_sep=None to give "
+            "the labels themselves"
+        )
 
 
 def check_pad_not_a_label(tree: Tree, pad: Any) -> None:
@@ -357,6 +434,7 @@ def learn_tree(y: Any, pad: Any = None, allow_flat: bool = False, sep: str | Non
             distinct = rows
         return _paths_tree(distinct, sep), pad
     if values.ndim == 1 and allow_flat:
+        refuse_mixed_label_types(values)
         classes = np.unique(values)
         hint = _flat_path_hint(classes) if classes.dtype == object else ""
         if hint:
@@ -414,6 +492,14 @@ def device_paths_to_last(ids: Any, tree: Tree, what: str) -> Any:
     """Last node id of each id path (n, w) padded with -1, checked, on the array's device."""
     xp = array_namespace(ids)
     n, width = ids.shape
+    if n and width and (int(xp.min(ids)) < PAD or int(xp.max(ids)) >= tree.n_classes):
+        bad = to_numpy((ids < PAD) | (ids >= tree.n_classes))
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        raise IndexError(
+            f"{what}: row {row}, column {col} holds {int(ids[row, col])}, which is not a node id of the tree "
+            f"(node ids are in [0, {tree.n_classes}); {PAD} pads a path); {int(bad.sum())} entr"
+            f"{'y is' if int(bad.sum()) == 1 else 'ies are'} out of range"
+        )
     if width > tree.n_levels:
         if bool(xp.any(ids[:, tree.n_levels:] != PAD)):
             raise ValueError(f"{what} have {width} columns but the tree has {tree.n_levels} levels")
@@ -426,8 +512,6 @@ def device_paths_to_last(ids: Any, tree: Tree, what: str) -> Any:
         raise ValueError(f"{what} must be right-padded with -1; some rows have a node after a pad")
     depth = xp.sum(xp.astype(real, xp.int64), axis=1) - 1
     last = xp.reshape(xp.take_along_axis(ids, xp.reshape(depth, (-1, 1)), axis=1), (-1,))
-    if n and (int(xp.min(last)) < 0 or int(xp.max(last)) >= tree.n_classes):
-        raise IndexError(f"{what} hold node ids out of range [0, {tree.n_classes})")
     expected = labels_to_paths(last, tree, check=False)[:, :width]
     if n and not bool(xp.all(expected == ids)):
         bad = to_numpy(xp.any(expected != ids, axis=1))
@@ -446,12 +530,9 @@ def host_labels_or_paths(y: Any, name: str, pad: Any = None) -> np.ndarray:
     if ragged is not None:
         return ragged
     try:
-        arr = np.asarray(y) if isinstance(y, (list, tuple)) else to_numpy(y)
+        arr = list_of_labels(y) if isinstance(y, (list, tuple)) else to_numpy(y)
     except ValueError as exc:  # NumPy refuses ragged nested sequences
-        raise ValueError(
-            f"{name} cannot be made into an array ({exc}); pass 1-D labels, or paths as a list of "
-            "lists or a 2-D array right-padded with pad_label"
-        ) from exc
+        raise ValueError(_inhomogeneous(y, name, exc)) from exc
     except Exception as exc:  # pragma: no cover - exotic inputs
         raise TypeError(f"{name} of type {type(y).__name__} cannot be converted to a NumPy array") from exc
     if arr.ndim == 0:

@@ -21,12 +21,14 @@ from sklearn.utils.validation import check_consistent_length
 
 from ...labels._paths import (
     as_host_labels,
+    check_names_free_of_sep,
     check_pad_not_a_label,
     default_pad_label,
     labels_to_ids,
     learn_tree,
     path_strings,
     read_path_strings,
+    refuse_mixed_label_types,
 )
 from ...labels._sets import read_label_sets
 from ...tree import Tree
@@ -87,6 +89,7 @@ class PathTargets:
                     f"path_sep={self.sep!r} joins the names of a path into a string, but the tree's names "
                     f"{bad[:5]!r} are not strings"
                 )
+            check_names_free_of_sep(tree, self.sep)
         self.tree, self.pad = tree, pad
 
     def fit(self, y: Any, classes: Any = None) -> PathTargets:
@@ -95,6 +98,7 @@ class PathTargets:
         if self.source is None:
             values = as_host_labels(y if classes is None else classes, self.pad_label)
             if values.ndim == 1 and self.sep is None:  # path strings: learn_tree checks them
+                refuse_mixed_label_types(values, "y" if classes is None else "classes")
                 check_classification_targets(values)
             tree, pad = learn_tree(values, self.pad_label, allow_flat=True, sep=self.sep)
             self._set(tree, default_pad_label(tree.names) if self.pad_label is None else pad)

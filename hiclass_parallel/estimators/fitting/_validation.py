@@ -8,11 +8,13 @@ names the setting or value and what to do instead, before anything is trained or
   ``AssertionError`` "Torch not compiled with CUDA enabled" or a list of every device type
   torch knows); the settings read at prediction (:data:`PREDICTION_PARAMS`), which may change
   after fit (``set_params``), held to the constructor's constraints where prediction reads them
-  (:func:`check_prediction_params`); :class:`NotBool` for numbers that ``True`` must not pass as;
+  (:func:`check_prediction_params`), and a weight given to a re-ranking term the fit did not
+  build (:func:`warn_unprepared_terms`); :class:`NotBool` for numbers that ``True`` must not pass as;
 - ``X`` (:func:`validate_X`): arrays through scikit-learn's ``validate_data``, torch tensors
   (kept on their device) through :func:`check_tensor` (sparse ones through
-  :func:`sparse_tensor_to_csr`), with the same messages; then, on every route, values that
-  float32 (what the network computes in) cannot hold (:func:`check_float32_range`);
+  :func:`sparse_tensor_to_csr`), with the same messages; the column indices of a CSR ``X``
+  (:func:`check_column_indices`); then, on every route, values that float32 (what the network
+  computes in) cannot hold (:func:`check_float32_range`);
 - the labels: all internal nodes under ``semantics="partial"`` (:func:`suggest_terminal`);
 - continued training (``warm_start``, ``partial_fit``): changed parameters the fitted network
   cannot take (:func:`warn_ignored_changes`).
@@ -22,6 +24,8 @@ Sample and class weights are checked where they are made (:mod:`._weights`).
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -31,9 +35,11 @@ import torch
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import validate_data
 
-__all__ = ["PREDICTION_PARAMS", "NotBool", "check_device", "check_float32_range", "check_params",
-           "check_prediction_params", "check_tensor", "sparse_tensor_to_csr", "suggest_terminal", "validate_X",
-           "warn_ignored_changes"]
+from ...exceptions import IgnoredSettingWarning
+
+__all__ = ["PREDICTION_PARAMS", "NotBool", "check_column_indices", "check_device", "check_float32_range",
+           "check_params", "check_prediction_params", "check_tensor", "sparse_tensor_to_csr", "suggest_terminal",
+           "validate_X", "warn_ignored_changes", "warn_unprepared_terms"]
 
 
 # ---------------------------------------------------------------------------- settings
@@ -64,6 +70,42 @@ def check_prediction_params(estimator: Any) -> None:
     validate_parameter_constraints({name: constraints[name] for name in names},
                                    {name: getattr(estimator, name) for name in names},
                                    caller_name=type(estimator).__name__)
+
+
+#: The package's folder (with its separator), where no warning should point.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def warn_unprepared_terms(estimator: Any) -> None:
+    """Warn (:class:`~hiclass_parallel.exceptions.IgnoredSettingWarning`) for each re-ranking
+    term given a weight after fit that the fit did not build, naming the setting and the refit
+    that would build it.
+
+    ``prototypes`` and ``flat_term`` may change after fit, but only the weight of a term the
+    fit built: without ``prototypes_`` (a fit with ``prototypes=None``) or ``flat_term_`` (a
+    fit that kept no flat term) a number would change nothing, silently. ``"auto"`` stands for
+    the fit's choice, none included, and ``None`` or 0 ask for no term: neither warns.
+    """
+    if not getattr(type(estimator), "_reranks", False):
+        return
+    terms = (("prototypes", "prototypes_", "the fit built no class prototypes"),
+             ("flat_term", "flat_term_", "the fit kept no flat term"))
+    for name, fitted, missing in terms:
+        value = getattr(estimator, name, None)
+        if value is None or isinstance(value, str) or value == 0 or getattr(estimator, fitted, None) is not None:
+            continue
+        reason = getattr(estimator.config_, "flat_term_reason", "") if name == "flat_term" else ""
+        # Point at the caller outside the package: the predict methods reach here from different depths.
+        frame, level = sys._getframe(0), 1
+        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(
+            f"{name}={value!r} asks to re-rank the answers, but {missing}"
+            f"{f' ({reason})' if reason else ''}, so predictions ignore it; fit again with {name}={value!r} "
+            "to build it",
+            IgnoredSettingWarning,
+            stacklevel=level,
+        )
 
 
 def check_device(device: Any) -> None:
@@ -133,9 +175,9 @@ def validate_X(estimator: Any, X: Any, reset: bool) -> Any:
     ``n_features_in_`` (and ``feature_names_in_``) are set, else ``X`` must match them; every
     value must fit in float32 (:func:`check_float32_range`)."""
     if not isinstance(X, torch.Tensor):
-        return check_float32_range(validate_data(
+        return check_float32_range(check_column_indices(validate_data(
             estimator, X, reset=reset, accept_sparse="csr", dtype=[np.float32, np.float64], ensure_all_finite=True
-        ))
+        )))
     X = check_float32_range(check_tensor(X))
     n_features = int(X.shape[1])
     if reset:
@@ -196,6 +238,49 @@ def check_float32_range(X: Any) -> Any:
     raise _out_of_range(row, col, float(X[row, col]))
 
 
+def check_column_indices(X: Any) -> Any:
+    """``X`` unchanged, or a ``ValueError`` naming a stored entry of a CSR ``X`` whose column
+    index lies outside ``[0, n_features)``.
+
+    scipy checks the indices of a matrix it builds, but not those written into ``X.indices``
+    afterwards (a hand-made or damaged matrix); ``validate_data`` does not check them either,
+    and an index out of range would fail deep in training or prediction without naming ``X``.
+    One pass over the stored indices (their minimum and maximum) decides.
+
+    Parameters
+    ----------
+    X : ndarray or scipy sparse CSR matrix of shape (n_samples, n_features)
+
+    Returns
+    -------
+    X : the same object
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> X = sp.csr_matrix(np.eye(3, dtype=np.float32))
+    >>> X.indices[1] = 7
+    >>> check_column_indices(X)
+    Traceback (most recent call last):
+    ...
+    ValueError: X is a sparse matrix of shape (3, 3), but its stored entry 1 (row 1) has column index 7, outside [0, 3): its indices are damaged; build the matrix with scipy.sparse.csr_matrix((data, indices, indptr), shape=...), which checks them
+    """
+    if not sp.issparse(X) or X.format != "csr" or X.nnz == 0:
+        return X
+    indices = X.indices[: X.nnz]
+    n_features = X.shape[1]
+    if int(indices.min()) >= 0 and int(indices.max()) < n_features:
+        return X
+    pos = int(np.flatnonzero((indices < 0) | (indices >= n_features))[0])
+    row = int(np.searchsorted(X.indptr, pos, side="right") - 1)
+    raise ValueError(
+        f"X is a sparse matrix of shape {X.shape}, but its stored entry {pos} (row {row}) has column index "
+        f"{int(indices[pos])}, outside [0, {n_features}): its indices are damaged; build the matrix with "
+        "scipy.sparse.csr_matrix((data, indices, indptr), shape=...), which checks them"
+    )
+
+
 def _out_of_range(row: int, col: int, value: float) -> ValueError:
     return ValueError(
         f"Input X[{row}, {col}] = {value:.6g} is outside the range of float32 (magnitude at most "
@@ -204,11 +289,15 @@ def _out_of_range(row: int, col: int, value: float) -> ValueError:
 
 
 def check_tensor(X: torch.Tensor) -> torch.Tensor | sp.csr_matrix:
-    """A torch X checked as ``validate_data`` checks arrays (2-D, samples, finite), made floating point.
+    """A torch X checked as ``validate_data`` checks arrays (2-D, samples, finite), made floating
+    point and detached from autograd (an encoder's output that requires grad is read as its values).
 
     A sparse tensor (COO, CSR, CSC...) comes back as the scipy CSR matrix of its values
     (:func:`sparse_tensor_to_csr`), which every module and decoder takes.
     """
+    # The classifiers never differentiate through X; a detached view (no copy) lets every route
+    # (the re-ranking's NumPy reads among them) take it.
+    X = X.detach()
     if X.layout != torch.strided:
         return sparse_tensor_to_csr(X)
     if X.ndim != 2:
@@ -265,7 +354,7 @@ def warn_ignored_changes(names: list[str]) -> None:
             f"{', '.join(names)} changed since the network was built, but warm_start/partial_fit continue "
             "training the fitted network as it is, so the change is ignored; fit with warm_start=False to "
             "apply it",
-            UserWarning,
+            IgnoredSettingWarning,
             stacklevel=6,  # the caller of fit / partial_fit
         )
 

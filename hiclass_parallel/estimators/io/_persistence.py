@@ -316,9 +316,12 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
 
     check_is_fitted(clf)
     if hasattr(clf, "hierarchy_"):
+        # Label sets, on a DAG or on a plain tree alike: the folder holds one answer per row.
+        over = "a plain tree" if clf.hierarchy_.is_tree else "a hierarchy with several parents"
         raise TypeError(
-            f"save_classifier stores a class tree; {type(clf).__name__} was fitted on a hierarchy with several "
-            "parents (hierarchy_), which this format does not hold yet: pickle it instead"
+            f"save_classifier stores classifiers of one label per row on a class tree; {type(clf).__name__} "
+            f"predicts label sets (fitted over {over}, hierarchy_), which this format does not hold: "
+            "pickle it instead"
         )
     st = _safetensors()
     params = clf.get_params(deep=False)

@@ -24,7 +24,7 @@ from ...labels._paths import as_host_labels, labels_to_ids
 from ...tree import PAD
 from ..fitting._config import inference_batch_size
 from ..fitting._guards import check_decidable
-from ..fitting._validation import check_prediction_params
+from ..fitting._validation import check_prediction_params, warn_unprepared_terms
 from ..prototypes._prototypes import last_nodes
 from ._decode import Decoder, check_semantics, decode, decoder_of
 
@@ -65,6 +65,7 @@ class PredictMixin:
         the prediction settings as they are now."""
         check_prediction_params(self)
         self._decode_kwargs()  # fitted, the settings valid, the semantics possible
+        warn_unprepared_terms(self)
         return decoder_of(self, self.net_, self.targets_, self.config_, getattr(self, "prototypes_", None),
                           rows=lambda X: self._validate_X(X, reset=False), flat=getattr(self, "flat_term_", None))
 
