@@ -39,6 +39,7 @@ from hiclass_parallel.estimators.conformal import (
     _answer_chains,
     _answers_at,
     _chain_losses,
+    _sibling_route,
     conformal_cutoff,
     subtree_proba,
 )
@@ -95,6 +96,67 @@ def test_cutoff_against_brute_force(seed):
         got = conformal_cutoff(mass, losses, alpha)
         want = brute_cutoff(mass, losses, alpha)
         assert got[0] == want[0] and got[1] == pytest.approx(want[1])
+
+
+@pytest.mark.parametrize("semantics", ["partial", "terminal"])
+@pytest.mark.parametrize("seed", range(4))
+def test_reach_probabilities_along_the_best_path_are_the_full_subtree_sums(random_tree, semantics, seed):
+    # Under the sibling partition (stop scores matching the semantics) a node's subtree
+    # probability is its reach probability: the walk needs only the best path's groups.
+    import torch
+
+    from hiclass_parallel.ops.best_first import best_first_paths
+    from hiclass_parallel.ops.groups import node_log_probs
+    from hiclass_parallel.ops.sibling_paths import sibling_plan
+
+    from hiclass_parallel.estimators.conformal import reach_log_proba
+
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, 60)
+    stop = semantics == "terminal"
+    scores = torch.as_tensor(rng.normal(scale=2.0, size=(50, sibling_plan(tree, stop).n_outputs)), dtype=torch.float32)
+    logp = node_log_probs(scores, tree, "sibling", stop=stop, semantics=semantics).numpy()
+    if not stop:
+        logp[:, ~tree.is_leaf] = -np.inf
+    proba = np.exp(logp)
+    np.testing.assert_allclose(proba.sum(axis=1), 1, rtol=1e-5)  # the sibling partition's answers
+    nodes, mass = _answer_chains(proba / proba.sum(axis=1, keepdims=True), tree)
+
+    def score(r, c):
+        return scores[r, c]
+
+    paths, _ = best_first_paths(score, 50, tree, stop=stop, semantics=semantics)
+    np.testing.assert_array_equal(paths.numpy(), nodes)
+    reach = np.exp(reach_log_proba(score, paths, tree, stop).numpy())
+    np.testing.assert_allclose(np.where(nodes >= 0, reach, 0), np.where(nodes >= 0, mass, 0), rtol=1e-5, atol=1e-6)
+    # the exhaustive route's paths, as a tensor of -1 pads, give the same
+    assert np.isneginf(reach_log_proba(score, paths, tree, stop).numpy()[nodes < 0]).all()
+
+
+@pytest.mark.parametrize("semantics", ["partial", "terminal"])
+@pytest.mark.parametrize("training", ["path_local", "full"])
+def test_fast_conformal_answers_equal_the_full_sums(random_tree, semantics, training):
+    # The estimator's route (best-first search, or the exhaustive one for a model that scores
+    # every column) against the reference (every subtree summed from predict_answer_proba),
+    # on a tree with shuffled ids; a level-partition model takes the reference route.
+    rng = np.random.default_rng(3)
+    tree = random_tree(rng, 40)
+    labels = tree.labels[tree.is_leaf] if semantics == "partial" else tree.labels
+    y = rng.choice(labels, size=600)
+    X = rng.normal(size=(600, 6)).astype(np.float32) + (tree.to_ids(y) % 6 == np.arange(6)[:, None]).T * 2
+    clf = _clf(tree, semantics=semantics, training=training, max_epochs=3)
+    model = ConformalHierarchicalClassifier(clf, alpha=0.2, random_state=0).fit(X[:400], y[:400])
+    assert _sibling_route(model.classifier_)  # the route along the path is the one taken
+    fast = model._chains(model.estimator_, X[400:])
+    full = model._chains(model.estimator_, X[400:], route="full")
+    np.testing.assert_array_equal(fast[0], full[0])
+    finite = np.isfinite(full[1])
+    np.testing.assert_array_equal(np.isfinite(fast[1]), finite)
+    np.testing.assert_allclose(fast[1][finite], full[1][finite], rtol=1e-4, atol=1e-6)
+    for cutoff in (model.lambda_, *np.quantile(full[1][finite], [0.2, 0.5, 0.8])):
+        near = (np.abs(full[1] - cutoff) < 1e-4).any(axis=1)  # rounding may move a tie
+        np.testing.assert_array_equal(_answers_at(*fast, cutoff)[~near], _answers_at(*full, cutoff)[~near])
+    np.testing.assert_array_equal(model.predict_node(X[400:]), _answers_at(*fast, model.lambda_))
 
 
 def test_answers_walk_up_until_the_subtree_holds_more_than_the_cutoff():
@@ -275,6 +337,48 @@ def test_prefit_calibrates_a_copy_that_refitting_the_classifier_leaves_alone(sma
     assert model.tree_ == tree and model.classifier_.tree_ is not fitted.tree_
 
 
+@pytest.mark.parametrize("sep", [None, "/"], ids=["repeated-names", "path_sep"])
+def test_answers_come_back_in_the_classifiers_label_form_and_score(sep):
+    # Names repeat under different parents ("Other"): answers are name paths (or path strings
+    # with path_sep), as the classifier's predict writes them, so its metrics read them.
+    from sklearn.model_selection import cross_val_score
+
+    rng = np.random.default_rng(0)
+    names = [["Electronics", "Other"], ["Electronics", "Cables"], ["Clothing", "Other"], ["Clothing", "Tops"]]
+    X = np.eye(4).repeat(100, axis=0) + rng.normal(scale=0.8, size=(400, 4))
+    y = [p for p in names for _ in range(100)]
+    y = y if sep is None else ["/".join(p) for p in y]
+    clf = HierarchicalClassifier(path_sep=sep, max_epochs=5, calibration=None, prototypes=None, random_state=0)
+    model = ConformalHierarchicalClassifier(clf, alpha=0.1, random_state=0).fit(X, y)
+    answers, nodes = model.predict(X), model.predict_node(X)
+    depth = np.where(nodes >= 0, model.tree_.depth[np.maximum(nodes, 0)] + 1, 0)
+    assert (depth == 1).any() and (depth == 2).any()  # answers at both levels
+    own = model.estimator_.predict(X)
+    assert answers.shape == own.shape
+    same = nodes == model.estimator_.predict_node(X)
+    assert same.any()
+    np.testing.assert_array_equal(answers[same], own[same])  # the classifier's very form
+    top = np.flatnonzero(depth == 1)[0]
+    if sep is None:
+        assert answers[top][1] == "" and answers[top][0] in {"Electronics", "Clothing"}
+    else:
+        assert answers[top] in {"Electronics", "Clothing"}
+    assert model.score(X, y) == pytest.approx(depth.mean())
+    assert coverage_score(y, answers, model.tree_, pad_label=model.pad_label_) == pytest.approx(
+        coverage_score(_ids(model, y), nodes, model.tree_, input_type="ids"))
+    scores = cross_val_score(model, X, y, cv=KFold(3, shuffle=True, random_state=0), error_score="raise")
+    assert np.isfinite(scores).all() and (scores > 0).all()
+    result = cross_validate(model, X, y, cv=KFold(2, shuffle=True, random_state=0), scoring=conformal_scorers(),
+                            error_score="raise")
+    assert np.isfinite(result["test_coverage"]).all() and (result["test_coverage"] > 0.8).all()
+
+
+def _ids(model, y):
+    from hiclass_parallel.estimators.conformal import _truth_ids
+
+    return _truth_ids(model.classifier_, y)
+
+
 def test_sparse_calibration_rows_are_shown_as_new_documents():
     # A vectorizer fitted before the split gave calibration row 2 a feature (column 3) that no
     # training row has: its weights are untrained, so the row is shown without it, rescaled.
@@ -432,6 +536,63 @@ def test_save_and_load_without_pickle(small, tmp_path):
     (tmp_path / "b" / "conformal.json").write_text(json.dumps(record))
     with pytest.raises(ModelFileError, match="modified after it was saved"):
         load_conformal(tmp_path / "b")
+
+
+@pytest.fixture(scope="module")
+def saved(small, tmp_path_factory):
+    X, y, tree = small
+    folder = tmp_path_factory.mktemp("conformal") / "m"
+    save_conformal(ConformalHierarchicalClassifier(_clf(tree), alpha=0.2, random_state=0).fit(X, y), folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "section, field, value, message",
+    [
+        ("fitted", "lambda_", float("nan"), "lambda_=nan is out of range"),
+        ("fitted", "lambda_", 1.5, "lambda_=1.5 is out of range"),
+        ("fitted", "lambda_", "abc", "lambda_='abc' is not a number"),
+        ("fitted", "lambda_", True, "lambda_=True is not a number"),
+        ("fitted", "n_calibration_", -3, "n_calibration_=-3 is not a positive number"),
+        ("fitted", "n_calibration_", 2.5, "n_calibration_=2.5 is not a positive number"),
+        ("fitted", "n_calibration_", 3, "n_calibration_=3: no cut-off meets alpha"),
+        ("fitted", "loss_bound_", 0, "loss_bound_=0.0 is out of range"),
+        ("fitted", "loss_bound_", float("inf"), "loss_bound_=inf is out of range"),
+        ("fitted", "loss_bound_", 2.0, "loss_bound_=2.0, but the loss 'miss' is bounded by 1.0"),
+        ("fitted", "calibration_risk_", -0.1, "calibration_risk_=-0.1 is out of range"),
+        ("fitted", "calibration_risk_", [0.1], "calibration_risk_=\\[0.1\\] is not a number"),
+        ("fitted", "semantics_", "whatever", "semantics_='whatever' is not"),
+        ("fitted", "semantics_", "terminal", "calibrated with semantics='terminal'"),
+        ("fitted", "calibration_indices_", [3, 1], "calibration_indices_ must be"),
+        ("fitted", "calibration_indices_", None, "calibration_indices_ must be"),
+        ("params", "alpha", 7, "parameters the model does not take"),
+        ("params", "loss", "zero", "parameters the model does not take"),
+        ("params", "cv", "prefit", "calibration_indices_ must be null"),
+    ],
+)
+def test_load_checks_every_value_even_with_the_digest_recomputed(saved, tmp_path, section, field, value, message):
+    # An edited conformal.json whose digest was made to match again: every value is still
+    # checked for type and range, and a bad one is a ModelFileError naming the field.
+    from hiclass_parallel.estimators.io._conformal_persistence import _content_digest
+
+    folder = tmp_path / "m"
+    shutil.copytree(saved, folder)
+    record = json.loads((folder / "conformal.json").read_text())
+    record[section][field] = value
+    record["digest"] = _content_digest(record)
+    (folder / "conformal.json").write_text(json.dumps(record, allow_nan=True))
+    with pytest.raises(ModelFileError, match=message):
+        load_conformal(folder)
+
+
+def test_loaded_prefit_model_keeps_its_own_classifier(small, tmp_path):
+    X, y, tree = small
+    fitted = _clf(tree).fit(X[:200], y[:200])
+    save_conformal(ConformalHierarchicalClassifier(fitted, alpha=0.2, cv="prefit").fit(X[200:], y[200:]), tmp_path)
+    loaded = load_conformal(tmp_path)
+    nodes = loaded.predict_node(X)
+    loaded.estimator.partial_fit(X, y)  # the estimator parameter, trained on in place
+    np.testing.assert_array_equal(loaded.predict_node(X), nodes)
 
 
 def test_save_refuses_what_json_cannot_hold(small, tmp_path):

@@ -15,6 +15,7 @@ refuses to overwrite such a folder (it holds a file that is not a classifier's),
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -170,6 +171,58 @@ def _check_tied(folder: Path, record: dict[str, Any], classifier_config: bytes) 
         )
 
 
+def _number(folder: Path, name: str, value: Any, ok: Any, what: str) -> float:
+    """A saved real number for which ``ok(value)`` holds (``what`` says which), else a named error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ModelFileError(f"{folder / CONFORMAL}: {name}={value!r} is not a number")
+    value = float(value)
+    if np.isnan(value) or not ok(value):
+        raise ModelFileError(f"{folder / CONFORMAL}: {name}={value!r} is out of range: it must be {what}")
+    return value
+
+
+def _fitted_values(folder: Path, fitted: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The calibrated values of ``conformal.json``, each checked for type and range, and against
+    the others and the parameters (``params``, validated already): a value no calibration
+    gives is a :class:`ModelFileError` naming the field, never an answer built on it."""
+    from ...metrics._conformal import loss_bound
+
+    where = folder / CONFORMAL
+    n = fitted["n_calibration_"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ModelFileError(f"{where}: n_calibration_={n!r} is not a positive number of rows")
+    semantics = fitted["semantics_"]
+    if semantics not in ("partial", "terminal"):
+        raise ModelFileError(f"{where}: semantics_={semantics!r} is not 'partial' or 'terminal'")
+    bound = _number(folder, "loss_bound_", fitted["loss_bound_"], lambda v: 0 < v < np.inf, "finite and positive")
+    if bound != loss_bound(params["loss"]):  # the loss is stored by name: its bound is known
+        raise ModelFileError(f"{where}: loss_bound_={bound!r}, but the loss {params['loss']!r} is bounded by "
+                             f"{loss_bound(params['loss'])!r}")
+    # The cut-off is one of the calibration rows' subtree probabilities, or +-inf.
+    cutoff = _number(folder, "lambda_", fitted["lambda_"], lambda v: np.isinf(v) or 0 <= v <= 1,
+                     "a probability in [0, 1], or -inf or inf")
+    if cutoff != np.inf and bound / (n + 1) > params["alpha"] + 1e-12:
+        raise ModelFileError(
+            f"{where}: lambda_={cutoff!r} with n_calibration_={n}: no cut-off meets alpha={params['alpha']!r} with "
+            f"so few rows (the correction {bound:g}/(n+1) alone exceeds it), so lambda_ must be inf")
+    risk = _number(folder, "calibration_risk_", fitted["calibration_risk_"], lambda v: 0 <= v <= bound,
+                   f"a mean loss in [0, {bound:g}] (loss_bound_)")
+    indices = fitted.get("calibration_indices_")
+    if params["cv"] == "prefit":
+        if indices is not None:
+            raise ModelFileError(f"{where}: calibration_indices_ must be null with cv='prefit' (every row given to "
+                                 "fit calibrates)")
+    else:
+        ok = isinstance(indices, list) and len(indices) == n and all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices)
+        if not ok or any(a >= b for a, b in zip(indices, indices[1:])):
+            raise ModelFileError(f"{where}: calibration_indices_ must be {n} increasing row positions (n_calibration_) "
+                                 f"with cv={params['cv']!r}, got {str(indices)[:80]}")
+    return {"lambda_": cutoff, "calibration_risk_": risk, "n_calibration_": n, "semantics_": semantics,
+            "loss_bound_": bound,
+            "calibration_indices_": None if indices is None else np.asarray(indices, dtype=np.int64)}
+
+
 def load_conformal(path: str | os.PathLike, *, device: Any = None, allowed: Any = (), trusted: bool = False) -> Any:
     """Load a model saved by :func:`save_conformal`, executing no code from the files.
 
@@ -188,9 +241,10 @@ def load_conformal(path: str | os.PathLike, *, device: Any = None, allowed: Any 
     Raises
     ------
     ModelFileError
-        When ``conformal.json`` is damaged, edited or of a newer format, or was calibrated
-        for another classifier than the folder holds (a digest mismatch), and for every
-        problem :func:`load_classifier` names.
+        When ``conformal.json`` is damaged, edited or of a newer format, was calibrated
+        for another classifier than the folder holds (a digest mismatch), or holds a value
+        of the wrong type or out of range (even with its digest made to match: the message
+        names the field), and for every problem :func:`load_classifier` names.
     FileNotFoundError
         When the folder holds no ``conformal.json``.
 
@@ -217,25 +271,19 @@ def load_conformal(path: str | os.PathLike, *, device: Any = None, allowed: Any 
     missing = [name for name in _PARAMS if name not in params] + [name for name in _FITTED if name not in fitted]
     if missing:
         raise ModelFileError(f"{folder / CONFORMAL} is incomplete: it lacks {', '.join(missing)}")
-    if fitted["semantics_"] != clf.semantics:
-        raise ModelFileError(
-            f"{folder / CONFORMAL} was calibrated with semantics={fitted['semantics_']!r}, but the classifier "
-            f"predicts with {clf.semantics!r}"
-        )
+    # The fitted model holds its own copy (as fit's cv="prefit" does): refitting the loaded
+    # estimator parameter must not put another model under the cut-off.
     estimator = clf if params["cv"] == "prefit" else clone(clf)
     try:
         model = ConformalHierarchicalClassifier(estimator, **{name: params[name] for name in _PARAMS})
         model._validate_params()
     except (TypeError, ValueError) as exc:
         raise ModelFileError(f"{folder / CONFORMAL} holds parameters the model does not take: {exc}") from None
-    indices = fitted.get("calibration_indices_")
-    vars(model).update(
-        estimator_=clf,
-        lambda_=float(fitted["lambda_"]),
-        calibration_risk_=float(fitted["calibration_risk_"]),
-        n_calibration_=int(fitted["n_calibration_"]),
-        semantics_=str(fitted["semantics_"]),
-        loss_bound_=float(fitted["loss_bound_"]),
-        calibration_indices_=None if indices is None else np.asarray(indices, dtype=np.int64),
-    )
+    values = _fitted_values(folder, fitted, params)
+    if values["semantics_"] != clf.semantics:
+        raise ModelFileError(
+            f"{folder / CONFORMAL} was calibrated with semantics={values['semantics_']!r}, but the classifier "
+            f"predicts with {clf.semantics!r}"
+        )
+    vars(model).update(estimator_=copy.deepcopy(clf) if estimator is clf else clf, **values)
     return model
