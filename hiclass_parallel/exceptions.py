@@ -8,7 +8,7 @@ from this one place.
 from __future__ import annotations
 
 __all__ = ["DivergedError", "DivergenceWarning", "IgnoredSettingWarning", "ModelFileError",
-           "NonFiniteLossError", "NonMonotoneLossError", "TreeError", "UnknownLabelError",
+           "NonFiniteLossError", "NonMonotoneLossError", "TreeError", "UnknownClassWarning", "UnknownLabelError",
            "UnsupportedEstimatorError", "WordNetNotFoundError"]
 
 
@@ -126,6 +126,27 @@ class UnknownLabelError(ValueError, KeyError):
         noun = "label is" if len(unknown) == 1 else "labels are"
         message = f"{len(unknown)} {noun} not a class of the tree: {describe_some(unknown)}"
         return cls(message if name is None else f"{name}: {message}")
+
+
+class UnknownClassWarning(UserWarning):
+    """Labels being scored hold classes the fitted tree lacks (classes no training row had).
+
+    Raised once per scoring call by the metrics, the scorers and the estimators' ``score``:
+    each class the tree lacks counts as a miss and its known ancestors as hits, as the label
+    path says. The message says how many rows hold such classes and shows one.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from hiclass_parallel import Tree
+    >>> from hiclass_parallel.exceptions import UnknownClassWarning
+    >>> from hiclass_parallel.metrics import hierarchical_f1_score
+    >>> tree = Tree.from_paths([["food", "fruit"], ["tools"]])
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", UnknownClassWarning)  # expected: a held-out split
+    ...     hierarchical_f1_score([["food", "nuts"]], [["food", "fruit"]], tree)
+    0.5
+    """
 
 
 def describe_some(values, limit: int = 5) -> str:

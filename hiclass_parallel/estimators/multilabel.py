@@ -169,7 +169,8 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         proba = torch.exp(node_log_probs(scores, self.tree_, **kwargs))
         if self.semantics == "partial":
             copy, node = self.unrolled_.entries()
-            proba = proba.index_select(1, torch.as_tensor(copy, device=scores.device))
+            # torch.tensor copies: the unrolled arrays are read-only, which torch.as_tensor warns of
+            proba = proba.index_select(1, torch.tensor(copy, device=scores.device))
         else:
             node = self.unrolled_.origin
         node_t = torch.tensor(node, device=scores.device)  # a copy: the unrolled arrays are read-only

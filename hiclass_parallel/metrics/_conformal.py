@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._hierarchical import _path_counts
-from ._paths import InputType, check_paths
+from ._paths import InputType, Unknown, check_paths
 from ._scorers import make_hierarchical_scorer
 
 __all__ = [
@@ -256,6 +256,11 @@ _COMMON = """y_true : array-like of shape (n_samples,) or (n_samples, n_levels)
         The padding of label paths (see :func:`check_paths`).
     input_type : {"auto", "labels", "ids"}, default="auto"
         Whether the values are labels or node ids (see :func:`check_paths`).
+    path_sep : str, default=None
+        1-D string labels are path strings split on it (see :func:`check_paths`).
+    unknown : {"warn", "ignore", "raise"}, default="warn"
+        True labels holding classes the tree lacks: each such class is a node of its own
+        under its known ancestors, which an answer above it covers (see :func:`check_paths`).
     sample_weight : array-like of shape (n_samples,), default=None"""
 
 
@@ -280,6 +285,8 @@ def coverage_score(
     *,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
 ) -> float:
     """Fraction of rows whose answer covers the truth (lies on the true label's path).
@@ -305,7 +312,7 @@ def coverage_score(
     0.6666666666666666
     """
     true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
-                                     sample_weight=sample_weight)
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     return _mean(_covered(pred, true).astype(np.float64), weight)
 
 
@@ -317,6 +324,8 @@ def mean_answer_depth(
     *,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
 ) -> float:
     """Mean number of levels the answers fix: 0 for the root, 1 for a top-level class...
@@ -341,7 +350,7 @@ def mean_answer_depth(
     1.0
     """
     _, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
-                                  sample_weight=sample_weight)
+                                  sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     return _mean((pred >= 0).sum(axis=1).astype(np.float64), weight)
 
 
@@ -353,6 +362,8 @@ def leaf_answer_rate(
     *,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
 ) -> float:
     """Fraction of answers that are leaves of the tree (right or wrong); needs ``tree``.
@@ -375,10 +386,12 @@ def leaf_answer_rate(
     if tree is None:
         raise ValueError("leaf_answer_rate needs tree=: only the tree knows which nodes are leaves")
     _, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
-                                  sample_weight=sample_weight)
+                                  sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     depth = (pred >= 0).sum(axis=1)
     last = pred[np.arange(pred.shape[0]), np.maximum(depth - 1, 0)]
-    leaf = (depth > 0) & np.asarray(tree.is_leaf)[np.maximum(last, 0)]
+    # An answer the tree lacks (an id past its own) is not one of its leaves.
+    known = (depth > 0) & (last < tree.n_classes)
+    leaf = known & np.asarray(tree.is_leaf)[np.where(known, last, 0)]
     return _mean(leaf.astype(np.float64), weight)
 
 
@@ -390,6 +403,8 @@ def label_depth_answer_rate(
     *,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
 ) -> float:
     """Fraction of answers exactly as deep as the true label (right or wrong).
@@ -413,7 +428,7 @@ def label_depth_answer_rate(
     0.5
     """
     true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
-                                     sample_weight=sample_weight)
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     same = (pred >= 0).sum(axis=1) == (true >= 0).sum(axis=1)
     return _mean(same.astype(np.float64), weight)
 
@@ -427,6 +442,8 @@ def conformal_risk(
     loss: Any = "miss",
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
 ) -> float:
     """The realised risk: the mean loss of the answers, the quantity conformal risk control bounds.
@@ -456,7 +473,7 @@ def conformal_risk(
     """
     func = resolve_loss(loss)
     true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
-                                     sample_weight=sample_weight)
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     if func is miss_loss:
         values = (~_covered(pred, true)).astype(np.float64)
     elif func is tree_distance_loss:
@@ -468,6 +485,13 @@ def conformal_risk(
         last_pred = pred[rows, np.maximum((pred >= 0).sum(axis=1) - 1, 0)]
         last_pred = np.where((pred >= 0).any(axis=1), last_pred, -1)
         last_true = true[rows, np.maximum((true >= 0).sum(axis=1) - 1, 0)]
+        lacking = np.flatnonzero((last_true >= tree.n_classes) | (last_pred >= tree.n_classes))
+        if lacking.size:
+            raise ValueError(
+                f"conformal_risk with a loss of your own reads node ids of the tree, but rows "
+                f"{lacking[:5].tolist()} ({lacking.size} in all) hold classes the tree lacks; score them with "
+                "loss='miss' or 'tree_distance', or leave those rows out"
+            )
         values = np.asarray(func(last_pred.astype(np.int64), last_true.astype(np.int64), tree), dtype=np.float64)
         if values.shape != (pred.shape[0],):
             raise ValueError(f"the loss returned shape {values.shape}, expected ({pred.shape[0]},): one value per row")

@@ -26,9 +26,12 @@ import scipy.sparse as sp
 
 from .._backend import to_numpy
 from ..dag import Dag, UnrolledDag
+from ..exceptions import UnknownLabelError
 from ..labels._sets import is_label_set, read_label_sets
+from ..labels._unknown import warn_unknown
 from ..tree import Tree
 from ._hierarchical import Average, ZeroDivision, _check_average, _check_zero_division, _prf_from_counts
+from ._paths import Unknown
 from ._weights import check_sample_weight
 
 __all__ = [
@@ -79,14 +82,49 @@ def _node_sets(values: Any, dag: Dag, input_type: str, name: str) -> sp.csr_matr
     return read_label_sets(values, dag.n_nodes, to_ids, name)[0]
 
 
+def _open_node_sets(values: Any, dag: Dag, name: str, extra: dict) -> tuple[sp.csr_matrix, sp.csr_matrix, int]:
+    """Label sets that hold labels the DAG lacks: the known labels' indicator ``(n, n_nodes)``,
+    the unknown labels' indicator (columns from ``extra``, shared by ``y_true`` and ``y_pred``:
+    the same label, the same column) and the number of rows holding one."""
+    index = {label: i for i, label in enumerate(dag.labels.tolist())}
+
+    def to_ids(labels: list) -> np.ndarray:
+        ids = []
+        for v in labels:
+            v = v.item() if isinstance(v, np.generic) else v
+            found = index.get(v)
+            ids.append(found if found is not None else dag.n_nodes + extra.setdefault(v, len(extra)))
+        return np.asarray(ids, dtype=np.int64)
+
+    to_ids(_members(values))  # the columns past the DAG's, known once every label is read
+    both = read_label_sets(values, dag.n_nodes + len(extra), to_ids, name)[0]
+    known, lacking = sp.csr_matrix(both[:, : dag.n_nodes]), sp.csr_matrix(both[:, dag.n_nodes:])
+    return known, lacking, int((np.diff(lacking.indptr) > 0).sum())
+
+
+def _members(values: Any) -> list:
+    """Every label of a list of labels or label collections, in order."""
+    out: list = []
+    for v in (values.tolist() if isinstance(values, np.ndarray) and values.dtype != object else values):
+        if is_label_set(v):
+            out.extend(v.tolist() if isinstance(v, np.ndarray) else list(v))
+        elif v is not None:
+            out.append(v)
+    return out
+
+
 def dag_node_set_counts(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag | Tree, *,
-                        input_type: DagInputType = "labels") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                        input_type: DagInputType = "labels",
+                        unknown: Unknown = "warn") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per sample ``|T_i|``, ``|P_i|`` and ``|T_i & P_i|`` with node sets through every parent.
 
     ``T_i`` is the union of the ancestor sets (through every parent, the node included) of
     the sample's true labels, ``P_i`` the same for its predicted labels: one label per sample,
     or several (multi-label, see :func:`hierarchical_f1_score_dag`). One sparse product with
-    the DAG's ancestor matrix per side: no loop over samples.
+    the DAG's ancestor matrix per side: no loop over samples. A label the DAG lacks (a class
+    no training row had) is a node of its own with no known ancestors: ``unknown="warn"``
+    counts it so and says once how many rows held one, ``"ignore"`` counts it silently,
+    ``"raise"`` refuses it (:class:`~hiclass_parallel.exceptions.UnknownLabelError`).
 
     Examples
     --------
@@ -96,10 +134,28 @@ def dag_node_set_counts(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag | Tree,
     [[4, 1], [3, 1], [3, 0]]
     >>> [x.tolist() for x in dag_node_set_counts([["d"], ["a", "b"]], [["a"], []], dag)]
     [[4, 2], [1, 0], [1, 0]]
+    >>> [x.tolist() for x in dag_node_set_counts([["d", "e"]], [["d"]], dag, unknown="ignore")]
+    [[5], [4], [4]]
     """
+    if unknown not in ("warn", "ignore", "raise"):
+        raise ValueError(f"unknown must be one of ('warn', 'ignore', 'raise'), got {unknown!r}")
     dag = _as_dag(dag)
-    true = _node_sets(y_true, dag, input_type, "y_true")
-    pred = _node_sets(y_pred, dag, input_type, "y_pred")
+    lacking: list = []
+    try:
+        true = _node_sets(y_true, dag, input_type, "y_true")
+        pred = _node_sets(y_pred, dag, input_type, "y_pred")
+    except UnknownLabelError:
+        if unknown == "raise" or input_type != "labels":
+            raise
+        extra: dict = {}
+        true, true_extra, true_held = _open_node_sets(y_true, dag, "y_true", extra)
+        pred, pred_extra, pred_held = _open_node_sets(y_pred, dag, "y_pred", extra)
+        width = len(extra)
+        lacking = [sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], width))
+                   for m in (true_extra, pred_extra)]
+        if unknown == "warn":
+            warn_unknown({"y_true": (true_held, true.shape[0], _example(y_true, true_extra)),
+                          "y_pred": (pred_held, pred.shape[0], _example(y_pred, pred_extra))})
     if true.shape[0] != pred.shape[0]:
         raise ValueError(f"y_true and y_pred have {true.shape[0]} and {pred.shape[0]} samples")
     closure = dag.ancestor_matrix()
@@ -109,15 +165,27 @@ def dag_node_set_counts(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag | Tree,
     n_true = np.diff(rows_true.indptr).astype(np.int64)
     n_pred = np.diff(rows_pred.indptr).astype(np.int64)
     n_common = np.asarray(rows_true.multiply(rows_pred).sum(axis=1), dtype=np.int64).reshape(-1)
+    if lacking:  # labels the DAG lacks: nodes of their own, without known ancestors
+        n_true += np.diff(lacking[0].indptr)
+        n_pred += np.diff(lacking[1].indptr)
+        n_common += np.asarray(lacking[0].multiply(lacking[1]).sum(axis=1), dtype=np.int64).reshape(-1)
     return n_true, n_pred, n_common
 
 
-def _prf_dag(y_true, y_pred, dag, *, beta, average, input_type, sample_weight, zero_division, warn_for):
+def _example(values: Any, lacking: sp.csr_matrix) -> Any:
+    rows = np.flatnonzero(np.diff(lacking.indptr) > 0)
+    if not rows.size:
+        return None
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    return items[int(rows[0])]
+
+
+def _prf_dag(y_true, y_pred, dag, *, beta, average, input_type, sample_weight, zero_division, unknown, warn_for):
     _check_average(average)
     _check_zero_division(zero_division)
     if not (isinstance(beta, (int, float, np.number)) and beta >= 0):
         raise ValueError(f"beta must be a non-negative number, got {beta!r}")
-    n_true, n_pred, n_common = dag_node_set_counts(y_true, y_pred, dag, input_type=input_type)
+    n_true, n_pred, n_common = dag_node_set_counts(y_true, y_pred, dag, input_type=input_type, unknown=unknown)
     weight = check_sample_weight(sample_weight, n_true.shape[0])
     return _prf_from_counts(n_true, n_pred, n_common, weight, beta=beta, average=average,
                             zero_division=zero_division, warn_for=warn_for)
@@ -139,6 +207,10 @@ _PARAMS = """    y_true : array-like of shape (n_samples,), list of label lists,
         Sample weights.
     zero_division : "warn", 0.0, 1.0 or np.nan, default="warn"
         The value of a ratio with a zero denominator (``"warn"``: 0.0 and a warning).
+    unknown : {"warn", "ignore", "raise"}, default="warn"
+        Labels the DAG lacks (classes no training row had): each is a node of its own, a
+        miss, without known ancestors; ``"warn"`` says once how many rows held one,
+        ``"raise"`` refuses them (:class:`~hiclass_parallel.exceptions.UnknownLabelError`).
 
     Returns
     -------
@@ -153,7 +225,8 @@ def _doc(func):
 @_doc
 def hierarchical_precision_score_dag(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag, *,
                                      average: Average = "micro", input_type: DagInputType = "labels",
-                                     sample_weight: Any = None, zero_division: ZeroDivision = "warn") -> float:
+                                     sample_weight: Any = None, zero_division: ZeroDivision = "warn",
+        unknown: Unknown = "warn") -> float:
     """Hierarchical precision on a DAG: node sets through every parent.
 
     ``sum_i |T_i & P_i| / sum_i |P_i|`` (micro), where ``T_i`` and ``P_i`` hold the true and
@@ -171,13 +244,15 @@ def hierarchical_precision_score_dag(y_true: Any, y_pred: Any, dag: Dag | Unroll
     1.0
     """
     return _prf_dag(y_true, y_pred, dag, beta=1.0, average=average, input_type=input_type,
-                    sample_weight=sample_weight, zero_division=zero_division, warn_for=("precision",))[0]
+                    sample_weight=sample_weight, zero_division=zero_division, unknown=unknown,
+                    warn_for=("precision",))[0]
 
 
 @_doc
 def hierarchical_recall_score_dag(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag, *,
                                   average: Average = "micro", input_type: DagInputType = "labels",
-                                  sample_weight: Any = None, zero_division: ZeroDivision = "warn") -> float:
+                                  sample_weight: Any = None, zero_division: ZeroDivision = "warn",
+        unknown: Unknown = "warn") -> float:
     """Hierarchical recall on a DAG: ``sum_i |T_i & P_i| / sum_i |T_i|`` (micro).
 
     Parameters
@@ -192,13 +267,15 @@ def hierarchical_recall_score_dag(y_true: Any, y_pred: Any, dag: Dag | UnrolledD
     0.75
     """
     return _prf_dag(y_true, y_pred, dag, beta=1.0, average=average, input_type=input_type,
-                    sample_weight=sample_weight, zero_division=zero_division, warn_for=("recall",))[1]
+                    sample_weight=sample_weight, zero_division=zero_division, unknown=unknown,
+                    warn_for=("recall",))[1]
 
 
 @_doc
 def hierarchical_fbeta_score_dag(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag, *, beta: float = 1.0,
                                  average: Average = "micro", input_type: DagInputType = "labels",
-                                 sample_weight: Any = None, zero_division: ZeroDivision = "warn") -> float:
+                                 sample_weight: Any = None, zero_division: ZeroDivision = "warn",
+        unknown: Unknown = "warn") -> float:
     """Hierarchical F-beta on a DAG, ``(1 + b^2) hP hR / (b^2 hP + hR)`` from the set sizes.
 
     Parameters
@@ -215,13 +292,15 @@ def hierarchical_fbeta_score_dag(y_true: Any, y_pred: Any, dag: Dag | UnrolledDa
     0.7895
     """
     return _prf_dag(y_true, y_pred, dag, beta=beta, average=average, input_type=input_type,
-                    sample_weight=sample_weight, zero_division=zero_division, warn_for=("f-score",))[2]
+                    sample_weight=sample_weight, zero_division=zero_division, unknown=unknown,
+                    warn_for=("f-score",))[2]
 
 
 @_doc
 def hierarchical_f1_score_dag(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag, *,
                               average: Average = "micro", input_type: DagInputType = "labels",
-                              sample_weight: Any = None, zero_division: ZeroDivision = "warn") -> float:
+                              sample_weight: Any = None, zero_division: ZeroDivision = "warn",
+        unknown: Unknown = "warn") -> float:
     """Hierarchical F1 on a DAG: ancestor sets taken through every parent.
 
     Parameters
@@ -239,4 +318,5 @@ def hierarchical_f1_score_dag(y_true: Any, y_pred: Any, dag: Dag | UnrolledDag, 
     0.8571
     """
     return _prf_dag(y_true, y_pred, dag, beta=1.0, average=average, input_type=input_type,
-                    sample_weight=sample_weight, zero_division=zero_division, warn_for=("f-score",))[2]
+                    sample_weight=sample_weight, zero_division=zero_division, unknown=unknown,
+                    warn_for=("f-score",))[2]

@@ -24,7 +24,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
 
-from ._paths import InputType, check_paths
+from ._paths import InputType, Unknown, check_paths
 
 __all__ = [
     "LevelAccuracy",
@@ -117,15 +117,16 @@ def _prf(
     input_type: str,
     sample_weight: Any,
     zero_division: Any,
+    path_sep: str | None,
+    unknown: str,
     warn_for: tuple[str, ...],
 ) -> tuple[float, float, float]:
     _check_average(average)
     _check_zero_division(zero_division)
     if not (isinstance(beta, (int, float, np.number)) and beta >= 0):
         raise ValueError(f"beta must be a non-negative number, got {beta!r}")
-    true, pred, weight = check_paths(
-        y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
-    )
+    true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     n_true, n_pred, n_common = _path_counts(true, pred)
     return _prf_from_counts(n_true, n_pred, n_common, weight, beta=beta, average=average,
                             zero_division=zero_division, warn_for=warn_for)
@@ -187,18 +188,29 @@ def _prf_from_counts(
 
 
 _COMMON_PARAMS = """    y_true : array-like of shape (n_samples,) or (n_samples, n_columns)
-        True labels (at any depth; needs ``tree``) or ancestral paths right-padded with
-        ``pad_label``. NumPy, list, pandas, torch or CuPy (moved to the host once).
+        True labels (at any depth; needs ``tree``), path strings (with ``path_sep``) or
+        ancestral paths right-padded with ``pad_label``: arrays, lists of lists (ragged ones
+        too), DataFrames of levels, tuples of names. NumPy, list, pandas, torch or CuPy
+        (moved to the host once).
     y_pred : array-like of shape (n_samples,) or (n_samples, n_columns)
         Predicted labels or paths, as ``y_true``; an all-pad path is an empty prediction.
     tree : Tree, default=None
-        The class tree. Needed for 1-D labels and to check that paths are valid. Without
-        it, both inputs must be 2-D paths and a node is identified by its whole prefix.
+        The class tree. Needed for 1-D plain labels and to check that paths are valid.
+        Without it, both inputs must be paths and a node is identified by its whole prefix.
     pad_label : object, default=None
         Padding value of label paths. ``None`` recognises ``""``, ``None``, ``-1`` and NaN.
     input_type : {"auto", "labels", "ids"}, default="auto"
         Whether values are labels or node ids; ``"auto"`` reads integer arrays as node ids
-        when the tree's labels are not integers."""
+        when the tree's labels are not integers.
+    path_sep : str, default=None
+        1-D string labels are path strings, such as ``"Electronics/Cables"``, split on
+        ``path_sep`` (as the estimators' ``path_sep`` reads them); no tree is then needed.
+    unknown : {"warn", "ignore", "raise"}, default="warn"
+        Labels holding classes the tree lacks (a held-out split with classes no training
+        row had): each such class is a miss and its known ancestors are hits, as the label
+        path says; ``"warn"`` says once how many rows held one
+        (:class:`~hiclass_parallel.exceptions.UnknownClassWarning`), ``"raise"`` refuses
+        them (:class:`~hiclass_parallel.exceptions.UnknownLabelError`)."""
 
 _WEIGHT_PARAM = """    sample_weight : array-like of shape (n_samples,), default=None
         Sample weights."""
@@ -219,6 +231,8 @@ def hierarchical_precision_score(
     average: Average = "micro",
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
     zero_division: ZeroDivision = "warn",
 ) -> float:
@@ -253,7 +267,8 @@ def hierarchical_precision_score(
     """
     return _prf(
         y_true, y_pred, tree, beta=1.0, average=average, pad_label=pad_label, input_type=input_type,
-        sample_weight=sample_weight, zero_division=zero_division, warn_for=("precision",),
+        sample_weight=sample_weight, zero_division=zero_division, path_sep=path_sep, unknown=unknown,
+        warn_for=("precision",),
     )[0]
 
 
@@ -266,6 +281,8 @@ def hierarchical_recall_score(
     average: Average = "micro",
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
     zero_division: ZeroDivision = "warn",
 ) -> float:
@@ -298,7 +315,8 @@ def hierarchical_recall_score(
     """
     return _prf(
         y_true, y_pred, tree, beta=1.0, average=average, pad_label=pad_label, input_type=input_type,
-        sample_weight=sample_weight, zero_division=zero_division, warn_for=("recall",),
+        sample_weight=sample_weight, zero_division=zero_division, path_sep=path_sep, unknown=unknown,
+        warn_for=("recall",),
     )[1]
 
 
@@ -312,6 +330,8 @@ def hierarchical_fbeta_score(
     average: Average = "micro",
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
     zero_division: ZeroDivision = "warn",
 ) -> float:
@@ -346,7 +366,8 @@ def hierarchical_fbeta_score(
     """
     return _prf(
         y_true, y_pred, tree, beta=beta, average=average, pad_label=pad_label, input_type=input_type,
-        sample_weight=sample_weight, zero_division=zero_division, warn_for=("f-score",),
+        sample_weight=sample_weight, zero_division=zero_division, path_sep=path_sep, unknown=unknown,
+        warn_for=("f-score",),
     )[2]
 
 
@@ -359,6 +380,8 @@ def hierarchical_f1_score(
     average: Average = "micro",
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
     zero_division: ZeroDivision = "warn",
 ) -> float:
@@ -399,7 +422,8 @@ def hierarchical_f1_score(
     """
     return _prf(
         y_true, y_pred, tree, beta=1.0, average=average, pad_label=pad_label, input_type=input_type,
-        sample_weight=sample_weight, zero_division=zero_division, warn_for=("f-score",),
+        sample_weight=sample_weight, zero_division=zero_division, path_sep=path_sep, unknown=unknown,
+        warn_for=("f-score",),
     )[2]
 
 
@@ -429,6 +453,8 @@ def level_accuracy_score(
     level: int | None = None,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
     zero_division: ZeroDivision = np.nan,
 ) -> LevelAccuracy | float:
@@ -467,9 +493,8 @@ def level_accuracy_score(
     1.0
     """
     _check_zero_division(zero_division)
-    true, pred, weight = check_paths(
-        y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
-    )
+    true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     reach = true >= 0
     correct = reach & (true == pred)
     if weight is None:
@@ -497,6 +522,8 @@ def exact_path_accuracy_score(
     normalize: bool = True,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
 ) -> float:
     """Fraction of samples whose predicted node is exactly the true node (whole path right).
@@ -522,9 +549,8 @@ def exact_path_accuracy_score(
     >>> exact_path_accuracy_score(["happy big dog", "cat"], ["big dog", "cat"], tree)
     0.5
     """
-    true, pred, weight = check_paths(
-        y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
-    )
+    true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     exact = (true == pred).all(axis=1).astype(np.float64)
     if normalize:
         return _weighted_mean(exact, weight)
@@ -540,6 +566,8 @@ def tree_distance(
     *,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
 ) -> np.ndarray:
     """Number of tree edges between each true and predicted node, via their LCA.
 
@@ -562,7 +590,8 @@ def tree_distance(
     >>> tree_distance(["happy big dog", "small dog", "cat", "cat"], ["big dog", "happy big dog", "dog", ""], tree)
     array([1, 3, 2, 1])
     """
-    true, pred, _ = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type)
+    true, pred, _ = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
+                                path_sep=path_sep, unknown=unknown)
     n_true, n_pred, n_common = _path_counts(true, pred)
     return (n_true + n_pred - 2 * n_common).astype(np.int64)
 
@@ -575,6 +604,8 @@ def mean_tree_distance(
     *,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
 ) -> float:
     """Mean of :func:`tree_distance` over samples (lower is better; 0 = all exact).
@@ -595,9 +626,8 @@ def mean_tree_distance(
     >>> mean_tree_distance(["happy big dog", "cat"], ["big dog", "dog"], tree)
     1.5
     """
-    true, pred, weight = check_paths(
-        y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
-    )
+    true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     n_true, n_pred, n_common = _path_counts(true, pred)
     return _weighted_mean((n_true + n_pred - 2 * n_common).astype(np.float64), weight)
 
@@ -625,6 +655,8 @@ def mistake_severity(
     height: Literal["true", "tree"] = "true",
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
     zero_division: ZeroDivision = "warn",
 ) -> float:
@@ -679,9 +711,8 @@ def mistake_severity(
         raise ValueError(f"height must be 'true' or 'tree', got {height!r}")
     if height == "tree" and tree is None:
         raise ValueError("height='tree' needs tree= to know the height of each node")
-    true, pred, weight = check_paths(
-        y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
-    )
+    true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     n_true, _, n_common = _path_counts(true, pred)
     mistake = ~(true == pred).all(axis=1)
     if height == "true":
@@ -689,8 +720,9 @@ def mistake_severity(
     else:
         rows = np.arange(true.shape[0])
         lca = np.where(n_common > 0, true[rows, np.maximum(n_common - 1, 0)], -1)
-        heights = np.append(_node_heights(tree), tree.n_levels)  # index -1: the root
-        lca_height = heights[lca].astype(np.float64)
+        # index -1: the root; a class the tree lacks (an id past its own) has nothing known below it
+        heights = np.concatenate([_node_heights(tree), [0, tree.n_levels]])
+        lca_height = heights[np.where(lca >= tree.n_classes, tree.n_classes, lca)].astype(np.float64)
     w = mistake.astype(np.float64) if weight is None else weight * mistake
     total = float(w.sum())
     if total == 0:

@@ -16,7 +16,7 @@ from ._hierarchical import (
     _weighted_mean,
     _weighted_sum,
 )
-from ._paths import check_paths
+from ._paths import Unknown, check_paths
 
 __all__ = ["hierarchical_classification_report"]
 
@@ -49,6 +49,8 @@ def hierarchical_classification_report(
     level_names: Sequence[str] | None = None,
     pad_label: Any = None,
     input_type: InputType = "auto",
+    path_sep: str | None = None,
+    unknown: Unknown = "warn",
     sample_weight: Any = None,
     digits: int = 2,
     output_dict: bool = False,
@@ -82,6 +84,11 @@ def hierarchical_classification_report(
         Padding value of label paths (``None``: ``""``, ``None``, ``-1`` or NaN).
     input_type : {"auto", "labels", "ids"}, default="auto"
         Whether values are labels or node ids.
+    path_sep : str, default=None
+        1-D string labels are path strings split on it (see :func:`hierarchical_f1_score`).
+    unknown : {"warn", "ignore", "raise"}, default="warn"
+        Classes the tree lacks: misses, their known ancestors hits (see
+        :func:`hierarchical_f1_score`). A class below the tree's deepest level adds a level row.
     sample_weight : array-like of shape (n_samples,), default=None
         Sample weights; supports become sums of weights.
     digits : int, default=2
@@ -122,9 +129,8 @@ def hierarchical_classification_report(
     {'precision': 0.5, 'recall': 0.5, 'f1-score': 0.5, 'support': 2}
     """
     _check_zero_division(zero_division)
-    true, pred, weight = check_paths(
-        y_true, y_pred, tree, pad_label=pad_label, input_type=input_type, sample_weight=sample_weight
-    )
+    true, pred, weight = check_paths(y_true, y_pred, tree, pad_label=pad_label, input_type=input_type,
+                                     sample_weight=sample_weight, path_sep=path_sep, unknown=unknown)
     n_levels = true.shape[1]
     if level_names is None:
         level_names = [f"level {i}" for i in range(n_levels)]

@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 #: Wrappers whose fitted inner estimator holds the tree, tried in this order.
-_INNER = ("_final_estimator", "best_estimator_", "estimator_", "module_estimator_")
+_INNER = ("_final_estimator", "best_estimator_", "estimator_", "classifier_", "module_estimator_")
 _NOT_FOUND = object()
 #: What a tree metric becomes for estimators with a ``hierarchy_`` (DAGs, label sets).
 _DAG_VERSIONS = {
@@ -169,6 +169,13 @@ class HierarchicalScorer(_Base):  # type: ignore[misc, valid-type]
             pad = _find_fitted(estimator, "pad_label_")
             if pad is not _NOT_FOUND:
                 params["pad_label"] = pad
+        if "path_sep" not in params and "path_sep" in signature(self._score_func).parameters:
+            # Labels as path strings, read as the estimator read them: a class of y that the
+            # fitted tree lacks keeps its known ancestors.
+            targets = _find_fitted(estimator, "targets_")
+            sep = getattr(targets, "sep", None) if targets is not _NOT_FOUND else None
+            if sep is not None:
+                params["path_sep"] = sep
         return self._sign * self._score_func(y_true, y_pred, tree=tree, **params)
 
     def __call__(self, estimator: Any, X: Any, y_true: Any, sample_weight: Any = None, **kwargs: Any) -> float:

@@ -11,7 +11,7 @@ import pytest
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier, PathEncoder
-from hiclass_parallel.exceptions import TreeError, UnknownLabelError
+from hiclass_parallel.exceptions import TreeError, UnknownClassWarning, UnknownLabelError
 from hiclass_parallel.metrics import (
     check_paths,
     hierarchical_classification_report,
@@ -125,10 +125,16 @@ def test_ambiguous_and_unknown_names_are_named_errors(paths_model):
     with pytest.raises(UnknownLabelError, match=r"'Accessories' is the name of 2 classes \('Electronics > Accessories', "
                                                 r"'Clothing > Accessories'\)"):
         tree.to_ids(["Accessories"])
+    # Metrics refuse classes the tree lacks only when asked to (unknown="raise")...
     with pytest.raises(ValueError, match=r"row 0 is \['Clothing', 'Cables'\], but there is no 'Cables' under Clothing"):
-        paths_model.score(np.zeros((1, 6), dtype=np.float32), [["Clothing", "Cables"]])
+        hierarchical_f1_score([["Clothing", "Cables"]], [["Clothing", "Tops"]], tree=tree, unknown="raise")
     with pytest.raises(UnknownLabelError, match="'Shoes'"):
-        hierarchical_f1_score([["Clothing", "Shoes"]], [["Clothing", "Tops"]], tree=tree)
+        hierarchical_f1_score([["Clothing", "Shoes"]], [["Clothing", "Tops"]], tree=tree, unknown="raise")
+    # ...by default "Cables" under Clothing is a class of its own, a miss under a known Clothing.
+    with pytest.warns(UnknownClassWarning, match=r"1 of 1 rows of y_true \(e.g. \['Clothing', 'Shoes'\]\)"):
+        assert hierarchical_f1_score([["Clothing", "Shoes"]], [["Clothing", "Tops"]], tree=tree) == 0.5
+    with pytest.warns(UnknownClassWarning, match="1 of 1 rows of y "):
+        paths_model.score(np.zeros((1, 6), dtype=np.float32), [["Clothing", "Cables"]])
 
 
 # ---------------------------------------------------------------------------- path strings

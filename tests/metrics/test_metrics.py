@@ -289,14 +289,17 @@ def test_over_specific_prediction_is_a_mistake_of_height_zero(tree):
 def test_errors(tree):
     with pytest.raises(ValueError, match="different numbers of samples: 4 and 3"):
         hierarchical_f1_score(Y_TRUE, Y_PRED[:3], tree)
+    # Classes the tree lacks are refused with unknown="raise" (the default scores them).
     with pytest.raises(UnknownLabelError, match="y_pred.*'cow'"):
-        hierarchical_f1_score(Y_TRUE, ["cow", "dog", "cat", "cat"], tree)
+        hierarchical_f1_score(Y_TRUE, ["cow", "dog", "cat", "cat"], tree, unknown="raise")
     with pytest.raises(KeyError):  # UnknownLabelError is a KeyError too
-        hierarchical_f1_score(["wolf"] * 4, Y_PRED, tree)
+        hierarchical_f1_score(["wolf"] * 4, Y_PRED, tree, unknown="raise")
     with pytest.raises(ValueError, match=r"y_pred has 1 row\(s\) that are not ancestral paths.*row 0"):
-        hierarchical_f1_score(["cat"], [["cat", "small dog", ""]], tree)
+        hierarchical_f1_score(["cat"], [["cat", "small dog", ""]], tree, unknown="raise")
     with pytest.raises(ValueError, match="not ancestral paths"):  # a child in the top-level column
-        hierarchical_f1_score(["cat"], [["small dog", "", ""]], tree)
+        hierarchical_f1_score(["cat"], [["small dog", "", ""]], tree, unknown="raise")
+    with pytest.raises(ValueError, match="unknown must be one of"):
+        hierarchical_f1_score(Y_TRUE, Y_PRED, tree, unknown="skip")
     with pytest.raises(ValueError, match="label after a pad"):
         hierarchical_f1_score(["cat"], [["dog", "", "happy big dog"]], tree)
     with pytest.raises(ValueError, match="label after a pad"):

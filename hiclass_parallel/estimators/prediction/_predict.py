@@ -20,7 +20,6 @@ import torch
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
-from ...labels._paths import as_host_labels, labels_to_ids
 from ...tree import PAD
 from ..fitting._config import inference_batch_size
 from ..fitting._guards import check_decidable
@@ -390,14 +389,14 @@ class PredictMixin:
             a perfect match of every path.
         """
         from ...metrics import hierarchical_f1_score
+        from ...metrics._paths import tree_label_paths
 
         check_is_fitted(self)
-        targets = getattr(self, "targets_", None)
-        values = targets.read(y) if hasattr(targets, "read") else as_host_labels(y, self.pad_label_)
-        check_consistent_length(X, values)
-        true = labels_to_ids(values, self.tree_, self.pad_label_)
-        pred = self.predict_node(X)
-        # Node ids, not labels: node identity without a second label look-up.
-        return float(
-            hierarchical_f1_score(true, pred, tree=self.tree_, input_type="ids", sample_weight=sample_weight)
-        )
+        # y in any form fit takes; a class the tree lacks (a held-out class no training row had)
+        # is a miss under its known ancestors, and a warning says how many rows held one.
+        sep = getattr(getattr(self, "targets_", None), "sep", None)
+        true = tree_label_paths(y, self.tree_, pad_label=self.pad_label_, path_sep=sep)
+        check_consistent_length(X, true)
+        pred = self._predict_ids(X)
+        # Node-id paths, not labels: node identity without a second label look-up.
+        return float(hierarchical_f1_score(true, pred, input_type="ids", sample_weight=sample_weight))
