@@ -192,11 +192,12 @@ def _other_route_and_syncs(clf: Any, data: dict[str, Any], device: str, sync_ste
     print(f"  best-first predict {res['predict_best_first_s']:.2f} s, same paths "
           f"{res['best_first_same_paths']:.4f}", flush=True)
     if sync_steps and device.startswith("cuda"):
-        rows = slice(0, clf.batch_size * sync_steps)
+        batch = clf.config_.batch_size  # the resolved size ("auto" is a setting, not a size)
+        rows = slice(0, batch * sync_steps)
         X_few, y_few = data["X_train"][rows], tree.labels[data["y_train"][rows]]
         res["syncs_train"] = count_syncs(lambda: clf.partial_fit(X_few, y_few), device)
         res["syncs_train_steps"] = sync_steps
-        X_pred = data["X_test"][: clf.batch_size]
+        X_pred = data["X_test"][:batch]
         res["syncs_predict_batch"] = count_syncs(lambda: clf.predict(X_pred), device)
         print(f"  syncs over {sync_steps} steps: {sum(res['syncs_train'].values())}, "
               f"per predicted batch: {sum(res['syncs_predict_batch'].values())}", flush=True)

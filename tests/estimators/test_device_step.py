@@ -247,10 +247,12 @@ def test_steps_after_the_first_never_synchronise(random_tree, graph):
 
 
 @needs_triton
-def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoch():
+@pytest.mark.parametrize("plan_threads", ["1", "3"])
+def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoch(monkeypatch, plan_threads):
     """The net's glue (the engines forced, so that it runs on the CPU too, where the configuration
     would not pick the device step): the same fit as the torch route, epoch losses from the
-    device accumulator."""
+    device accumulator, with batches planned on one thread or several at once."""
+    monkeypatch.setenv("HICLASS_PARALLEL_PLAN_THREADS", plan_threads)
     from hiclass_parallel import Tree
     from hiclass_parallel.estimators import HierarchicalClassifier
     from hiclass_parallel.estimators.fitting import _config
@@ -277,7 +279,24 @@ def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoc
     assert float(step) == 4  # written back from the device at the end of each epoch
     from hiclass_parallel.estimators.networks.device._train import _STEPS
 
-    assert _STEPS[device].planned_ahead == 4  # every batch planned on the planning thread
+    assert _STEPS[device].planned_ahead == 4  # every batch planned on a planning thread
+
+
+def test_plan_threads_follow_the_cores_and_the_variable(monkeypatch):
+    from hiclass_parallel.estimators.networks.device import _train
+
+    monkeypatch.delenv("HICLASS_PARALLEL_PLAN_THREADS", raising=False)
+    monkeypatch.setattr(_train.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert _train.plan_threads() == _train.MAX_PLAN_THREADS
+    monkeypatch.setattr(_train.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert _train.plan_threads() == 1
+    monkeypatch.setattr(_train.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert _train.plan_threads() == 2
+    monkeypatch.setenv("HICLASS_PARALLEL_PLAN_THREADS", "6")
+    assert _train.plan_threads() == 6
+    monkeypatch.setenv("HICLASS_PARALLEL_PLAN_THREADS", "0")
+    with pytest.raises(ValueError, match="HICLASS_PARALLEL_PLAN_THREADS must be a positive int, got '0'"):
+        _train.plan_threads()
 
 
 def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_why_not(monkeypatch):

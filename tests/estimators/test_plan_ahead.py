@@ -52,15 +52,16 @@ def _planner(calls: list):
     return planner
 
 
-def test_batches_pass_unchanged_and_each_is_planned_on_another_thread_one_ahead():
+@pytest.mark.parametrize("depth", [1, 3])
+def test_batches_pass_unchanged_and_each_is_planned_on_another_thread_depth_ahead(depth):
     calls, taken = [], []
     _Plan.released = 0
     batches = [object() for _ in range(5)]
     before = set(threading.enumerate())
-    with PlanAhead(batches, _planner(calls)) as ahead:
+    with PlanAhead(batches, _planner(calls), depth=depth) as ahead:
         for i, batch in enumerate(ahead):
-            # batch i + 1 was fetched and its planning started before batch i's step
-            assert len(calls) == min(i + 2, 5)
+            # batches i + 1 .. i + depth were fetched and their planning started before batch i's step
+            assert len(calls) == min(i + 1 + depth, 5)
             if i != 2:  # the step of batch 2 does not take its plan (a refused batch, say)
                 plan = ahead.plan_for(batch)
                 assert plan.batch is batch and plan.thread is not threading.main_thread()
@@ -73,7 +74,8 @@ def test_batches_pass_unchanged_and_each_is_planned_on_another_thread_one_ahead(
     assert set(threading.enumerate()) == before
 
 
-def test_a_failed_plan_hands_over_nothing_and_a_loader_error_comes_after_the_batch_before():
+@pytest.mark.parametrize("depth", [1, 2, 5])
+def test_a_failed_plan_hands_over_nothing_and_a_loader_error_comes_after_the_batch_before(depth):
     def planner(batch):
         def job():
             if batch == 1:
@@ -89,26 +91,32 @@ def test_a_failed_plan_hands_over_nothing_and_a_loader_error_comes_after_the_bat
 
     stepped = []
     with pytest.raises(OSError, match="disk"):
-        with PlanAhead(loader(), planner) as ahead:
+        with PlanAhead(loader(), planner, depth=depth) as ahead:
             for batch in ahead:
                 stepped.append((batch, ahead.plan_for(batch)))
     assert stepped == [(0, 0), (1, None), (2, 2)]  # batch 2 stepped before the loader's error
 
 
-def test_an_error_in_the_step_ends_the_thread_and_releases_the_plans():
+@pytest.mark.parametrize("depth", [1, 2])
+def test_an_error_in_the_step_ends_the_thread_and_releases_the_plans(depth):
     _Plan.released = 0
     before = set(threading.enumerate())
-    ahead = PlanAhead(list(range(6)), _planner([]))
+    ahead = PlanAhead(list(range(6)), _planner([]), depth=depth)
     with pytest.raises(KeyboardInterrupt):
         with ahead:
             for batch in ahead:
                 if batch == 2:
                     raise KeyboardInterrupt
                 ahead.plan_for(batch)  # taken: the step releases it
-    assert _Plan.released == 2  # batch 2's (not taken) and batch 3's (in flight)
+    assert _Plan.released == 1 + depth  # batch 2's (not taken) and those in flight after it
     assert set(threading.enumerate()) == before
     with pytest.raises(RuntimeError, match="closed"):
         iter(ahead).__next__()
+
+
+def test_depth_must_be_positive():
+    with pytest.raises(ValueError, match="depth must be a positive int, got 0"):
+        PlanAhead([], _planner([]), depth=0)
 
 
 # ---------------------------------------------------------------------------- the fused route

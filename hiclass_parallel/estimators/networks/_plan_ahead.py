@@ -33,6 +33,7 @@ What a user sees does not change:
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -82,17 +83,27 @@ class PlanAhead:
         the planning thread, in the batches' order. The job must read nothing the step changes
         (the batch, and what was fixed when the epoch began) and draw from no random generator.
 
+    depth : int, default=1
+        How many batches after the running one are fetched and planned at once, each on a
+        thread of its own. More than one only for planners whose jobs draw nothing and share
+        nothing (the device step's, whose planning takes longer than its step): the planner
+        is still called in the batches' order, but a batch is fetched ``depth`` steps early.
+
     Iterating yields the batches of ``batches`` unchanged. Use it as a context manager (or call
-    :meth:`close`) so that the thread ends with the epoch.
+    :meth:`close`) so that the threads end with the epoch.
     """
 
-    def __init__(self, batches: Iterable[Any], planner: Callable[[Any], Any]):
+    def __init__(self, batches: Iterable[Any], planner: Callable[[Any], Any], depth: int = 1):
+        if int(depth) < 1:
+            raise ValueError(f"depth must be a positive int, got {depth!r}")
         self.batches = batches
         self.planner = planner
+        self.depth = int(depth)
         self._pid = os.getpid()
         self._executor: ThreadPoolExecutor | None = None
         self._current: _Ahead | None = None  # the batch the step is running (its plan not yet taken)
-        self._next: _Ahead | None = None  # the batch after it, being planned
+        self._ahead: deque[_Ahead] = deque()  # the batches after it, being planned, in order
+        self._exhausted = False  # the loader ended (or raised): fetch nothing more
         self._closed = False
 
     def __enter__(self) -> PlanAhead:
@@ -105,17 +116,27 @@ class PlanAhead:
         if self._closed:
             raise RuntimeError("this PlanAhead is closed: make a new one for another pass over the batches")
         batches = iter(self.batches)
-        self._next = self._fetch(batches)
-        while self._next is not None:
-            current, self._next = self._next, None
+        self._fill(batches)
+        while self._ahead:
+            current = self._ahead.popleft()
             if current.error is not None:
                 raise current.error
             self._current = current
-            # The next batch is fetched and its planning started before this batch's step runs.
-            self._next = self._fetch(batches)
+            # The next batches are fetched and their planning started before this batch's step runs.
+            self._fill(batches)
             yield current.batch
             self._current = None
             current.drop()  # its plan, if the step did not take it
+
+    def _fill(self, batches: Iterator[Any]) -> None:
+        """Fetch batches until ``depth`` wait after the running one (or the loader ends; a
+        loader's error is the last batch fetched, raised when its turn comes)."""
+        while len(self._ahead) < self.depth and not self._exhausted:
+            ahead = self._fetch(batches)
+            if ahead is None or ahead.error is not None:
+                self._exhausted = True
+            if ahead is not None:
+                self._ahead.append(ahead)
 
     def _fetch(self, batches: Iterator[Any]) -> _Ahead | None:
         try:
@@ -133,7 +154,7 @@ class PlanAhead:
         if job is None:
             return _Ahead(batch)
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hiclass-plan-ahead")
+            self._executor = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="hiclass-plan-ahead")
         return _Ahead(batch, self._executor.submit(job))
 
     def plan_for(self, batch: Any) -> Any:
@@ -155,8 +176,9 @@ class PlanAhead:
         """Wait for the plan in flight, release the plans no step took, end the thread. Safe
         to call more than once, and in a forked child (which has no thread to wait for)."""
         self._closed = True
-        pending = [a for a in (self._current, self._next) if a is not None]
-        self._current = self._next = None
+        pending = [a for a in (self._current, *self._ahead) if a is not None]
+        self._current = None
+        self._ahead.clear()
         executor, self._executor = self._executor, None
         if os.getpid() != self._pid:
             return

@@ -16,6 +16,10 @@ calls when the configuration chose ``step_engine="device"``.
   non-finite loss raises :class:`~hiclass_parallel.exceptions.NonFiniteLossError` then (no update
   is applied after it; the fit puts the model back as before the call).
 
+The host's planning of a batch takes longer than the device's step on big trees, so the epoch
+plans several batches at once, each on a thread of its own (:func:`plan_threads`; the planner
+draws nothing and shares nothing, so the plans and the weights are those of one thread).
+
 ``HICLASS_PARALLEL_CUDA_GRAPH=1`` replays each plan shape's step as a CUDA graph (not yet run on
 a GPU: off by default).
 """
@@ -29,7 +33,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["device_epoch", "device_train_begin", "device_train_step"]
+__all__ = ["device_epoch", "device_train_begin", "device_train_step", "plan_threads"]
+
+#: The most threads planning the device step's batches at once: enough to keep ahead of the
+#: device on a few free cores, few enough to leave the training thread its share of the GIL.
+MAX_PLAN_THREADS = 4
 
 #: The device step of each net (weakly held: it goes with the net, and is never pickled).
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -49,6 +57,19 @@ def _parts(batch: Any) -> tuple[Any, Any, Any] | None:
     if not ((isinstance(Xi, torch.Tensor) and Xi.layout == torch.sparse_csr) or sp.issparse(Xi)):
         return None
     return (Xi, *split_target(yi))
+
+
+def plan_threads() -> int:
+    """Threads planning the device step's next batches: ``HICLASS_PARALLEL_PLAN_THREADS`` when
+    set, else one per core this process may use beyond the training thread's, at most
+    :data:`MAX_PLAN_THREADS` (and at least one)."""
+    value = os.environ.get("HICLASS_PARALLEL_PLAN_THREADS")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"HICLASS_PARALLEL_PLAN_THREADS must be a positive int, got {value!r}")
+        return int(value)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_PLAN_THREADS, cores - 1))
 
 
 def device_train_begin(net: Any) -> str | None:
@@ -98,7 +119,7 @@ def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_param
             return None
         return lambda: device_step.planner(*parts).pinned()
 
-    with PlanAhead(iterator, planner) as ahead:
+    with PlanAhead(iterator, planner, depth=plan_threads()) as ahead:
         _AHEAD[net] = ahead
         try:
             losses, rows = _epoch(net, ahead, prefix, step_fn, **fit_params)
