@@ -49,13 +49,21 @@ $PY setup.py build_ext --inplace -q >"$OUT/build.log" 2>&1 || echo "C kernels no
 status=0
 if [ "$what" = device ]; then
     # each part under its own time limit, so that one slow part leaves the others their time
-    timeout ${TESTS_S:-150} $PY -m pytest -p no:cacheprovider -q -rfEs tests/estimators/test_device_step.py 2>&1 \
-        | tee "$OUT/pytest_device_step.log" | tail -n 30
-    status=$((status | ${PIPESTATUS[0]}))
+    # (TESTS_S=0 skips the tests; GRAPH_TASKS also runs those tasks with the step replayed as a CUDA graph)
+    if [ "${TESTS_S:-150}" != 0 ]; then
+        timeout ${TESTS_S:-150} $PY -m pytest -p no:cacheprovider -q -rfEs tests/estimators/test_device_step.py 2>&1 \
+            | tee "$OUT/pytest_device_step.log" | tail -n 30
+        status=$((status | ${PIPESTATUS[0]}))
+    fi
     timeout ${TEXT_S:-300} $PY -m benchmarks.bench_gpu_text --tasks ${TASKS:-person,nouns,full} --cpu-threads 2 \
-        --cpu-on person,nouns --profile "$OUT" --out "$OUT/gpu_text.json" 2>&1 | tee "$OUT/gpu_text.log" \
-        | grep -v "^ \|^-\|^Name\|^Self" 
+        --cpu-on ${CPU_ON:-person,nouns} --profile "$OUT" --out "$OUT/gpu_text.json" 2>&1 | tee "$OUT/gpu_text.log" \
+        | grep -v "^   \|^-\|^Name\|^Self"
     status=$((status | ${PIPESTATUS[0]}))
+    if [ -n "${GRAPH_TASKS:-}" ]; then
+        HICLASS_PARALLEL_CUDA_GRAPH=1 timeout ${GRAPH_S:-200} $PY -m benchmarks.bench_gpu_text --tasks "$GRAPH_TASKS" \
+            --out "$OUT/gpu_text_graph.json" 2>&1 | tee "$OUT/gpu_text_graph.log"
+        status=$((status | ${PIPESTATUS[0]}))
+    fi
     if [ -n "${THREADS:-}" ]; then
         if compgen -G ".pecos/*.whl" >/dev/null; then
             $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pecos .pecos/*.whl
