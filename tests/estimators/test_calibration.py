@@ -170,6 +170,82 @@ def test_plan_holds_out_the_size_disjointly_and_reproducibly():
     assert plan_calibration(_Est("beta", size=0.1), 200, 3, None, False, seed=0, sparse_module=True).held_rows.size == 20
 
 
+# ---------------------------------------------------------------------------- weights held out
+def test_the_minimum_counts_what_the_held_out_weights_are_worth():
+    args = dict(n_rows=2400, max_epochs=3, epochs=None, streaming=False, seed=0, sparse_module=True)
+    plain = plan_calibration(_Est("auto"), **args)
+    assert plain.held_rows.size == 120
+    # equal weights are worth their rows: the same plan as without weights
+    same = plan_calibration(_Est("auto"), **args, sample_weight=np.full(2400, 3.0))
+    np.testing.assert_array_equal(same.held_rows, plain.held_rows)
+    # weight 0 but on 40 rows of 2,400: the ~2 held-out rows with weight cannot calibrate
+    weight = np.zeros(2400)
+    weight[np.random.default_rng(0).choice(2400, 40, replace=False)] = 1.0
+    with pytest.warns(UserWarning, match=r"120 held-out rows' sample_weight is worth \d\.\d rows.*fewer than 100"):
+        assert plan_calibration(_Est("auto"), **args, sample_weight=weight) is None
+    with pytest.raises(ValueError, match="sample_weight is worth .* fewer than 20"):
+        plan_calibration(_Est("beta"), **args, sample_weight=weight)
+    # 120 rows with weight, one of them heavy: about one row's worth
+    heavy = np.ones(2400)
+    heavy[plain.held_rows[0]] = 1e4
+    with pytest.warns(UserWarning, match="worth 1.0 rows"):
+        assert plan_calibration(_Est("auto"), **args, sample_weight=heavy) is None
+
+
+def test_a_fit_whose_held_out_rows_carry_no_weight_does_not_calibrate(data):
+    # The scenario of a fit that once calibrated on one row: predict_confidence said 1.0 for
+    # every row while half the answers were wrong.
+    X, y, tree = data
+    weight = np.zeros(2400)
+    weight[np.random.default_rng(0).choice(2400, 40, replace=False)] = 1.0
+    clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0)
+    with pytest.warns(UserWarning, match="does not calibrate this fit"):
+        clf.fit(X[:2400], y[:2400], sample_weight=weight)
+    assert clf.calibrator_ is None
+    _, log_prob = clf.predict_top_k(X[2400:], 1, return_log_prob=True)
+    np.testing.assert_allclose(clf.predict_confidence(X[2400:]), np.exp(log_prob[:, 0].astype(np.float64)))
+    with pytest.raises(ValueError, match="sample_weight is worth"):
+        HierarchicalClassifier(tree, max_epochs=2, calibration="beta").fit(X[:2400], y[:2400], sample_weight=weight)
+    weighted = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X[:2400], y[:2400],
+                                                                              sample_weight=np.full(2400, 2.0))
+    assert weighted.calibrator_.n_rows == 120
+
+
+def test_the_prototypes_weight_needs_rows_worth_the_minimum():
+    from hiclass_parallel.estimators.prototypes._prototypes import DEFAULT_WEIGHT, MIN_ROWS, choose_weight_and_scale
+
+    rng = np.random.default_rng(0)
+    lp = np.log(rng.dirichlet(np.ones(5), size=60)).astype(np.float32)
+    sim = rng.random((60, 5)).astype(np.float32)
+    correct = np.arange(5) == np.argmax(lp + 3.0 * sim + rng.gumbel(size=(60, 5)), axis=1)[:, None]
+    assert choose_weight_and_scale(lp, sim, correct)[0] != DEFAULT_WEIGHT  # 60 rows: fitted
+    weight = np.ones(60)
+    weight[0] = 1e4  # 60 rows of positive weight, worth about one
+    assert choose_weight_and_scale(lp, sim, correct, sample_weight=weight) == (DEFAULT_WEIGHT, 1.0)
+    weight = np.zeros(60)
+    weight[:MIN_ROWS - 1] = 1.0
+    assert choose_weight_and_scale(lp, sim, correct, sample_weight=weight) == (DEFAULT_WEIGHT, 1.0)
+
+
+def test_the_flat_term_counts_targets_and_rows_of_positive_weight():
+    from hiclass_parallel.estimators.fitting._config import resolve_flat_term
+
+    X, y, tree = make_hierarchical_classification(n_samples=400, n_features=6, branching=2, depth=2, random_state=0)
+    X = sp.csr_matrix(np.abs(X).astype(np.float32))
+    ids = tree.to_ids(y)
+    keep = ids == ids[0]
+    weight = keep.astype(float)  # only one target's rows carry weight
+    args = dict(partial=False, data_parallel=False)
+    assert resolve_flat_term(HierarchicalClassifier(tree, flat_term=1.0), tree, ids, X, **args)[0] == 1.0
+    with pytest.raises(ValueError, match="1 distinct training target"):
+        resolve_flat_term(HierarchicalClassifier(tree, flat_term=1.0), tree, ids, X, **args, sample_weight=weight)
+    off = resolve_flat_term(HierarchicalClassifier(tree, flat_term="auto"), tree, ids, X, **args, sample_weight=weight)
+    assert off[0] == 0.0 and "1 distinct training target" in off[1]
+    # a fit with such weights has no flat term rather than an SVM of one class
+    with pytest.raises(ValueError, match="1 distinct training target"):
+        HierarchicalClassifier(tree, flat_term=1.0, max_epochs=1).fit(X, y, sample_weight=weight)
+
+
 # ---------------------------------------------------------------------------- the fit scheme
 @pytest.mark.parametrize("epochs", [3, 5])
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])

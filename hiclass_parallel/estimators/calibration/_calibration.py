@@ -39,6 +39,7 @@ no training row has, and rescaled to the norm every training row has, when they 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from numbers import Integral, Real
 from typing import Any
 
@@ -47,7 +48,7 @@ import scipy.sparse as sp
 from scipy.special import expit
 
 __all__ = ["BetaCalibrator", "CalibrationPlan", "held_out_size", "plan_calibration", "rejoins", "held_out_view",
-           "answer_correct"]
+           "answer_correct", "effective_rows"]
 
 #: ``calibration_size="auto"``: 5% of the rows, at most 1,000 (enough for three parameters;
 #: beyond, rows held out cost accuracy and buy nothing: ``docs/calibration.md``).
@@ -169,6 +170,30 @@ class CalibrationPlan:
     rejoin: bool
 
 
+def effective_rows(sample_weight: np.ndarray | None, n_rows: int | None = None) -> float:
+    """How many rows weights are worth: Kish's effective sample size ``(sum w)^2 / sum w^2``.
+
+    Every minimum on rows (held out to calibrate, to choose the prototypes' weight, to fit
+    the flat term) counts this, not the rows: 40 rows of weight 1 among 2,000 of weight 0
+    are 40 rows, and one row of weight 1,000 beside 99 of weight 1 is about 1.2. Equal
+    weights give the number of rows; ``sample_weight=None`` gives ``n_rows``.
+
+    Examples
+    --------
+    >>> effective_rows(None, 120), effective_rows(np.full(120, 3.0))
+    (120.0, 120.0)
+    >>> effective_rows(np.r_[np.ones(40), np.zeros(2000)])
+    40.0
+    >>> round(effective_rows(np.r_[1000.0, np.ones(99)]), 2)
+    1.2
+    """
+    if sample_weight is None:
+        return float(n_rows or 0)
+    w = np.asarray(sample_weight, dtype=np.float64)
+    squares = float(np.dot(w, w))
+    return float(w.sum()) ** 2 / squares if squares > 0 else 0.0
+
+
 def held_out_size(size: Any, n_rows: int) -> int:
     """Rows ``calibration_size`` holds out of ``n_rows``: ``"auto"`` is 5% of them, at most
     1,000; a float in (0, 1) a fraction; an int a number of rows."""
@@ -193,13 +218,19 @@ def rejoins(max_epochs: int, sparse_module: bool) -> bool:
 
 
 def plan_calibration(estimator: Any, n_rows: int | None, max_epochs: int, epochs: int | None, streaming: bool,
-                     seed: int | None, *, sparse_module: bool) -> CalibrationPlan | None:
+                     seed: int | None, *, sparse_module: bool,
+                     sample_weight: np.ndarray | None = None) -> CalibrationPlan | None:
     """The held-out rows of this fit, or ``None`` when it does not calibrate.
 
     ``calibration="auto"`` calibrates a ``fit`` (not ``partial_fit``) of arrays with no
     validation split of skorch's (``train_split``, ``early_stopping``: it would draw its own
     rows from the ones left) and at least :data:`MIN_AUTO_ROWS` held-out rows; ``"beta"`` in any
     other case is a named error, ``None`` never calibrates.
+
+    With ``sample_weight`` (the rows' weights, which the calibrator weighs its rows by) the
+    minimum counts what the held-out rows' weights are worth (:func:`effective_rows`), not
+    the rows: where too little weight is held out, ``"auto"`` does not calibrate and says
+    so (a ``UserWarning``), and ``"beta"`` is a named error.
     """
     mode = estimator.calibration
     if mode is None or not type(estimator)._calibrates:
@@ -229,8 +260,23 @@ def plan_calibration(estimator: Any, n_rows: int | None, max_epochs: int, epochs
     from sklearn.utils import check_random_state
 
     order = check_random_state(seed).permutation(n_rows)
-    return CalibrationPlan(fit_rows=np.sort(order[n_held:]), held_rows=np.sort(order[:n_held]),
+    plan = CalibrationPlan(fit_rows=np.sort(order[n_held:]), held_rows=np.sort(order[:n_held]),
                            rejoin=rejoins(max_epochs, sparse_module))
+    if sample_weight is not None:
+        worth = effective_rows(np.asarray(sample_weight)[plan.held_rows])
+        if worth < minimum:
+            # Rows of weight 0 tell the calibrator nothing: a map fitted on a handful of
+            # weighted rows would be confidently wrong on every row.
+            why = (f"the {n_held} held-out rows' sample_weight is worth {worth:.1f} rows (its effective sample size, "
+                   f"(sum w)^2 / sum w^2), fewer than {minimum}")
+            if mode == "beta":
+                raise ValueError(f"calibration='beta' cannot calibrate this fit: {why}. Hold out more rows "
+                                 "(calibration_size), or use calibration='auto' or None")
+            warnings.warn(f"calibration='auto' does not calibrate this fit: {why}; predict_confidence gives the "
+                          "model's own probability. Hold out more rows (calibration_size), or set calibration=None",
+                          UserWarning, stacklevel=4)
+            return None
+    return plan
 
 
 def _unit_norm(X: sp.csr_matrix) -> str | None:

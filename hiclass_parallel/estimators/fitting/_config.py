@@ -434,7 +434,7 @@ def unit_length_rows(X: Any) -> bool:
 
 
 def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
-                      data_parallel: bool) -> tuple[float, str, bool]:
+                      data_parallel: bool, sample_weight: np.ndarray | None = None) -> tuple[float, str, bool]:
     """``(weight, why, on_candidates)`` of the flat linear term of the re-ranking; weight 0:
     none; ``on_candidates``: its SVM is the SVM of the candidates
     (:meth:`~hiclass_parallel.estimators.FlatMargins.fit_on_candidates`), fitted once the
@@ -449,20 +449,27 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
     (:func:`_flat_over_limits`), the SVM of the candidates beyond them. ``ids`` are the
     training rows' node ids (``None``: a stream's, unread), ``X`` the rows (``None``:
     streamed), ``partial`` whether this is ``partial_fit`` (one call's rows),
-    ``data_parallel`` whether each rank holds a shard.
+    ``data_parallel`` whether each rank holds a shard, ``sample_weight`` the rows' weights
+    (the SVM's too): a target only rows of weight 0 name is no training target, and the
+    rows per target count what the weights are worth
+    (:func:`~..calibration._calibration.effective_rows`).
     """
     from ..prototypes._flat_margins import CANDIDATES_WEIGHT, DEFAULT_WEIGHT
 
     requested = getattr(estimator, "flat_term", None)
     if requested is None:
         return 0.0, "flat_term=None", False
-    targets = None if X is None or ids is None else np.unique(ids[ids >= 0])
+    from ..calibration._calibration import effective_rows
+
+    # Rows of weight 0 teach the SVM nothing: they name no target and count as no row.
+    counted = None if ids is None else (ids >= 0) & (True if sample_weight is None else sample_weight > 0)
+    targets = None if X is None or ids is None else np.unique(ids[counted])
     refusal = _flat_term_refusal(estimator, tree, targets, partial, data_parallel)
     if refusal is not None:
         if not isinstance(requested, str):
             raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
         return 0.0, refusal, False
-    labelled = int((ids >= 0).sum())
+    labelled = int(effective_rows(None if sample_weight is None else sample_weight[counted], int(counted.sum())))
     over = _flat_over_limits(X, targets.size, labelled)
     on_candidates = over is not None and sp.issparse(X)
     route = (f"{over}: the SVM of the candidates (each target against the rows whose "

@@ -181,12 +181,12 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     seed = _draw_seed(estimator)
     net = build_net(estimator, config, targets, seed)
     plan = plan_calibration(estimator, data.n_rows, config.max_epochs, epochs, not isinstance(data, ArrayInput), seed,
-                            sparse_module=config.capabilities.accepts_sparse)
+                            sparse_module=config.capabilities.accepts_sparse, sample_weight=_row_weights(data))
     # a stream's labels come with its batches; label sets are no node ids
     ids = np.asarray(dataset.y) if isinstance(data, ArrayInput) and type(estimator)._reranks else None
     flat_weight, flat_why, flat_on_candidates = resolve_flat_term(
         estimator, targets.tree, ids, _rows_of(data), partial=epochs is not None,
-        data_parallel=data_parallel_group(estimator) is not None)
+        data_parallel=data_parallel_group(estimator) is not None, sample_weight=_row_weights(data))
     config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
     calibrator, held_out, flat = None, None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
@@ -251,6 +251,8 @@ def _fit_flat_term(estimator: Any, net: Any, targets: Any, config: Any, data: An
     if not config.flat_term:
         return None
     fit_ids, weights = _without(ids, plan), _row_weights(data)
+    if weights is not None:  # a row of weight 0 is no row: a target only such rows name is none
+        fit_ids = np.where(weights > 0, fit_ids, -1)
     if not on_candidates:
         return FlatMargins.fit(data.X, fit_ids, targets.tree.n_classes, weights, random_state=seed)
     from ..prediction._decode import decoder_of

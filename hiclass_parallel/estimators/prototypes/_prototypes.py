@@ -46,7 +46,8 @@ FEATURES = 32
 MAX_WEIGHT = 64.0
 
 #: ``prototypes="auto"`` fits the weight on at least this many held-out rows whose right
-#: answer is among the candidates, else takes :data:`DEFAULT_WEIGHT`.
+#: answer is among the candidates (as their ``sample_weight`` counts them), else takes
+#: :data:`DEFAULT_WEIGHT`.
 MIN_ROWS = 20
 
 #: ``prototypes="auto"`` without held-out rows (``calibration=None``, a validation split, too
@@ -367,15 +368,20 @@ def choose_weight_and_scale(log_prob: np.ndarray, similarity: np.ndarray, correc
     similarity))``, which ``decoding="hf1"`` weighs the candidates by. ``(default_weight, 1)``
     with fewer than :data:`MIN_ROWS` usable rows. Where the weight is clipped to
     ``max_weight``, ``a`` is still the fit's. ``sample_weight`` (one per row; ``None``: 1)
-    weighs each row's likelihood; a zero-weight row is not a usable one."""
+    weighs each row's likelihood, and the minimum counts what the usable rows' weights are
+    worth (:func:`~..calibration._calibration.effective_rows`): a zero-weight row is not a
+    usable one, and one heavy row among light ones is about one row."""
     from scipy.optimize import minimize
     from scipy.special import logsumexp, softmax
 
     valid = np.isfinite(log_prob)
     rows = (correct & valid).any(axis=1)
+    from ..calibration._calibration import effective_rows
+
     if sample_weight is not None:
         rows &= np.asarray(sample_weight) > 0
-    if rows.sum() < MIN_ROWS:
+    usable = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[rows]
+    if effective_rows(usable, int(rows.sum())) < MIN_ROWS:
         return float(default_weight), 1.0
     lp = np.where(valid, log_prob, 0.0)[rows].astype(np.float64)
     sim = similarity[rows].astype(np.float64)
