@@ -9,7 +9,12 @@ exchangeable data. The recipe is the hierarchical example of conformal risk cont
 
 1. from the model's distribution over the answers (:meth:`HierarchicalClassifier.predict_answer_proba`)
    the probability of every node's subtree (:func:`subtree_proba`: one sparse product, node
-   marginals summed up the tree);
+   marginals summed up the tree). Under the sibling partition, with stop scores matching the
+   semantics, a subtree's probability is the probability of reaching its node
+   (:func:`reach_log_proba`), so only the nodes on the most probable answer's path are
+   needed: the classifier's exact decoding and the groups along its path, O(depth) groups per
+   row instead of every class (the full sum stays the reference, and the route of the level
+   partition);
 2. the cut-off ``lambda``: start at the most probable answer and walk up its ancestors while
    the subtree's probability is at most ``lambda``; the answer is the deepest ancestor whose
    subtree holds more (the implicit root, "anything", if none does). A larger ``lambda``
@@ -52,6 +57,7 @@ __all__ = [
     "NonMonotoneLossError",
     "UnsupportedEstimatorError",
     "subtree_proba",
+    "reach_log_proba",
     "conformal_cutoff",
 ]
 
@@ -447,7 +453,8 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         ``"split"``: :meth:`fit` holds out ``calibration_size`` rows, fits a clone of
         ``estimator`` on the others, and calibrates on the held-out rows. ``"prefit"``:
         ``estimator`` is already fitted (on other rows!) and every row given to :meth:`fit`
-        calibrates.
+        calibrates a copy of it (refitting ``estimator`` afterwards leaves the answers as
+        they were).
     calibration_size : "auto", float or int, default="auto"
         Rows held out with ``cv="split"``: ``"auto"`` is 20% of the rows, at most 2,000; a
         float in (0, 1) a fraction; an int a number of rows.
@@ -457,7 +464,8 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
     Attributes
     ----------
     estimator_ : estimator
-        The fitted classifier (``estimator`` itself with ``cv="prefit"``).
+        The fitted classifier (with ``cv="prefit"``, a copy of ``estimator``: the cut-off
+        belongs to the model it was calibrated for).
     lambda_ : float
         The calibrated cut-off on the subtree probability (``-inf``: always the most
         probable answer; ``inf``: always the root).
@@ -566,7 +574,9 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             Weights of the rows in training the classifier (``cv="split"``: the training
             rows' weights are passed to its ``fit``; to a ``Pipeline``'s last step). The
             calibration counts every row once: the guarantee is about new rows as they come,
-            not weighted.
+            not weighted. Every weight is checked as the classifier checks them (a NaN,
+            negative, infinite or complex one is an error naming it), the calibration rows'
+            too.
 
         Returns
         -------

