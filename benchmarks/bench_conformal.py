@@ -26,12 +26,23 @@ answers of the pipeline for all alphas come from one pass over the rows (the cha
 subtree probabilities are computed once; the cut-off is what alpha changes), which gives
 exactly what ``predict_node`` of a model calibrated for that alpha returns (checked).
 
+``--timing``: instead, the cost of the conformal answers against the classifier's own
+``predict`` on the same test rows, in one run: ``ConformalHierarchicalClassifier`` around the
+classifier alone (``make_text``'s features, ``semantics="terminal"``, defaults otherwise) is
+fitted once; then, alternately and ``--repeats`` times each, the classifier's ``predict``,
+the wrapper's ``predict_node`` (the route along the most probable answer's path) and the
+reference route (every node's subtree summed from ``predict_answer_proba``, then the same
+walk), on ``--rows`` test rows. Reported: the median seconds of each, their ratios, whether
+the two routes answered alike, and the load average.
+
 Usage::
 
     python -m benchmarks.bench_conformal --subsets person,artifact \\
         --out benchmarks/results/bench_conformal.json --plot docs/_static/conformal.png
     python -m benchmarks.bench_conformal --subsets nouns --no-prevectorized \\
         --out benchmarks/results/bench_conformal_nouns.json
+    python -m benchmarks.bench_conformal --timing --subsets artifact --rows 2000 \\
+        --out benchmarks/results/bench_conformal_timing.json
     python -m benchmarks.bench_conformal --plot docs/_static/conformal.png \\
         --replot benchmarks/results/bench_conformal.json,benchmarks/results/bench_conformal_nouns.json
 """
@@ -167,6 +178,44 @@ def run_subset(name: str, seed: int, alphas: tuple[float, ...] = ALPHAS, params:
     return out
 
 
+def run_timing(name: str, seed: int, rows: int, repeats: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Seconds of the classifier's ``predict`` and of the conformal answers by both routes."""
+    from hiclass_parallel.estimators import ConformalHierarchicalClassifier, HierarchicalClassifier
+    from hiclass_parallel.estimators.conformal import _answers_at
+
+    data = make_text(SUBSETS[name], seed)
+    tree = data["tree"]
+    labels = np.asarray(tree.labels, dtype=object)
+    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=seed, **(params or {}))
+    model = ConformalHierarchicalClassifier(clf, alpha=0.1, random_state=seed)
+    start = time.perf_counter()
+    model.fit(data["X_train"], labels[data["y_train"]])
+    fit_s = time.perf_counter() - start
+    fitted = model.estimator_
+    X = data["X_test"][:rows]
+
+    def reference() -> np.ndarray:  # every subtree summed, then the same walk
+        return _answers_at(*model._chains(fitted, X, route="full"), model.lambda_)
+
+    runs: dict[str, list[float]] = {"predict": [], "predict_node": [], "full_sums": []}
+    answers: dict[str, np.ndarray] = {}
+    load_before = os.getloadavg()
+    for _ in range(repeats):  # alternated, so that a change of load touches all three alike
+        for key, call in (("predict", lambda: fitted.predict(X)), ("predict_node", lambda: model.predict_node(X)),
+                          ("full_sums", reference)):
+            start = time.perf_counter()
+            answers[key] = call()
+            runs[key].append(time.perf_counter() - start)
+    median = {key: float(np.median(v)) for key, v in runs.items()}
+    return {"subset": name, "root": SUBSETS[name], "n_classes": tree.n_classes, "n_levels": tree.n_levels,
+            "rows": int(X.shape[0]), "repeats": repeats, "fit_s": round(fit_s, 1), "lambda": model.lambda_,
+            "seconds": runs, "median_s": median,
+            "predict_node_over_predict": median["predict_node"] / median["predict"],
+            "full_sums_over_predict": median["full_sums"] / median["predict"],
+            "same_answers": int((answers["predict_node"] == answers["full_sums"]).sum()),
+            "load": [load_before, os.getloadavg()]}
+
+
 def table(results: list[dict[str, Any]]) -> str:
     """The markdown table of the performance page: coverage / mean depth per answer and alpha."""
     lines = ["| subset | alpha | conformal | conformal (tree distance: risk) | threshold 1 - alpha | most probable "
@@ -229,7 +278,26 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--plot", default=None, help="coverage and depth against alpha (PNG; needs matplotlib)")
     p.add_argument("--replot", default=None,
                    help="draw --plot from these saved reports (comma-separated) instead of measuring")
+    p.add_argument("--timing", action="store_true",
+                   help="time the conformal answers (both routes) against predict instead (module docstring)")
+    p.add_argument("--rows", type=int, default=2000, help="--timing: test rows timed")
+    p.add_argument("--repeats", type=int, default=3, help="--timing: runs of each, alternated")
     args = p.parse_args(argv)
+    if args.timing:
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        report = {"date": time.strftime("%Y-%m-%d"), "uptime_at_start": uptime,
+                  "command": "python -m benchmarks.bench_conformal " + " ".join(argv or sys.argv[1:]), "results": []}
+        for name in args.subsets.split(","):
+            r = run_timing(name, args.seed, args.rows, args.repeats, params=json.loads(args.params))
+            report["results"].append(r)
+            m = r["median_s"]
+            print(f"{name} ({r['n_classes']:,} classes, {r['rows']:,} rows): predict {m['predict']:.3f} s, "
+                  f"predict_node {m['predict_node']:.3f} s ({r['predict_node_over_predict']:.2f}x), full sums "
+                  f"{m['full_sums']:.3f} s ({r['full_sums_over_predict']:.2f}x); same answers {r['same_answers']:,}"
+                  f"/{r['rows']:,}; load {r['load'][0][0]:.1f} -> {r['load'][1][0]:.1f}", flush=True)
+            if args.out:
+                Path(args.out).write_text(json.dumps(report, indent=1))
+        return report["results"]
     if args.replot:
         results = [r for path in args.replot.split(",") for r in json.loads(Path(path).read_text())["results"]]
     else:
