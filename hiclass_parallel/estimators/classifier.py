@@ -592,6 +592,88 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         with keep_fitted_state_on_error(self):
             return run_fit(self, X, y, epochs=1, partial=True, classes=classes, sample_weight=sample_weight)
 
+    def grow(self, tree: Tree, X: Any = None, y: Any = None, *, sample_weight: Any = None,
+             class_features: Any = None, replay: str | int | None = "auto",
+             max_epochs: int | None = None) -> HierarchicalClassifier:
+        """Take a larger tree, new classes below the old ones, and learn them from a few rows.
+
+        The fitted model keeps every weight it has; the new classes' output rows start from
+        what is known of them (their rows in ``X``, else their ``class_features`` text, else
+        their parent's row), so the model predicts them at once; with rows, it then trains on
+        them, replaying a sample of the old classes' stored statistics (their class
+        prototypes, one pseudo-row per class) so that it does not forget them
+        (``docs/growing.md``).
+
+        Parameters
+        ----------
+        tree : Tree
+            The larger tree: every class of ``tree_`` (matched by label) under the same parent,
+            with the same name, and new classes anywhere below (under an old leaf too). Node
+            ids may differ.
+        X : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_features), default=None
+            Rows to learn from: of the new classes, and of old ones too if you have them (they
+            join the replay). ``None`` with ``y=None``: no training; the new classes answer
+            from their initial rows.
+        y : array-like of shape (n_samples,) or (n_samples, n_levels), default=None
+            Their labels, classes of the larger tree (as in :meth:`fit`).
+        sample_weight : array-like of shape (n_samples,), default=None
+            As in :meth:`fit`.
+        class_features : scipy sparse matrix of shape (n_classes of tree, n_features), default=None
+            Text of the classes of the larger tree, one row per class in its node-id order,
+            in the space of ``X`` (``vectorizer.transform(names)``): a new class without rows
+            starts from its text's hidden representation, and its prototype holds the text.
+            A model fitted with ``module__class_features`` takes these rows as its class text
+            (``None``: its own rows, the new classes without text).
+        replay : "auto", int or None, default="auto"
+            Pseudo-rows of the old classes whose softmax groups the rows' paths touch, drawn
+            from their prototypes: ``"auto"`` at most 4 per row of ``X``; an int at most that
+            many; ``None`` (or a model without prototypes) none.
+        max_epochs : int, default=None
+            Passes over the rows and the replay; ``None``: the ``max_epochs`` rule of
+            :meth:`fit` for that many rows.
+
+        Returns
+        -------
+        self : HierarchicalClassifier
+            With ``tree_``, ``classes_``, the network and ``prototypes_`` for the larger tree;
+            ``tree`` (when it was given) and ``module__class_features`` (a class-text model)
+            set to the larger tree's; ``calibrator_`` and ``flat_term_`` dropped, with a
+            warning (fitted on the old classes, they would misjudge the new ones); and
+            ``grown_``: the new classes, how many output rows started from each source, the
+            epochs trained and the pseudo-rows replayed.
+
+        Raises
+        ------
+        TreeError
+            The tree changed a fitted class (missing, under another parent, renamed; the first
+            one is named) or adds none.
+
+        Notes
+        -----
+        A call that raises changes nothing: the fitted model, its parameters and its fitted
+        parts stay as they were.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from hiclass_parallel import Tree
+        >>> from hiclass_parallel.estimators import HierarchicalClassifier
+        >>> X = np.eye(3).repeat(20, axis=0)
+        >>> y = ["cat"] * 20 + ["dog"] * 20 + ["puppy"] * 20
+        >>> small = Tree.from_edges([("cat", "animal"), ("dog", "animal")])
+        >>> clf = HierarchicalClassifier(small, semantics="terminal", max_epochs=20, random_state=0)
+        >>> clf = clf.fit(X[:40], y[:40])  # a dog is an answer, not only a coarse label
+        >>> big = Tree.from_edges([("cat", "animal"), ("dog", "animal"), ("puppy", "dog")])
+        >>> clf = clf.grow(big, X[40:], y[40:], max_epochs=20)  # rows of the new class only
+        >>> clf.predict(np.eye(3)).tolist()
+        [['animal', 'cat', ''], ['animal', 'dog', ''], ['animal', 'dog', 'puppy']]
+        """
+        from .fitting._grow import run_grow
+
+        with keep_fitted_state_on_error(self):
+            return run_grow(self, tree, X, y, sample_weight=sample_weight, class_features=class_features,
+                            replay=replay, max_epochs=max_epochs)
+
     # ------------------------------------------------------------------ fitted state
     # Read from the one resolved configuration (``config_``), never kept twice.
     @property
