@@ -39,10 +39,11 @@ class IgnoredSettingWarning(UserWarning):
     """A setting was changed on a fitted model that the fitted model cannot apply, so its
     answers ignore it.
 
-    Raised by prediction for a re-ranking term given a weight after fit (``set_params(
-    prototypes=3.0)``, ``flat_term=5.0``) that the fit did not build, and by continued
-    training (``warm_start``, ``partial_fit``) for parameters the network is built from. The
-    message names the setting and what would apply it: a fresh ``fit``.
+    Raised by prediction for a re-ranking term given a weight after fit that the fit did not
+    build (``prototypes=3.0`` set on a model fitted with ``prototypes=None``; ``flat_term=5.0``
+    on one that kept no flat term), and by continued training (``warm_start``,
+    ``partial_fit``) for parameters the network is built from. The message names the setting
+    and what would apply it: a fresh ``fit``.
 
     Examples
     --------
