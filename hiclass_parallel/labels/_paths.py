@@ -19,7 +19,7 @@ from __future__ import annotations
 import numbers
 import re
 import warnings
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -150,13 +150,15 @@ def list_of_labels(y: list | tuple) -> np.ndarray:
 
 def _holds_non_strings(y: list | tuple) -> bool:
     """Whether a list of labels (or of label paths) holds an entry that is not a string."""
-    for v in y:
-        if isinstance(v, (list, tuple, np.ndarray)):
-            if _holds_non_strings(v.tolist() if isinstance(v, np.ndarray) else v):
-                return True
-        elif not isinstance(v, str):
+    level: Any = y
+    while True:  # one nesting level at a time; the types of a level are gathered in C
+        types = set(map(type, level))
+        if not all(issubclass(t, (str, list, tuple, np.ndarray)) for t in types):
             return True
-    return False
+        if all(issubclass(t, str) for t in types):
+            return False
+        level = list(chain.from_iterable(np.atleast_1d(v).tolist() if isinstance(v, np.ndarray) else v
+                                         for v in level if not isinstance(v, str)))
 
 
 def refuse_mixed_label_types(values: np.ndarray, name: str = "y") -> None:
