@@ -15,7 +15,8 @@ import of the package against this list; modules on one line do not import each 
 Where each concept lives, one module each: every exception class in
 :mod:`~hiclass_parallel.exceptions`; every reading of labels in ``labels/`` (``_paths``, ``_sets``).
 In :mod:`~hiclass_parallel.estimators`, the public estimators at the top: ``classifier``,
-``multilabel``, ``class_text``, ``conformal`` and ``path_encoder`` (:class:`PathEncoder`), and
+``multilabel``, ``class_text``, ``conformal``, ``pipeline`` (:class:`HierarchicalPipeline`) and
+``path_encoder`` (:class:`PathEncoder`), and
 ``explain`` (why an answer was given: each path step's features over its rival, per class the
 features that raise it); the parts they compose in one sub-package each:
 
@@ -44,7 +45,9 @@ features that raise it); the parts they compose in one sub-package each:
   the device training step on CUDA with Triton (``_plan``: the host's fixed-shape step plans;
   ``_step``, ``_kernels``: the step's Triton kernels; ``_train``: the step in skorch's loop);
 - ``estimators/io/``: saving without pickle (``_persistence``, ``_model_folder``,
-  ``_conformal_persistence``) and export for serving (``_export``).
+  ``_conformal_persistence``; ``_whole_model``: a pipeline's scikit-learn parts through
+  ``skops.io`` against an allow-list, around the classifier's own format) and export for
+  serving (``_export``).
 
 Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` when the variable is
 not set and torch is not loaded yet: torch's OpenMP threads then sleep instead of spinning while

@@ -1,7 +1,7 @@
 """Layer 7: scikit-learn estimators -- the label <-> path encoder and the classifiers.
 
 The public estimators are the modules at this level (``classifier``, ``multilabel``,
-``class_text``, ``conformal``, ``path_encoder``); the parts they compose live in the
+``class_text``, ``conformal``, ``pipeline``, ``path_encoder``); the parts they compose live in the
 sub-packages ``fitting``, ``prediction``, ``prototypes``, ``calibration``, ``networks`` and
 ``io`` (the package docstring of :mod:`hiclass_parallel` maps each concept to its
 module).
@@ -29,7 +29,8 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
            "DivergedError", "DivergenceWarning", "IgnoredSettingWarning", "ClassTextClassifier", "BetaCalibrator", "FlatMargins",
            "ConformalHierarchicalClassifier", "save_conformal", "load_conformal", "UnsupportedEstimatorError",
-           "NonMonotoneLossError", "explain_predictions", "explain_classes", "Explanation", "ClassExplanation"]
+           "NonMonotoneLossError", "HierarchicalPipeline", "make_pipeline", "save_model", "load_model",
+           "explain_predictions", "explain_classes", "Explanation", "ClassExplanation"]
 
 
 def __getattr__(name: str) -> Any:
@@ -89,6 +90,14 @@ def __getattr__(name: str) -> Any:
         from . import explain
 
         return getattr(explain, name)
+    if name in ("HierarchicalPipeline", "make_pipeline"):
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    if name in ("save_model", "load_model"):
+        from .io import _whole_model
+
+        return getattr(_whole_model, name)
     if name == "ClassTextClassifier":
         from .class_text import ClassTextClassifier
 

@@ -80,7 +80,8 @@ def replace_folder(path: str | os.PathLike, files: Mapping[str, bytes], owned: C
 
     ``owned`` names every file a folder of this kind may hold. A folder at ``path`` holding
     anything else is refused (:class:`FileExistsError`): replacing it would delete it. Where
-    ``path`` is a symlink, the folder it points to is replaced and the link kept.
+    ``path`` is a symlink, the folder it points to is replaced and the link kept. A name may
+    hold one ``/``: the file then lies in a subfolder of that name (a part saved as a folder).
     """
     target = Path(os.path.realpath(path))
     old = _check_replaceable(target, owned)
@@ -90,7 +91,12 @@ def replace_folder(path: str | os.PathLike, files: Mapping[str, bytes], owned: C
         if old is not None:
             os.chmod(staging, stat.S_IMODE(old.st_mode))  # the folder keeps its permissions
         for name, data in files.items():
+            _check_name(name)
+            if "/" in name:  # a part saved as a folder of its own (a whole model's classifier)
+                (staging / name).parent.mkdir(exist_ok=True)
             write_file(staging / name, data)
+        for sub in sorted({name.split("/")[0] for name in files if "/" in name}):
+            _fsync_folder(staging / sub)
         _fsync_folder(staging)
         swapped_out = _swap_into_place(staging, target, exists=old is not None)
     except BaseException:  # an interrupt too: never leave the staging folder behind
@@ -110,7 +116,14 @@ def _check_replaceable(target: Path, owned: Collection[str]) -> os.stat_result |
         return None
     if not stat.S_ISDIR(info.st_mode):
         raise FileExistsError(errno.EEXIST, "exists and is not a folder; save the model to a folder", str(target))
-    foreign = sorted(set(os.listdir(target)) - set(owned))
+    top = {name.split("/")[0] for name in owned}
+    foreign = sorted(set(os.listdir(target)) - top)
+    for sub in sorted(top - set(owned)):  # the subfolders: what they may hold
+        inside = {name.split("/", 1)[1] for name in owned if name.startswith(sub + "/")}
+        if os.path.isdir(target / sub) and not os.path.islink(target / sub):
+            foreign += [f"{sub}/{name}" for name in sorted(set(os.listdir(target / sub)) - inside)]
+        elif os.path.lexists(target / sub):
+            foreign.append(sub)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f", ... ({len(foreign)} in all)" if len(foreign) > 5 else "")
         raise FileExistsError(
@@ -120,6 +133,15 @@ def _check_replaceable(target: Path, owned: Collection[str]) -> os.stat_result |
             str(target),
         )
     return info
+
+
+def _check_name(name: str) -> None:
+    """A file name of a model folder: plain names, at most one subfolder deep, nothing that
+    leaves the folder."""
+    parts = name.split("/")
+    if len(parts) > 2 or any(part in ("", ".", "..") or os.sep in part or (os.altsep and os.altsep in part)
+                             for part in parts):
+        raise ValueError(f"{name!r} is not a file name of a model folder")
 
 
 def _new_sibling(target: Path, purpose: str) -> Path:
@@ -200,9 +222,16 @@ def _remove_model_folder(folder: Path, owned: Collection[str], quiet: bool = Fal
     """Remove a swapped-out or unfinished model folder: its model files by name, then the folder
     (which fails, with a warning, if anything else is in it)."""
     try:
-        for name in owned:
+        for name in sorted(owned, key=lambda n: -n.count("/")):  # a subfolder's files first
             try:
                 os.unlink(folder / name)
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:  # a subfolder (its files were removed above)
+                os.rmdir(folder / name)
+        for sub in sorted({name.split("/")[0] for name in owned if "/" in name} - set(owned)):
+            try:
+                os.rmdir(folder / sub)
             except FileNotFoundError:
                 pass
         os.rmdir(folder)

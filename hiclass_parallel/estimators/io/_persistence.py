@@ -148,11 +148,61 @@ def _encode(value: Any, name: str) -> Any:
         return items if isinstance(value, list) else {"__tuple__": items}
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {"__dict__": {k: _encode(v, f"{name}[{k!r}]") for k, v in value.items()}}
+    if _is_sparse(value) and value.ndim == 2:
+        # The class features of class text (module__class_features): a CSR matrix as three
+        # lists, checked whole on load.
+        csr = value.tocsr()
+        if csr.dtype not in (np.float32, np.float64):
+            raise TypeError(f"cannot save parameter {name!r} without pickle: a sparse matrix of {csr.dtype} "
+                            "(float32 and float64 are stored)")
+        return {"__csr__": {"shape": [int(n) for n in csr.shape], "dtype": str(csr.dtype),
+                            "indptr": csr.indptr.tolist(), "indices": csr.indices.tolist(), "data": csr.data.tolist()}}
     raise TypeError(
         f"cannot save parameter {name!r} without pickle: a {type(value).__module__}.{type(value).__qualname__} "
         "object is not JSON-serialisable (plain values, lists, tuples, dicts with str keys and classes "
         f"are); set {name.split('[')[0]!r} to a plain value before saving, or save the model with pickle"
     )
+
+
+def _is_sparse(value: Any) -> bool:
+    import scipy.sparse as sp
+
+    return sp.issparse(value)
+
+
+def _decode_csr(value: Any, name: str) -> Any:
+    """A CSR matrix saved by :func:`_encode`, every part checked before it is built: a named
+    ``ValueError`` for any damage, never a matrix that indexes out of its bounds."""
+    import scipy.sparse as sp
+
+    if not isinstance(value, dict) or set(value) != {"shape", "dtype", "indptr", "indices", "data"}:
+        raise ValueError(f"parameter {name!r}: a saved sparse matrix holds shape, dtype, indptr, indices and data")
+    shape = value["shape"]
+    if not (isinstance(shape, list) and len(shape) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+        raise ValueError(f"parameter {name!r}: shape {shape!r} is not two non-negative integers")
+    if value["dtype"] not in ("float32", "float64"):
+        raise ValueError(f"parameter {name!r}: dtype {value['dtype']!r} is not float32 or float64")
+    parts = {}
+    for key, kind in (("indptr", int), ("indices", int), ("data", float)):
+        items = value[key]
+        ok = isinstance(items, list) and all(
+            isinstance(v, (int, float) if kind is float else int) and not isinstance(v, bool) for v in items)
+        if not ok:
+            raise ValueError(f"parameter {name!r}: {key} is not a list of {kind.__name__}s")
+        parts[key] = items
+    indptr = np.asarray(parts["indptr"], dtype=np.int64)
+    indices = np.asarray(parts["indices"], dtype=np.int64)
+    data = np.asarray(parts["data"], dtype=value["dtype"])
+    rows, cols = shape
+    if (indptr.size != rows + 1 or (indptr.size and (indptr[0] != 0 or indptr[-1] != indices.size))
+            or (np.diff(indptr) < 0).any() or indices.size != data.size):
+        raise ValueError(f"parameter {name!r}: indptr, indices and data do not describe a {rows} x {cols} CSR matrix")
+    if indices.size and (indices.min() < 0 or indices.max() >= cols):
+        raise ValueError(f"parameter {name!r}: column indices out of range [0, {cols})")
+    if not np.isfinite(data).all():
+        raise ValueError(f"parameter {name!r}: the matrix holds values that are not finite")
+    return sp.csr_matrix((data, indices, indptr), shape=(rows, cols))
 
 
 def _module_allowed(module: str) -> bool:
@@ -252,6 +302,8 @@ def _decode(value: Any, name: str, trusted: bool, allowed: frozenset[str]) -> An
         return _resolve_class(value["__class__"], name, trusted, allowed, _kind(keys[-1] if keys else name.split("[")[0]))
     if "__device__" in value:
         return torch.device(value["__device__"])
+    if "__csr__" in value:
+        return _decode_csr(value["__csr__"], name)
     if "__tuple__" in value:
         return tuple(_decode(v, f"{name}[{i}]", trusted, allowed) for i, v in enumerate(value["__tuple__"]))
     if "__dict__" in value:
