@@ -159,6 +159,30 @@ def test_fast_conformal_answers_equal_the_full_sums(random_tree, semantics, trai
     np.testing.assert_array_equal(model.predict_node(X[400:]), _answers_at(*fast, model.lambda_))
 
 
+def test_fast_route_through_a_class_text_classifier_and_a_pipeline():
+    # The route along the path takes the features the classifier inside sees: the
+    # ClassTextClassifier's vectorizer, a Pipeline's transformers.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from hiclass_parallel.estimators import ClassTextClassifier
+
+    tree = Tree.from_dict({"animal": {"dog": None, "cat": None}, "plant": {"tree": None, "grass": None}})
+    words = {"dog": "bark bone leash", "cat": "purr whisker mouse", "tree": "bark leaf trunk",
+             "grass": "lawn green blade"}
+    rng = np.random.default_rng(0)
+    y = rng.choice(list(words), size=300)
+    texts = [" ".join(rng.choice(words[c].split() + ["the", "a", "leaf", "bone"], size=4)) for c in y]
+    clf = HierarchicalClassifier(tree, max_epochs=3, calibration=None, prototypes=None, random_state=0)
+    for estimator in (ClassTextClassifier(TfidfVectorizer(), clf, class_text=words),
+                      make_pipeline(TfidfVectorizer(), clf)):
+        model = ConformalHierarchicalClassifier(estimator, alpha=0.2, random_state=0).fit(texts[:200], y[:200])
+        assert _sibling_route(model.classifier_)
+        fast = model._chains(model.estimator_, texts[200:])
+        full = model._chains(model.estimator_, texts[200:], route="full")
+        np.testing.assert_array_equal(fast[0], full[0])
+        np.testing.assert_allclose(fast[1][np.isfinite(full[1])], full[1][np.isfinite(full[1])], rtol=1e-4)
+
+
 def test_answers_walk_up_until_the_subtree_holds_more_than_the_cutoff():
     tree = Tree.from_dict({"dog": {"small dog": None, "big dog": None}, "cat": None})
     proba = np.zeros((1, 4), dtype=np.float32)
