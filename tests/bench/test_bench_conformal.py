@@ -36,3 +36,11 @@ def test_end_to_end_on_a_small_subtree(tmp_path):
     for row in r["alphas"].values():
         assert set(row) == {"conformal", "conformal-distance", "threshold"}
         assert 0 <= row["conformal"]["coverage"] <= 1
+
+
+def test_timing_on_a_small_subtree(tmp_path):
+    out = tmp_path / "timing.json"
+    bench_conformal.main(["--timing", "--subsets", "dog", "--rows", "30", "--repeats", "1", "--out", str(out)])
+    (r,) = json.loads(out.read_text())["results"]
+    assert set(r["median_s"]) == {"predict", "predict_node", "full_sums"} and r["rows"] == 30
+    assert r["same_answers"] == 30  # the route along the path and the full sums agree
