@@ -159,6 +159,24 @@ def test_fast_conformal_answers_equal_the_full_sums(random_tree, semantics, trai
     np.testing.assert_array_equal(model.predict_node(X[400:]), _answers_at(*fast, model.lambda_))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("semantics", ["partial", "terminal"])
+def test_fast_route_of_a_model_on_cuda_equals_the_full_sums(small, semantics):
+    # On a GPU the search and the path's groups run on the device, the walk on the host.
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (none on this machine)")
+    X, y, tree = small
+    model = ConformalHierarchicalClassifier(_clf(tree, semantics=semantics, device="cuda"), alpha=0.2,
+                                            random_state=0).fit(X[:400], y[:400])
+    assert model.classifier_.net_.device == "cuda" and _sibling_route(model.classifier_)
+    fast = model._chains(model.estimator_, X[400:])
+    full = model._chains(model.estimator_, X[400:], route="full")
+    np.testing.assert_array_equal(fast[0], full[0])
+    np.testing.assert_allclose(fast[1][np.isfinite(full[1])], full[1][np.isfinite(full[1])], rtol=1e-4, atol=1e-6)
+
+
 def test_fast_route_through_a_class_text_classifier_and_a_pipeline():
     # The route along the path takes the features the classifier inside sees: the
     # ClassTextClassifier's vectorizer, a Pipeline's transformers.
