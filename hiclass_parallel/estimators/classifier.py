@@ -119,8 +119,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         drawn), so that a row's cost follows its path rather than the widest group on it.
         Prediction is always exact (every column of every group it expands). ``"auto"``:
         1024 (:data:`~hiclass_parallel.estimators.fitting._config.SOFTMAX_SAMPLE`); ``None``:
-        every softmax exact. It applies to the fused training step of the default text model
-        (``config_.step_engine == "fused"``); the torch route is always exact.
+        every softmax exact. It applies to the fused (CPU) and device (CUDA) training steps of
+        the default text model (``config_.step_engine`` ``"fused"`` or ``"device"``); the torch
+        route is always exact.
         ``config_.softmax_sample`` is the limit used (0: exact) and
         ``config_.softmax_sample_reason`` says why.
     decoding : {"best", "threshold", "hf1"}, default="best"

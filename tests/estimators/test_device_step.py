@@ -369,3 +369,135 @@ def test_a_wide_group_does_not_widen_the_others_in_the_plan():
     width = int(np.diff(splan.group_ptr)[groups].sum())
     assert plan["sib_table"].numel() < 2 * width  # a (groups, widest) table would hold 41 x 300
     assert plan.pinned() is plan or torch.cuda.is_available()  # pinning only where CUDA is
+
+
+# ---------------------------------------------------------------------------- the sampled softmax
+def _wide_tree(seed: int, roots: int = 120, children: int = 60):
+    """A forest whose top level is one wide sibling group, with shuffled node ids."""
+    from hiclass_parallel import Tree
+
+    rng = np.random.default_rng(seed)
+    parents = np.r_[np.full(roots, -1), rng.integers(0, roots, children)]
+    perm = rng.permutation(parents.size)  # node i is called perm[i]
+    shuffled = np.full(parents.size, -1)
+    shuffled[perm] = np.where(parents >= 0, perm[np.maximum(parents, 0)], -1)
+    return Tree.from_parents(shuffled)
+
+
+def _plan_reference(module, X, plan):
+    """The loss of a plan and its gradients, computed densely by autograd from the plan's own
+    softmax rows (candidates, targets, weights and logit offsets): what the kernels must give."""
+    module.zero_grad()
+    Xt = torch.as_tensor(X.toarray(), device=DEVICE)
+    h = Xt @ module.input.embedding.weight + module.input.bias
+    W, b = module.head.weight.weight, module.head.bias.weight[:, 0]
+    out_rows = plan["out_rows"].long()
+    loss = torch.zeros((), device=DEVICE)
+    for block in ("sib", "lvl"):
+        sample, slot, target = (plan[f"{block}_{k}"].long() for k in ("sample", "slot", "target"))
+        weight, ptr, table, offset = (plan[f"{block}_{k}"] for k in ("weight", "table_ptr", "table", "offset"))
+        for r in range(sample.numel()):
+            if float(weight[r]) == 0.0:
+                continue
+            lo, hi = int(ptr[slot[r]]), int(ptr[slot[r] + 1])
+            cols = out_rows[table[lo:hi].long()]
+            scores = h[sample[r]] @ W[cols].T + b[cols] + offset[lo:hi]
+            loss = loss + weight[r] * (torch.logsumexp(scores, 0) - scores[target[r]])
+    loss.backward()
+    return float(loss.detach()), {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).cpu()
+                                  for k, p in module.named_parameters() if p.grad is not None}
+
+
+def test_a_sampled_plan_keeps_the_batch_targets_and_draws_the_rest_of_a_wide_group():
+    from hiclass_parallel.ops.sibling_paths import sibling_plan
+
+    tree = _wide_tree(0)
+    groups = sibling_plan(tree, stop=True)
+    exact = StepPlanner(groups, terminal=True, batch_rows=32)
+    sampled = StepPlanner(groups, terminal=True, batch_rows=32, sample=(50, 40))
+    rng = np.random.default_rng(1)
+    X = sp.random(32, 30, density=0.2, random_state=1, format="csr", dtype=np.float32)
+    y = rng.integers(-1, tree.n_classes, 32)
+    assert sampled.samples and not exact.samples
+    # no seed: every softmax exact, the very plan of a planner without sampling
+    assert torch.equal(sampled(X, y).buffer, exact(X, y).buffer)
+    plan = sampled(X, y, seed=7)
+    assert torch.equal(plan.buffer, sampled(X, y, seed=7).buffer)  # the seed fixes the draws
+    assert not torch.equal(plan.buffer, sampled(X, y, seed=8).buffer)
+    ptr, table, offset = plan["sib_table_ptr"], plan["sib_table"], plan["sib_offset"]
+    out_rows = plan["out_rows"]
+    widths = np.diff(groups.group_ptr)
+    top = int(np.argmax(widths))
+    top_cols = set(groups.group_cols[groups.group_ptr[top]:groups.group_ptr[top + 1]].tolist())
+    col_group = np.empty(groups.n_outputs, dtype=np.int64)
+    col_group[groups.group_cols] = np.repeat(np.arange(widths.size), widths)
+    live = plan["sib_weight"] != 0
+    rows_targets = {}
+    for r in np.flatnonzero(live.numpy()):
+        s = int(plan["sib_slot"][r])
+        lo, hi = int(ptr[s]), int(ptr[s + 1])
+        cols = out_rows[table[lo:hi].long()].tolist()
+        target = cols[int(plan["sib_target"][r])]
+        rows_targets.setdefault(s, set()).add(target)
+        assert offset[lo + int(plan["sib_target"][r])] == 0.0  # a target's logit is never corrected
+    for s, targets in rows_targets.items():
+        lo, hi = int(ptr[s]), int(ptr[s + 1])
+        cols = out_rows[table[lo:hi].long()].tolist()
+        if set(cols) <= top_cols and len(top_cols) > 50:  # the wide group: sampled
+            assert len(cols) == 40 and targets <= set(cols)
+            others = len(top_cols) - len(targets)
+            drawn = 40 - len(targets)
+            corr = offset[lo:hi][[c not in targets for c in cols]]
+            torch.testing.assert_close(corr, torch.full_like(corr, float(np.log(others / drawn))))
+            assert (offset[lo:hi][[c in targets for c in cols]] == 0).all()
+        else:  # a narrow group: every member, no correction
+            assert (offset[lo:hi] == 0).all()
+            g = int(col_group[cols[0]])
+            assert sorted(cols) == sorted(groups.group_cols[groups.group_ptr[g]:groups.group_ptr[g + 1]].tolist())
+
+
+@needs_triton
+@pytest.mark.parametrize("stop, semantics, level", [(True, "terminal", 0.1), (False, "partial", 0.0)])
+def test_a_sampled_step_equals_the_dense_reference_of_its_plan(stop, semantics, level):
+    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+
+    tree = _wide_tree(3)
+    torch.manual_seed(3)
+    module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=8).to(DEVICE)
+    with torch.no_grad():
+        module.head.bias.weight.normal_()
+    criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level).to(DEVICE)
+    module.train()
+    criterion.train()
+    step = DeviceStep(module, criterion, _optimizer(module), batch_rows=16, softmax_sample=(50, 24))
+    rng = np.random.default_rng(4)
+    X = sp.random(16, 30, density=0.2, random_state=4, format="csr", dtype=np.float32)
+    y = rng.integers(-1, tree.n_classes, 16)
+    seed = step.draw_seed()
+    assert seed is not None
+    plan = step.planner(X, y, seed=seed)
+    assert (plan["sib_offset"] > 0).any()  # some candidates were drawn
+    loss, grads = _plan_reference(module, X, plan)
+    work = step.forward_backward(plan.to(DEVICE))
+    assert float(work["loss"]) == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    out_rows = plan["out_rows"][plan["out_rows"] >= 0]
+    in_rows = plan["in_rows"][plan["in_rows"] >= 0]
+    g_out = torch.zeros_like(grads["head.weight.weight"])
+    g_out[out_rows] = work["g_out"].cpu()[:out_rows.numel()]
+    torch.testing.assert_close(g_out, grads["head.weight.weight"], rtol=1e-4, atol=1e-6)
+    g_bout = torch.zeros_like(grads["head.bias.weight"][:, 0])
+    g_bout[out_rows] = work["g_bout"].cpu()[:out_rows.numel()]
+    torch.testing.assert_close(g_bout, grads["head.bias.weight"][:, 0], rtol=1e-4, atol=1e-6)
+    g_in = torch.zeros_like(grads["input.embedding.weight"])
+    g_in[in_rows] = work["g_in"].cpu()[:in_rows.numel()]
+    torch.testing.assert_close(g_in, grads["input.embedding.weight"], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(work["g_bin"].cpu(), grads["input.bias"], rtol=1e-4, atol=1e-6)
+
+
+def test_the_configuration_samples_wide_groups_on_the_device_step_too():
+    from hiclass_parallel.estimators.fitting._config import resolve_softmax_sample
+
+    tree = _wide_tree(0, roots=300)
+    limit, why = resolve_softmax_sample(100, "device", tree, True)
+    assert limit == 100 and "sampled candidates" in why
+    assert resolve_softmax_sample(100, "torch", tree, True)[0] == 0

@@ -35,7 +35,7 @@ __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST",
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
 
-#: ``softmax_sample="auto"``: the fused step trains a sibling group wider than this many
+#: ``softmax_sample="auto"``: the fused and device steps train a sibling group wider than this many
 #: columns on a sampled softmax of this many candidates (the batch's targets in the group and
 #: uniform draws, corrected). Above WordNet's widest noun group, so the all-nouns fit stays
 #: exact; on the full WordNet tree (a top-level group of tens of thousands of classes) a sample
@@ -395,8 +395,8 @@ def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: 
     columns train on that many sampled candidates; 0: every softmax exact."""
     if requested is None:
         return 0, "softmax_sample=None: every softmax exact"
-    if step_engine != "fused":
-        return 0, f"the {step_engine} step is exact (the sampled softmax is the fused step's)"
+    if step_engine not in ("fused", "device"):
+        return 0, f"the {step_engine} step is exact (the sampled softmax is the fused and device steps')"
     from ...ops.sibling_paths import sibling_plan
 
     limit = SOFTMAX_SAMPLE if requested == "auto" else int(requested)

@@ -9,7 +9,8 @@ padded size, so nothing asks the host.
   ``h[b] = b_in + sum_j value_j * W_in[feature_j]``;
 - ``softmax_rows``: one program per softmax row; an online log-sum-exp over the row's
   candidates (its slot's range of the flat table) in tiles of ``BLOCK_K`` (any group width),
-  the weighted loss added to the step's accumulator, then the candidates' gradients
+  each candidate's logit plus its offset (the sampled softmax's correction on drawn columns,
+  0 elsewhere), the weighted loss added to the step's accumulator, then the candidates' gradients
   ``w * (softmax - onehot)`` added to the output rows' gradients, the biases' and the sample's
   ``dh``; a non-finite loss sets the flag. With ``TEXT``, each candidate's score adds the
   class-text match (its text entries against the sample's weighted words on the batch's class
@@ -61,7 +62,7 @@ def _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value):
 
 
 @triton.jit
-def _tile_scores(k0, hi, table_ptr, out_rows, w_out, w_out_stride, b_out, b_out_stride, h, offs, hm, s,
+def _tile_scores(k0, hi, table_ptr, offset_ptr, out_rows, w_out, w_out_stride, b_out, b_out_stride, h, offs, hm, s,
                  words_ptr, P, text_ptr, text_word, text_value, TEXT: tl.constexpr, BLOCK_K: tl.constexpr):
     # one tile of a softmax row's candidates (table positions k0 .. k0 + BLOCK_K, below hi): their
     # positions u among the plan's output rows, their W_out rows and their scores (the softmax's
@@ -73,13 +74,14 @@ def _tile_scores(k0, hi, table_ptr, out_rows, w_out, w_out_stride, b_out, b_out_
     W = tl.load(w_out + col[:, None] * w_out_stride + offs[None, :], mask=ok[:, None] & hm[None, :],
                 other=0.0).to(tl.float32)
     sc = tl.sum(W * h[None, :], 1) + tl.load(b_out + col * b_out_stride, mask=ok, other=0.0).to(tl.float32)
+    sc += tl.load(offset_ptr + ks, mask=ok, other=0.0)
     if TEXT:
         sc += _match(u, ok, s, words_ptr, P, text_ptr, text_word, text_value)
     return ks, ok, u, W, sc
 
 
 @triton.jit
-def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table_ptr, out_rows,
+def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table_ptr, offset_ptr, out_rows,
                  h_ptr, w_out, w_out_stride, b_out, b_out_stride,
                  dh_ptr, g_out, g_bout, loss_ptr, flag_ptr, H,
                  words_ptr, g_words, P, text_ptr, text_word, text_value,
@@ -99,8 +101,9 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table
         z = tl.zeros([], tl.float32)
         picked = tl.zeros([], tl.float32)
         for k0 in range(lo, hi, BLOCK_K):
-            ks, ok, u, W, sc = _tile_scores(k0, hi, table_ptr, out_rows, w_out, w_out_stride, b_out, b_out_stride, h,
-                                            offs, hm, s, words_ptr, P, text_ptr, text_word, text_value, TEXT, BLOCK_K)
+            ks, ok, u, W, sc = _tile_scores(k0, hi, table_ptr, offset_ptr, out_rows, w_out, w_out_stride, b_out,
+                                            b_out_stride, h, offs, hm, s, words_ptr, P, text_ptr, text_word,
+                                            text_value, TEXT, BLOCK_K)
             sc = tl.where(ok, sc, float("-inf"))
             m_new = tl.maximum(m, tl.max(sc, 0))
             z = z * tl.exp(m - m_new) + tl.sum(tl.exp(sc - m_new), 0)
@@ -113,8 +116,9 @@ def softmax_rows(sample_ptr, slot_ptr, target_ptr, weight_ptr, slot_start, table
         tl.atomic_max(flag_ptr, tl.where(finite, 0, 1))
         dh = tl.zeros([BLOCK_H], tl.float32)
         for k0 in range(lo, hi, BLOCK_K):
-            ks, ok, u, W, sc = _tile_scores(k0, hi, table_ptr, out_rows, w_out, w_out_stride, b_out, b_out_stride, h,
-                                            offs, hm, s, words_ptr, P, text_ptr, text_word, text_value, TEXT, BLOCK_K)
+            ks, ok, u, W, sc = _tile_scores(k0, hi, table_ptr, offset_ptr, out_rows, w_out, w_out_stride, b_out,
+                                            b_out_stride, h, offs, hm, s, words_ptr, P, text_ptr, text_word,
+                                            text_value, TEXT, BLOCK_K)
             p = tl.where(ok, tl.exp(sc - lse), 0.0)
             g = w * (p - tl.where(ks - lo == t, 1.0, 0.0))
             if TEXT:  # the match's gradient, by the batch's vocabulary columns of the sample

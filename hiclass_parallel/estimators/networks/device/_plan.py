@@ -23,7 +23,15 @@ weight, the normalisation of the mean already in it: the step's loss is then the
 the plan's distinct columns ``out_rows``, which are also the output rows the step updates;
 ``in_rows`` are the input rows (features) it updates.
 
-A planner is a plain callable, ``planner(X, y, sample_weight) -> StepPlan``, so a data-loader
+A group wider than the planner's ``sample`` limit (the classifier's ``softmax_sample``: the
+full WordNet tree's top level, tens of thousands of classes that every row scores) is scored on
+a sampled candidate set shared by the batch, as the fused CPU step does: the batch's targets in
+the group and uniform draws without replacement from its other columns, up to ``size``
+candidates, each drawn column's logit corrected by ``log(others / drawn)`` (the block's
+``offset``, parallel to its table; 0 for targets and for exact groups). The draws come from the
+``seed`` given with the batch; prediction never comes here and stays exact.
+
+A planner is a plain callable, ``planner(X, y, sample_weight, seed) -> StepPlan``, so a data-loader
 worker can run it while the previous step trains.
 """
 
@@ -45,7 +53,7 @@ _INT_FIELDS = ("row_ptr", "entry_pos", "entry_row", "in_rows", "out_rows", "pres
                "text_word",
                "sib_sample", "sib_slot", "sib_target", "sib_table_ptr", "sib_table",
                "lvl_sample", "lvl_slot", "lvl_target", "lvl_table_ptr", "lvl_table")
-_FLOAT_FIELDS = ("entry_value", "sib_weight", "lvl_weight", "n_samples", "text_value")
+_FLOAT_FIELDS = ("entry_value", "sib_weight", "lvl_weight", "n_samples", "text_value", "sib_offset", "lvl_offset")
 _ALIGN = 4  # int32 elements: every array starts on a 16-byte boundary
 _INT32_LIMIT = 2**31
 
@@ -156,6 +164,10 @@ class StepPlanner:
         The class texts of a :class:`~hiclass_parallel.estimators.SparseMLP` with
         ``class_features``: its ``vocabulary_position`` and its head's ``text_ptr``,
         ``text_idx`` and ``text_val``; the plan then holds the match term's arrays too.
+    sample : int or (int, int), default=0
+        The sampled softmax of wide groups: a group wider than ``above`` columns trains on at
+        most ``size`` candidates (an int: both); 0: every softmax exact. Applies to the batches
+        planned with a ``seed``.
 
     Examples
     --------
@@ -171,7 +183,8 @@ class StepPlanner:
     """
 
     def __init__(self, plan: SiblingPlan, terminal: bool, level_contrast: float = 0.0,
-                 batch_rows: int | None = None, floor: int = 16, text: tuple[Any, Any, Any, Any] | None = None):
+                 batch_rows: int | None = None, floor: int = 16, text: tuple[Any, Any, Any, Any] | None = None,
+                 sample: int | tuple[int, int] = 0):
         if not isinstance(plan, SiblingPlan):
             raise TypeError(f"plan must be a SiblingPlan (ops.sibling_paths.sibling_plan), got {type(plan).__name__}")
         level_contrast = float(level_contrast)
@@ -187,6 +200,13 @@ class StepPlanner:
         self.level_contrast = level_contrast
         self.batch_rows = None if batch_rows is None else int(batch_rows)
         self.floor = int(floor)
+        above, size = (sample, sample) if isinstance(sample, (int, np.integer)) else sample
+        if int(above) < 0 or int(size) < 0 or (int(above) > 0 and int(size) < 1):
+            raise ValueError(f"sample must be 0 or a positive limit (or a pair of them), got {sample!r}")
+        self.sample = (int(above), int(size))
+        widths = np.diff(plan.group_ptr)
+        #: Whether some group is wider than the limit (else no batch needs a seed).
+        self.samples = self.sample[0] > 0 and bool(widths.size) and int(widths.max()) > self.sample[0]
         self.text = None
         if text is not None:  # host copies of the class texts (module buffers, possibly on a device)
             host = [np.asarray(t.detach().cpu() if isinstance(t, torch.Tensor) else t) for t in text]
@@ -230,9 +250,10 @@ class StepPlanner:
         return X.indptr, X.indices, X.data, X.shape[0]
 
     # ------------------------------------------------------------------ planning
-    def __call__(self, X: Any, y: Any, sample_weight: Any = None) -> StepPlan:
+    def __call__(self, X: Any, y: Any, sample_weight: Any = None, seed: int | None = None) -> StepPlan:
         """The plan of one batch: ``X`` a sparse batch (torch CSR or scipy), ``y`` node ids ``(B,)``
-        (``-1``: unlabelled), ``sample_weight`` ``(B,)`` or ``None``."""
+        (``-1``: unlabelled), ``sample_weight`` ``(B,)`` or ``None``, ``seed`` the draws of the
+        sampled softmax (``None``: every softmax of this batch exact)."""
         sp_plan, floor = self.plan, self.floor
         indptr, indices, values, n = self._csr(X)
         nodes, weight = self._targets(y, n, sample_weight)
@@ -259,30 +280,36 @@ class StepPlanner:
         # distinct columns of all
         groups, slot = np.unique(group[valid], return_inverse=True)
         ptr = sp_plan.group_ptr
-        members = sp_plan.group_cols[_ranges(ptr[groups], ptr[groups + 1] - ptr[groups])]
+        sizes = ptr[groups + 1] - ptr[groups]
+        members = sp_plan.group_cols[_ranges(ptr[groups], sizes)]
+        flat = np.flatnonzero(valid.reshape(-1))
+        target_col = target.reshape(-1)[flat]
+        offset = np.zeros(members.size, dtype=np.float32)
+        if self.samples and seed is not None and (sizes > self.sample[0]).any():
+            members, sizes, offset = self._sampled(groups, sizes, members, slot, target_col, seed)
         # distinct already (a column belongs to one group, and the groups are distinct): no sort;
         # `where` maps a column to its position (read only at the columns written here)
         out_rows = members
         where = np.empty(sp_plan.n_outputs, dtype=np.int64)
         where[out_rows] = np.arange(out_rows.size)
-        flat = np.flatnonzero(valid.reshape(-1))
+        start = np.cumsum(sizes) - sizes  # each slot's first position in the table
         if weight is None:
             w_rows = np.full(flat.size, 1.0 / max(flat.size, 1))
         else:
             w_rows = weight[flat // D]
             total = w_rows.sum()
             w_rows = w_rows / (total if total > 0 else 1.0)
-        blocks = {"sib": (flat // D, slot, sp_plan.col_pos[target.reshape(-1)[flat]], w_rows,
-                          np.diff(ptr)[groups], members)}
+        # the target's position among its slot's candidates (its group's position where exact)
+        blocks = {"sib": (flat // D, slot, where[target_col] - start[slot], w_rows, sizes, members, offset)}
         if self.level_contrast > 0:
             blocks["lvl"] = self._level_rows(path, labelled, weight)
         else:
             empty = np.zeros(0, dtype=np.int64)
-            blocks["lvl"] = (empty, empty, empty, np.zeros(0), empty, empty)
+            blocks["lvl"] = (empty, empty, empty, np.zeros(0), empty, empty, np.zeros(0, dtype=np.float32))
         U = bucket(out_rows.size, floor)
         arrays = {"out_rows": _pad(out_rows.astype(np.int64), U, PAD)}
         key = [rows, U]
-        for name, (sample, slot_, tpos, w, sizes, cols) in blocks.items():
+        for name, (sample, slot_, tpos, w, sizes, cols, offsets) in blocks.items():
             # live rows padded to a bucket (weight 0); slots' candidates as positions in out_rows
             R = bucket(sample.size, floor) if name == "sib" or self.level_contrast > 0 else 0
             T, TC = bucket(sizes.size + 1, floor), bucket(cols.size, floor)
@@ -292,7 +319,7 @@ class StepPlanner:
                 f"{name}_sample": _pad(sample.astype(np.int64), R, 0),
                 f"{name}_slot": _pad(slot_.astype(np.int64), R, 0), f"{name}_target": _pad(tpos.astype(np.int64), R, 0),
                 f"{name}_weight": _pad(w.astype(np.float32), R, 0.0), f"{name}_table_ptr": table_ptr,
-                f"{name}_table": _pad(where[cols], TC, 0),
+                f"{name}_table": _pad(where[cols], TC, 0), f"{name}_offset": _pad(offsets, TC, 0.0),
             })
             key += [R, T, TC]
         # the input: entries in row order, features as positions among the distinct ones
@@ -314,6 +341,33 @@ class StepPlanner:
         if self.text is not None:
             key += self._text(arrays, indices[:nnz], out_rows, Z, U)
         return _pack(arrays, n, tuple(key))
+
+    def _sampled(self, groups: np.ndarray, sizes: np.ndarray, members: np.ndarray, slot: np.ndarray,
+                 target_col: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sampled softmax of the batch's wide groups (``members`` and ``sizes`` by slot, as
+        the exact plan has them): each keeps the batch's targets in it and ``size - targets``
+        uniform draws without replacement from its other columns, in its column order; the
+        drawn columns' logits get ``log(others / drawn)``. A loop over the wide groups only
+        (the full WordNet tree has one)."""
+        above, size = self.sample
+        rng = np.random.default_rng(int(seed))
+        start = np.cumsum(sizes) - sizes
+        keep = np.ones(members.size, dtype=bool)
+        offset = np.zeros(members.size, dtype=np.float32)
+        new_sizes = sizes.copy()
+        for i in np.flatnonzero(sizes > above):
+            cols = members[start[i]:start[i] + sizes[i]]
+            positive = np.isin(cols, target_col[slot == i])
+            others = np.flatnonzero(~positive)
+            m = min(max(size - int(positive.sum()), 0), others.size)
+            drawn = np.zeros(cols.size, dtype=bool)
+            drawn[others[rng.choice(others.size, m, replace=False)]] = True
+            corr = np.float32(np.log(others.size / m)) if 0 < m < others.size else np.float32(0.0)
+            segment = slice(start[i], start[i] + sizes[i])
+            keep[segment] = positive | drawn
+            offset[segment] = np.where(drawn, corr, np.float32(0.0))
+            new_sizes[i] = int(keep[segment].sum())
+        return members[keep], new_sizes, offset[keep]
 
     def _text(self, arrays: dict[str, np.ndarray], features: np.ndarray, out_rows: np.ndarray, Z: int,
               U: int) -> list[int]:
@@ -365,7 +419,7 @@ class StepPlanner:
         else:
             total = weight[b].sum()
             w = self.level_contrast * weight[b] / (total if total > 0 else 1.0)
-        return b, d, tpos, w, sizes, keys % C
+        return b, d, tpos, w, sizes, keys % C, np.zeros(keys.size, dtype=np.float32)
 
 
 def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:

@@ -117,6 +117,9 @@ class DeviceStep:
         bfloat16 first moment, as its groups ask).
     batch_rows : int, default=None
         Passed to :attr:`planner`: every batch padded to this many rows.
+    softmax_sample : int or (int, int), default=0
+        Passed to :attr:`planner` (``sample``): groups wider than this train on a sampled
+        softmax in the batches planned with a seed (:meth:`draw_seed`); 0: every softmax exact.
 
     Attributes
     ----------
@@ -124,7 +127,8 @@ class DeviceStep:
         The host planner of this step's batches (a plain callable; run it in a loader worker).
     """
 
-    def __init__(self, module: nn.Module, criterion: nn.Module, optimizer: Any, batch_rows: int | None = None):
+    def __init__(self, module: nn.Module, criterion: nn.Module, optimizer: Any, batch_rows: int | None = None,
+                 softmax_sample: int | tuple[int, int] = 0):
         refusal = device_step_refusal(module, criterion, optimizer)
         if refusal is not None:
             raise ValueError(f"the device step cannot train this model: {refusal}")
@@ -140,7 +144,7 @@ class DeviceStep:
             self.scale = float(module.class_feature_scale)
             self.vocabulary_ids = torch.arange(module.match_weight.shape[0], dtype=torch.int32, device=self.device)
         self.planner = StepPlanner(sibling_plan(criterion.tree, criterion.stop), criterion.semantics == "terminal",
-                                   level, batch_rows=batch_rows, text=text)
+                                   level, batch_rows=batch_rows, text=text, sample=softmax_sample)
         self.H = self.params[0].shape[1]
         self.block_h = max(16, 1 << (self.H - 1).bit_length())
         # per parameter: (group, state) and its numbers on the device (lr, b1, b2, eps, wd, step)
@@ -164,6 +168,16 @@ class DeviceStep:
         self.planned_ahead = 0  # steps whose plan was made ahead, on a planning thread
 
     # ------------------------------------------------------------------ buffers
+    def draw_seed(self) -> int | None:
+        """The seed of the next batch's sampled softmax, drawn from the seeded fit's own
+        generator (else torch's global one) on the training thread, in the batches' order;
+        ``None`` when no group is wider than the limit (nothing is drawn)."""
+        if not self.planner.samples:
+            return None
+        from .._random import generator
+
+        return int(torch.randint(0, 2**62, (), generator=generator()).item())
+
     def _work(self, plan: StepPlan) -> dict[str, torch.Tensor]:
         """The step's work buffers for a plan shape, allocated once (fixed addresses: a CUDA graph
         captured on them replays for every plan of that shape)."""
@@ -207,7 +221,7 @@ class DeviceStep:
                 continue
             k.softmax_rows[(R,)](plan[f"{block}_sample"], plan[f"{block}_slot"], plan[f"{block}_target"],
                                  plan[f"{block}_weight"], plan[f"{block}_table_ptr"], plan[f"{block}_table"],
-                                 plan["out_rows"],
+                                 plan[f"{block}_offset"], plan["out_rows"],
                                  work["h"], W_out, W_out.stride(0), b_out, b_out.stride(0),
                                  work["dh"], work["g_out"], work["g_bout"], work["loss"], self.flag, H,
                                  *text, TEXT=self.text, BLOCK_K=_BLOCK_K, BLOCK_H=BH)
@@ -284,7 +298,8 @@ class DeviceStep:
             loss = self._run(plan)
             static = StepPlan(plan.buffer.clone(), plan.fields, plan.n_samples, plan.key)
             cuda_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(cuda_graph):
+            # thread_local: the planning threads pin memory meanwhile, which a global-mode capture forbids
+            with torch.cuda.graph(cuda_graph, capture_error_mode="thread_local"):
                 captured = self._run(static)
             self.steps -= 1  # the capture recorded the step, it ran nothing
             self._graphs[plan.key] = (cuda_graph, static, captured)

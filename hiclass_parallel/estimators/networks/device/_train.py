@@ -82,7 +82,8 @@ def device_train_begin(net: Any) -> str | None:
     refusal = device_step_refusal(net.module_, net.criterion_, getattr(net, "optimizer_", None)) \
         or fused_update_refusal(net)
     if refusal is None:
-        _STEPS[net] = DeviceStep(net.module_, net.criterion_, net.optimizer_, batch_rows=net.batch_size)
+        _STEPS[net] = DeviceStep(net.module_, net.criterion_, net.optimizer_, batch_rows=net.batch_size,
+                                 softmax_sample=int(getattr(net, "softmax_sample", 0)))
     return refusal
 
 
@@ -97,7 +98,7 @@ def device_train_step(net: Any, batch: Any) -> dict[str, Any] | None:
     ahead = _AHEAD.get(net)
     plan = ahead.plan_for(batch) if ahead is not None else None
     if plan is None:
-        plan = step.planner(*parts)
+        plan = step.planner(*parts, seed=step.draw_seed())
     else:
         step.planned_ahead += 1
     loss = step.step(plan, graph=os.environ.get("HICLASS_PARALLEL_CUDA_GRAPH", "0") == "1")
@@ -117,7 +118,8 @@ def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_param
         parts = _parts(batch)
         if device_step is None or parts is None:
             return None
-        return lambda: device_step.planner(*parts).pinned()
+        seed = device_step.draw_seed()  # here, in the batches' order: the job draws nothing
+        return lambda: device_step.planner(*parts, seed=seed).pinned()
 
     with PlanAhead(iterator, planner, depth=plan_threads()) as ahead:
         _AHEAD[net] = ahead
