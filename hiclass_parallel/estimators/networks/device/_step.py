@@ -8,7 +8,8 @@ on the device. A step is a few kernels and fixed-shape fills (:mod:`._kernels`; 
 a few fixed-shape torch operations for the words and the match weights' gradient): no shape
 depends on the data and nothing is read back,
 so it never waits for the device; on CUDA a step of a plan shape seen before can replay as one
-CUDA graph (:meth:`DeviceStep.step` with ``graph=True``; not yet run on a GPU).
+CUDA graph (:meth:`DeviceStep.step` with ``graph=True``; off by default: its speed is not yet
+measured in a fit).
 
 What the torch route checks per step, this one checks otherwise: the labels and the sample
 weights on the host, by the planner (where they already are); a non-finite loss sets a flag on

@@ -20,8 +20,8 @@ The host's planning of a batch takes longer than the device's step on big trees,
 plans several batches at once, each on a thread of its own (:func:`plan_threads`; the planner
 draws nothing and shares nothing, so the plans and the weights are those of one thread).
 
-``HICLASS_PARALLEL_CUDA_GRAPH=1`` replays each plan shape's step as a CUDA graph (not yet run on
-a GPU: off by default).
+``HICLASS_PARALLEL_CUDA_GRAPH=1`` replays each plan shape's step as a CUDA graph (off by default:
+its speed in a fit is not yet measured).
 """
 
 from __future__ import annotations
