@@ -13,7 +13,8 @@ import of the package against this list; modules on one line do not import each 
 8. :mod:`~hiclass_parallel.cli` -- the ``hiclass-parallel`` command.
 
 Where each concept lives, one module each: every exception class in
-:mod:`~hiclass_parallel.exceptions`; every reading of labels in ``labels/`` (``_paths``, ``_sets``).
+:mod:`~hiclass_parallel.exceptions`; every reading of labels in ``labels/`` (``_paths``, ``_sets``, ``_unknown``; ``_pad``: ragged
+paths padded for model selection).
 In :mod:`~hiclass_parallel.estimators`, the public estimators at the top: ``classifier``,
 ``multilabel``, ``class_text``, ``conformal``, ``pipeline`` (:class:`HierarchicalPipeline`) and
 ``path_encoder`` (:class:`PathEncoder`), and
@@ -69,6 +70,7 @@ from .exceptions import TreeError, UnknownLabelError
 from .ops import flatten_for_training, labels_to_paths, partition_scores
 from .ops import best_paths, group_log_softmax, n_outputs, node_log_probs, topk_paths
 from .tree import PAD, PARTITIONS, Tree
+from .labels._pad import pad_paths
 from .estimators import PathEncoder
 
 from . import metrics
@@ -90,6 +92,7 @@ __all__ = [
     "UnknownLabelError",
     "partition_scores",
     "labels_to_paths",
+    "pad_paths",
     "flatten_for_training",
     "n_outputs",
     "group_log_softmax",

@@ -7,6 +7,9 @@ from this one place.
 
 from __future__ import annotations
 
+import os
+import sys
+
 __all__ = ["DivergedError", "DivergenceWarning", "IgnoredSettingWarning", "ModelFileError",
            "NonFiniteLossError", "NonMonotoneLossError", "TreeError", "UnknownClassWarning", "UnknownLabelError",
            "UnsupportedEstimatorError", "WordNetNotFoundError"]
@@ -157,3 +160,27 @@ def describe_some(values, limit: int = 5) -> str:
     if len(values) > limit:
         shown += f", ... ({len(values)} in all)"
     return shown
+
+
+#: The package's folder, and the model-selection code that calls estimators and scorers: a
+#: warning about the user's data points at the first caller outside them, the user's line.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_CALLERS = ("sklearn", "joblib")
+
+
+def _inside(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE + os.sep):
+        return True
+    parts = path.split(os.sep)
+    return "site-packages" in parts and any(name in parts for name in _CALLERS)
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` called by the caller of this function that
+    points at the first frame outside the package (and scikit-learn's model selection, which
+    calls ``fit`` and the scorers): the user's line, whatever the depth of the call inside."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_back is not None and _inside(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level

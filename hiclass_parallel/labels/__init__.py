@@ -4,6 +4,7 @@
   "not a class of the tree" error, for the estimators and the metrics alike;
 - ``_unknown``: labels holding classes the tree lacks, read for scoring as their paths say
   (node ids that go on past the tree);
+- ``_pad``: ragged label paths right-padded into one array, for scikit-learn's model selection;
 - ``_sets``: several labels per sample (label lists, label sets, indicator matrices), for the
   multi-label classifier and the DAG metrics.
 """

@@ -18,15 +18,13 @@ Training never reads labels this way: there a class the tree lacks stays an erro
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from ..exceptions import UnknownClassWarning
+from ..exceptions import UnknownClassWarning, caller_stacklevel
 
 __all__ = ["UnknownNodes", "walk_label_paths", "warn_unknown"]
 
@@ -128,29 +126,6 @@ def walk_label_paths(values: np.ndarray, pad: np.ndarray, tree: Any, nodes: Unkn
     return paths, lost
 
 
-#: The package's folder, and the model-selection code that calls scorers: a warning points
-#: at the first caller outside them, the user's line.
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CALLERS = ("sklearn", "joblib")
-
-
-def _inside(filename: str) -> bool:
-    path = os.path.abspath(filename)
-    if path.startswith(_PACKAGE + os.sep):
-        return True
-    parts = path.split(os.sep)
-    return any(name in parts for name in _CALLERS) and "site-packages" in parts
-
-
-def _outside_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside the package (and scikit-learn's model
-    selection), seen from the caller of :func:`warn_unknown`, which differs between metrics."""
-    frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_back is not None and _inside(frame.f_code.co_filename):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 def warn_unknown(counts: dict[str, tuple[int, int, Any]]) -> None:
     """One :class:`UnknownClassWarning` for the inputs of one call that hold unknown classes,
     pointing at the caller's code outside the package.
@@ -165,5 +140,5 @@ def warn_unknown(counts: dict[str, tuple[int, int, Any]]) -> None:
         f"{' and '.join(parts)} hold classes the tree lacks (no training row had them): each such "
         "class counts as a miss, and its ancestors in the tree as hits, as the label path says",
         UnknownClassWarning,
-        stacklevel=_outside_stacklevel(),
+        stacklevel=caller_stacklevel(),
     )

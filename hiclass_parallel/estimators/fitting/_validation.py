@@ -35,7 +35,7 @@ import torch
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import validate_data
 
-from ...exceptions import IgnoredSettingWarning
+from ...exceptions import IgnoredSettingWarning, caller_stacklevel
 
 __all__ = ["PREDICTION_PARAMS", "NotBool", "check_column_indices", "check_device", "check_float32_range",
            "check_params", "check_prediction_params", "check_tensor", "sparse_tensor_to_csr", "suggest_terminal",
@@ -360,12 +360,13 @@ def warn_ignored_changes(names: list[str]) -> None:
 
 
 def suggest_terminal(semantics: str, tree: Any, ids: np.ndarray) -> None:
-    """Warn when every label is an internal node but ``semantics="partial"``.
+    """Warn when labels are internal nodes but ``semantics="partial"``.
 
     Under partial semantics an internal label is a coarse label whose finer class is
     unknown, and predictions end at leaves: when every label is an internal node (the
     WordNet glosses: each synset's target is its parent), the labels are answers, and
-    ``semantics="terminal"`` predicts them.
+    ``semantics="terminal"`` predicts them. When some labels are internal and some leaves,
+    the warning says how many rows are internal and what ``"terminal"`` would do instead.
     """
     if semantics != "partial":
         return
@@ -373,11 +374,23 @@ def suggest_terminal(semantics: str, tree: Any, ids: np.ndarray) -> None:
     labelled = labelled[labelled >= 0]
     if labelled.size == 0 or tree.is_leaf.all():
         return
-    if not tree.is_leaf[labelled].any():
+    internal = ~tree.is_leaf[labelled]
+    if internal.all():
         warnings.warn(
             "every label in y is an internal node of the tree, but semantics='partial' reads them as coarse "
             "labels and predicts leaves only. If the labelled node is the answer, use semantics='terminal' "
             "(it adds stop scores so that predictions can end at internal nodes)",
             UserWarning,
             stacklevel=5,
+        )
+    elif internal.any():
+        # Mixed: a user's taxonomy often labels some rows at a category that has subcategories.
+        example = tree.labels[labelled[np.flatnonzero(internal)[0]]]
+        warnings.warn(
+            f"{int(internal.sum())} of {labelled.size} rows of y are labelled at internal nodes of the tree (e.g. "
+            f"{example!r}), the others at leaves. semantics='partial' (the default) reads those rows as coarse "
+            "labels (the finer class unknown) and predicts leaves only; semantics='terminal' reads every label as "
+            "the answer and can predict internal nodes",
+            UserWarning,
+            stacklevel=caller_stacklevel(),
         )

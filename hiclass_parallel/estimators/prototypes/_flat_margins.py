@@ -271,6 +271,7 @@ def _candidate_svms(X: sp.csr_matrix, ids: np.ndarray, candidates: np.ndarray, c
     parts, intercept = [], np.ones(classes.size, dtype=np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # as in _linear_svm
+        _ignore_target_type_warning()
         for i, target in enumerate(classes):
             rows = members.indices[members.indptr[target]:members.indptr[target + 1]]
             positive = ids[rows] == target
@@ -293,6 +294,14 @@ def _candidate_svms(X: sp.csr_matrix, ids: np.ndarray, candidates: np.ndarray, c
     return coef, intercept
 
 
+def _ignore_target_type_warning() -> None:
+    """Inside ``warnings.catch_warnings()``: silence scikit-learn's guess that class ids are a
+    regression target ("The number of unique classes is greater than 50% of the number of
+    samples"), which a small fit with many classes triggers. The ids are classes by
+    construction; the warning would reach the user from a model they never made."""
+    warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%", category=UserWarning)
+
+
 #: The least-squares SVM's ridge penalty: ``LinearSVC``'s ``C=1`` (its objective
 #: ``||w||^2 / 2 + C * loss`` is the ridge objective ``loss + penalty * ||w||^2`` divided by
 #: ``2 * penalty``).
@@ -310,6 +319,7 @@ def _linear_svm(X: Any, ids: np.ndarray, classes: np.ndarray, weight: np.ndarray
         # liblinear stops at its iteration cap on badly scaled rows; the margins are then a
         # little less tight, which only weakens one term of the re-ranking.
         warnings.simplefilter("ignore", ConvergenceWarning)
+        _ignore_target_type_warning()
         svm.fit(X, ids, sample_weight=weight)
     coef, intercept = np.asarray(svm.coef_), np.asarray(svm.intercept_).reshape(-1)
     if classes.size == 2:  # one binary SVM: the first class's margin is the second's negated
