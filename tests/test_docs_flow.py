@@ -16,6 +16,7 @@ import pytest
 from hiclass_parallel.exceptions import UnknownClassWarning
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _blocks(text: str) -> list[str]:
@@ -59,3 +60,16 @@ def test_the_split_with_unseen_classes_scores_as_documented():
     assert 0.3 < score < 1.0
     with pytest.warns(UnknownClassWarning):
         assert pickle.loads(pickle.dumps(model)).score(namespace["test_texts"], namespace["test_paths"]) == score
+
+
+def test_the_readme_quick_start_and_next_steps_run(tmp_path, monkeypatch):
+    pytest.importorskip("skops")
+    pytest.importorskip("safetensors")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    quick, following = _blocks(README.read_text())[:2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(quick, str(README), "exec"), namespace)  # noqa: S102 - the README's own code
+        exec(compile(following, str(README), "exec"), namespace)  # noqa: S102
+    assert namespace["model"].predict_top_k(["wireless earbuds"], 3).shape[:2] == (1, 3)
