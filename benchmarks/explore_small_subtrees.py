@@ -15,7 +15,8 @@ with the split: this script fits, per subtree and split seed, on the same TF-IDF
 A subtree is named by its ``bench_text`` subset name or by a noun synset's first lemma
 (``tool`` is ``tool.n.01``). It prints each subtree's mean hF1 / exact over the seeds, and the
 mean over all. A fourth argument, a JSON object ``{name: parameters}``, adds candidate settings
-of the defaults as more methods (``{"flat-8": {"flat_term": 8.0}}``).
+of the defaults as more methods (``{"flat-8": {"flat_term": 8.0}}``); a fifth, a comma-separated list of
+method names, runs only those.
 
 Usage::
 
@@ -42,12 +43,12 @@ PARAMS = {"defaults": {}, "no-flat-term": {"flat_term": None}, "batch-256": {"ba
           "previous": {"flat_term": None, "batch_size": 256}}
 
 
-def run(subsets: list[str], seeds: list[int], candidates: dict[str, dict] | None = None
-        ) -> dict[str, dict[str, list[float]]]:
+def run(subsets: list[str], seeds: list[int], candidates: dict[str, dict] | None = None,
+        only: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     """``{"<subset>-<seed>": {method: [hF1, exact, fit seconds]}}``; ``candidates`` adds methods
-    (name: parameters of the defaults)."""
+    (name: parameters of the defaults); ``only`` keeps these methods (``None``: all)."""
     params_of = {**PARAMS, **(candidates or {})}
-    methods = METHODS + tuple(candidates or ())
+    methods = tuple(m for m in METHODS + tuple(candidates or ()) if only is None or m in only)
     import torch
     from sklearn.svm import LinearSVC
 
@@ -89,7 +90,10 @@ def run(subsets: list[str], seeds: list[int], candidates: dict[str, dict] | None
 
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
+    load_before = os.getloadavg()
     result = run(sys.argv[1].split(","), [int(s) for s in sys.argv[2].split(",")],
-                 json.loads(sys.argv[4]) if len(sys.argv) > 4 else None)
+                 json.loads(sys.argv[4]) if len(sys.argv) > 4 else None,
+                 sys.argv[5].split(",") if len(sys.argv) > 5 else None)
     if len(sys.argv) > 3:
-        Path(sys.argv[3]).write_text(json.dumps({"load_average": os.getloadavg(), "runs": result}, indent=1))
+        Path(sys.argv[3]).write_text(json.dumps({"load_average": os.getloadavg(), "load_average_before": load_before,
+                                                 "runs": result}, indent=1))

@@ -39,6 +39,9 @@ features that raise it); the parts they compose in one sub-package each:
   chosen on the held-out rows, rows added when training continues);
 - ``estimators/calibration/``: the answer calibrator (``_calibration``), fitted on a decoder of
   the freshly trained net;
+- ``estimators/answer/``: the re-ranking weights learnt on held-out rows (``_joint``: the joint
+  fit, a conditional logit over the candidates; ``_terms``: how a term scores candidates;
+  ``_held_out``: the rows they are learnt on, the calibration share or cross-fitting);
 - ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the
   batches it reads (``_data``), the ``LazyAdam`` optimizer (``_optim``), the fused training step
   (``_fused_step``) and its C kernel with LazyAdam's row update (``_path_step.c``, loaded by

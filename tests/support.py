@@ -55,3 +55,20 @@ def random_dag(rng: np.random.Generator, n: int) -> Dag:
             edges.append((f"v{order[i]}", None))
         edges += [(f"v{order[i]}", f"v{order[p]}") for p in parents]
     return Dag.from_edges(edges)
+
+
+def text_like(n_samples: int = 300, n_features: int = 40, seed: int = 0, fingerprints: bool = False):
+    """Sparse non-negative rows (like TF-IDF) of a 3-level tree, labels at any depth: ``(X, y,
+    tree)``. ``fingerprints``: each row gets one more feature of its own (column
+    ``n_features + row``), so that what a model trained on can be read off its weights."""
+    import scipy.sparse as sp
+
+    from hiclass_parallel.datasets import make_hierarchical_classification
+
+    X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, branching=3, depth=3,
+                                                  terminal_fraction=0.3, random_state=seed)
+    rng = np.random.default_rng(seed)
+    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.4, np.abs(X), 0.0).astype(np.float32))
+    if fingerprints:
+        Xs = sp.hstack([Xs, sp.identity(n_samples, dtype=np.float32, format="csr")], format="csr")
+    return Xs, y, tree

@@ -256,6 +256,18 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``config_.flat_term_reason`` says why. Never with ``partial_fit``, streamed data, data-parallel training, or
         ``semantics="partial"`` with internal targets; continuing training drops it (with a
         warning). ``None`` or another weight may be set after fit.
+    term_weights : {"rules", "learnt"}, default="rules"
+        How ``"auto"`` sets the re-ranking weights (``prototypes``, ``flat_term``; a number
+        given for one fixes it). ``"rules"``: as described under each. ``"learnt"``: every
+        weight left at ``"auto"`` and the scale of the candidates' distribution are fitted
+        together by maximum likelihood of the right answer among the held-out rows'
+        candidates (a conditional logit, L2-regularised towards 0), on rows neither the
+        network nor the terms trained on: the calibration share where the fit holds one out,
+        else, below 2,000 rows, 3-fold cross-fitting (three more fits on two thirds of the
+        rows each). A term that does not gain held-out likelihood is dropped (weight 0).
+        Which terms are tried is still the rules'. ``config_.term_weights_reason`` records
+        each term's weight and held-out gain (``docs/prototypes.md``, "Weights learnt on
+        held-out rows").
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
@@ -418,6 +430,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "prototypes": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
         "prototype_candidates": [Interval(Integral, 1, None, closed="left")],
         "flat_term": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
+        "term_weights": [StrOptions({"rules", "learnt"})],
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -467,6 +480,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         prototypes: str | float | None = "auto",
         prototype_candidates: int = 20,
         flat_term: str | float | None = "auto",
+        term_weights: str = "rules",
         verbose: int = 0,
         device: str | torch.device = "cpu",
         random_state: Any = None,
@@ -501,6 +515,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.prototypes = prototypes
         self.prototype_candidates = prototype_candidates
         self.flat_term = flat_term
+        self.term_weights = term_weights
         self.verbose = verbose
         self.device = device
         self.random_state = random_state

@@ -177,6 +177,10 @@ class FitConfig:
         ``flat_term``; :mod:`~hiclass_parallel.estimators.prototypes._flat_margins`); 0: none.
     flat_term_reason : str
         Why.
+    term_weights_reason : str
+        How the re-ranking weights were set (``HierarchicalClassifier``'s ``term_weights``): by
+        the rules, or learnt on held-out rows (:mod:`~hiclass_parallel.estimators.answer`), and
+        then per term whether it was tried, its weight and its held-out gain.
     """
 
     module_class: type
@@ -206,6 +210,7 @@ class FitConfig:
     batch_size_reason: str = "not resolved (a configuration saved without it): the estimator's batch_size"
     flat_term: float = 0.0
     flat_term_reason: str = "not resolved (a configuration saved without it): no flat term"
+    term_weights_reason: str = "the rules' weights (term_weights='rules')"
 
     @property
     def path_local(self) -> bool:

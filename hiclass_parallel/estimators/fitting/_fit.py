@@ -36,6 +36,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
+from ..answer._held_out import learn_by_cross_fitting, learn_on_held_out, learns_weights
 from ..calibration._calibration import plan_calibration
 from ..prototypes._fit_prototypes import data_parallel_group, added_prototypes, fitted_prototypes, held_out_prototypes
 from ..prototypes._flat_margins import FlatMargins
@@ -201,13 +202,17 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
                 flat = _fit_flat_term(estimator, net, targets, config, data, ids, plan, flat_on_candidates, seed)
-                calibrator, held_out = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan,
+                calibrator, held_out, config = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan,
                                                        _row_weights(data), flat=flat)
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
     prototypes = fitted_prototypes(estimator, targets, _rows_of(data), dataset, _row_weights(data),
                                    held_out)
+    flat = flat if config.flat_term else None  # a learnt weight of 0 drops the term
+    if plan is None and ids is not None:  # term_weights="learnt" on a fit that held no rows out
+        config, flat = learn_by_cross_fitting(estimator, data.X, data.y, ids, _row_weights(data), targets, config,
+                                              prototypes, flat, seed)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes, flat_term_=flat)
     attach_net(estimator, net)
@@ -267,13 +272,16 @@ def _fit_flat_term(estimator: Any, net: Any, targets: Any, config: Any, data: An
 
 def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
                     plan: Any, sample_weight: np.ndarray | None = None,
-                    flat: FlatMargins | None = None) -> tuple[Any, tuple[float, float] | None]:
+                    flat: FlatMargins | None = None) -> tuple[Any, tuple[float, float] | None, Any]:
     """The answer calibrator of the held-out rows (``ids``: every row's node id; each row
     counted with its ``sample_weight``), decoded by the net as trained so far, and the class
     prototypes' weight and scale (chosen on the same rows first for ``prototypes="auto"``;
     ``None`` without prototypes). With the flat term ``flat`` (fitted on the rows the net
     trained on so far), the answers are re-ranked with it too: the weight, the scale and the
-    calibrator are then fitted on the answers ``predict`` will give.
+    calibrator are then fitted on the answers ``predict`` will give. With
+    ``term_weights="learnt"`` the weights are learnt jointly on these rows
+    (:func:`~..answer._held_out.learn_on_held_out`), and the configuration returned third
+    carries the flat term's.
 
     The rows are decoded by a :class:`~..prediction._decode.Decoder` of ``net`` (the
     dispatcher :func:`~..prediction._decode.decode` that ``predict`` runs), so the answers are
@@ -297,6 +305,10 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
         prototypes, candidates = held_out_prototypes(
             estimator, targets, X, ids, plan, lambda p: decoder_with(p).candidates(view), sample_weight,
             prior=lambda paths: decoder_with(None).flat_prior(view, paths))
+        if learns_weights(estimator):  # term_weights="learnt": every "auto" weight at once, on these rows
+            config = learn_on_held_out(estimator, config, prototypes, flat,
+                                       candidates or decoder_with(prototypes).candidates(view), view, true, held_weight)
+            flat = flat if config.flat_term else None
         decoder = decoder_with(prototypes)
         if decoder.weight is None:
             candidates = None  # no re-ranking: the model's own answers
@@ -305,7 +317,7 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
     held_out = None if prototypes is None else (prototypes.weight, prototypes.scale)
     return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct,
-                              sample_weight=None if held_weight is None else held_weight[labelled]), held_out
+                              sample_weight=None if held_weight is None else held_weight[labelled]), held_out, config
 
 
 def _without(ids: np.ndarray, plan: Any) -> np.ndarray:

@@ -1,0 +1,163 @@
+"""The re-ranking weights learnt on held-out rows: the joint fit against known weights, a useless
+term dropped, no held-out row scored by a model that trained on it, fixed weights as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from support import text_like
+
+from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
+from hiclass_parallel.estimators.answer import MIN_GAIN, fit_term_weights, term_scores
+from hiclass_parallel.estimators.answer import _held_out
+from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
+
+
+def _logit_rows(n, k, weights, scale, seed):
+    """Candidates whose right one is drawn from ``softmax(scale * (log p + sum w_i term_i))``."""
+    rng = np.random.default_rng(seed)
+    log_prob = np.log(rng.dirichlet(np.ones(k), size=n))
+    terms = {name: rng.normal(size=(n, k)) for name in weights}
+    z = scale * (log_prob + sum(w * terms[name] for name, w in weights.items()))
+    right = np.argmax(z + rng.gumbel(size=(n, k)), axis=1)
+    return log_prob, terms, np.arange(k) == right[:, None]
+
+
+# ---------------------------------------------------------------------------- the joint fit
+def test_the_joint_fit_recovers_known_weights_and_scale():
+    log_prob, terms, correct = _logit_rows(4000, 10, {"a": 2.0, "b": 0.5}, scale=0.7, seed=0)
+    fitted = fit_term_weights(log_prob, terms, correct)
+    assert fitted.weights["a"] == pytest.approx(2.0, rel=0.15)
+    assert fitted.weights["b"] == pytest.approx(0.5, rel=0.25)
+    assert fitted.scale == pytest.approx(0.7, rel=0.15)
+    assert fitted.kept() == ["a", "b"] and min(fitted.gains.values()) > MIN_GAIN
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_term_of_random_scores_is_dropped_and_the_useful_one_kept(seed):
+    log_prob, terms, correct = _logit_rows(800, 8, {"useful": 1.5}, scale=1.0, seed=seed)
+    terms["random"] = np.random.default_rng(seed + 10).normal(size=log_prob.shape)
+    fitted = fit_term_weights(log_prob, terms, correct)
+    assert fitted.weights["random"] == 0.0 and fitted.gains["random"] < MIN_GAIN
+    assert fitted.weights["useful"] > 1.0 and "dropped" in fitted.describe("random")
+
+
+def test_pads_weights_and_rows_without_their_answer():
+    log_prob, terms, correct = _logit_rows(600, 6, {"a": 1.0}, scale=1.0, seed=3)
+    log_prob[:, -1] = -np.inf  # a pad candidate is never chosen, whatever its score
+    terms["a"][:, -1] = 1e6
+    correct[:, -1] = False  # rows whose answer was the pad say nothing
+    weighted = fit_term_weights(log_prob, terms, correct, sample_weight=np.r_[np.zeros(300), np.ones(300)])
+    assert weighted.rows <= 300 and 0.5 < weighted.weights["a"] < 2.0
+    assert fit_term_weights(log_prob[:10], {"a": terms["a"][:10]}, correct[:10]) is None  # too few rows
+
+
+def test_misshapen_scores_are_named():
+    log_prob, terms, correct = _logit_rows(50, 4, {"a": 1.0}, scale=1.0, seed=0)
+    with pytest.raises(ValueError, match="term 'a'"):
+        fit_term_weights(log_prob, {"a": terms["a"][:, :3]}, correct)
+    with pytest.raises(ValueError, match="unknown re-ranking terms"):
+        term_scores({"bm25": object()}, None, np.zeros((1, 1), dtype=np.int64))
+
+
+# ---------------------------------------------------------------------------- in the fit
+def _fit(X, y, tree, **params):
+    params = {"semantics": "terminal", "max_epochs": 4, "random_state": 0, **params}
+    return HierarchicalClassifier(tree, **params).fit(X, y)
+
+
+def test_a_small_fit_learns_its_weights_by_cross_fitting_and_records_them():
+    X, y, tree = text_like(n_samples=300)
+    clf = _fit(X, y, tree, term_weights="learnt")
+    reason = clf.config_.term_weights_reason
+    assert reason.startswith("learnt on 3-fold cross-fitting") and "prototypes:" in reason and "flat_term:" in reason
+    assert clf.config_.flat_term != 16.0 or clf.prototypes_.weight != 16.0  # not the rules' fixed weights
+    assert (clf.flat_term_ is None) == (clf.config_.flat_term == 0)
+    rules = _fit(X, y, tree)
+    assert rules.config_.term_weights_reason.startswith("the rules'")
+
+
+def test_no_held_out_row_is_scored_by_a_model_that_trained_on_it(monkeypatch):
+    """Cross-fitting: each row's fingerprint feature (a column of its own) shows which rows each
+    fold's network was given and which its prototypes and flat term trained on; no fold's
+    model scores a row it trained on, and every row is scored once."""
+    X, y, tree = text_like(n_samples=240, fingerprints=True)
+    n_base = X.shape[1] - X.shape[0]
+    given, views, models = {}, [], []
+    real_fit = HierarchicalClassifier.fit
+
+    def recording_fit(self, X, y=None, **kwargs):
+        given[id(self)] = np.unique(sp.csr_matrix(X)[:, n_base:].indices)  # the rows' fingerprints
+        return real_fit(self, X, y, **kwargs)
+
+    from hiclass_parallel.estimators.calibration import _calibration
+    from hiclass_parallel.estimators.prediction import _decode
+
+    real_view, real_decoder = _calibration.held_out_view, _decode.decoder_of
+    monkeypatch.setattr(HierarchicalClassifier, "fit", recording_fit)
+    monkeypatch.setattr(_calibration, "held_out_view", lambda X, fit, held: views.append(held) or real_view(X, fit, held))
+
+    def recording_decoder(model, *args, **kwargs):
+        if model.get_params()["term_weights"] == "rules":  # a fold's model
+            models.append(model)
+        return real_decoder(model, *args, **kwargs)
+
+    monkeypatch.setattr(_decode, "decoder_of", recording_decoder)
+    clf = _fit(X, y, tree, term_weights="learnt")
+    assert clf.config_.term_weights_reason.startswith("learnt on 3-fold")
+    assert len(views) == len(models) == _held_out.FOLDS
+    np.testing.assert_array_equal(np.sort(np.concatenate(views)), np.arange(X.shape[0]))  # each row once
+    for held, model in zip(views, models):
+        assert given[id(model)].size == X.shape[0] - held.size
+        assert not np.intersect1d(given[id(model)], held).size  # the network never saw them
+        columns = n_base + held  # the held-out rows' own features
+        assert not model.prototypes_.sums[:, columns].count_nonzero()
+        assert not np.abs(model.flat_term_.coef[:, columns]).sum()
+
+
+def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_train_on(monkeypatch):
+    """From 2,000 rows the fit holds a share out: the prototypes and the flat term are those of
+    the other rows, and the weights are learnt on the held-out ones."""
+    X, y, tree = text_like(n_samples=2100, fingerprints=True)
+    n_base = X.shape[1] - X.shape[0]
+    seen = {}
+    real = _held_out.learn_on_held_out
+
+    def recording(estimator, config, prototypes, flat, candidates, view, true, weight):
+        seen.update(prototypes=prototypes.sums.copy(), coef=np.array(flat.coef), rows=view.shape[0])
+        return real(estimator, config, prototypes, flat, candidates, view, true, weight)
+
+    from hiclass_parallel.estimators.fitting import _fit as fit_module
+    from hiclass_parallel.estimators.calibration import _calibration
+
+    held_rows = []
+    real_view = _calibration.held_out_view
+    monkeypatch.setattr(_calibration, "held_out_view",
+                        lambda X, fit, held: held_rows.append(held) or real_view(X, fit, held))
+    monkeypatch.setattr(fit_module, "learn_on_held_out", recording)
+    clf = _fit(X, y, tree, term_weights="learnt", max_epochs=1)
+    assert clf.config_.term_weights_reason.startswith("learnt on the calibration share")
+    columns = n_base + held_rows[0]
+    assert seen["rows"] == held_rows[0].size == 105
+    assert not seen["prototypes"][:, columns].count_nonzero()
+    assert not np.abs(seen["coef"][:, columns]).sum()
+
+
+# ---------------------------------------------------------------------------- fixed weights
+def test_fixed_weights_answer_as_before_and_learnt_ones_save_load_and_export(tmp_path):
+    X, y, tree = text_like(n_samples=300, seed=1)
+    fixed = _fit(X, y, tree, prototypes=8.0, flat_term=4.0)
+    same = _fit(X, y, tree, prototypes=8.0, flat_term=4.0, term_weights="learnt")  # numbers fix both
+    np.testing.assert_array_equal(same.predict_node(X), fixed.predict_node(X))
+    assert same.config_.term_weights_reason.startswith("the rules'")
+
+    learnt = _fit(X, y, tree, term_weights="learnt")
+    save_classifier(learnt, tmp_path / "m")
+    loaded = load_classifier(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.predict_node(X), learnt.predict_node(X))
+    assert loaded.config_.term_weights_reason == learnt.config_.term_weights_reason
+    assert loaded.config_.flat_term == learnt.config_.flat_term
+    paths, _ = serving_module(learnt)(torch.from_numpy(X.toarray()))
+    np.testing.assert_array_equal(paths.numpy(), np.asarray(learnt.tree_.paths)[learnt.predict_node(X)])
