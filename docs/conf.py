@@ -41,7 +41,7 @@ suppress_warnings = ["myst.header"]
 sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
-    "filename_pattern": r"(product_taxonomy|paper_toy_tree|mixed_depth_terminal|gpu_tensor_ops)\.py$",
+    "filename_pattern": r"(product_taxonomy|paper_toy_tree|mixed_depth_terminal|gpu_tensor_ops|explain_and_grow)\.py$",
     "within_subsection_order": "sphinx_gallery.sorting.FileNameSortKey",
     "download_all_examples": False,
     "remove_config_comments": True,

@@ -46,7 +46,7 @@ class Printed:
 def test_every_example_is_tested():
     tested = {"paper_toy_tree", "wordnet_grid_search", "mixed_depth_terminal", "gpu_tensor_ops", "flat_vs_hierarchical",
               "wordnet_every_hypernym", "product_taxonomy",
-              "embeddings_and_tfidf",
+              "embeddings_and_tfidf", "explain_and_grow",
               "class_text_pipeline"}  # tested in tests/estimators/test_class_text_pipeline.py
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
@@ -196,3 +196,17 @@ def test_embeddings_and_tfidf_minilm():
     result = load("embeddings_and_tfidf").main(root="dog.n.01", epochs=2, union=False)
     assert result["embeddings"]["nnz_per_row"] == 384
     assert result["TF-IDF + embeddings"]["module"] == "SparseMLP"
+
+
+def test_explain_and_grow():
+    """The example explains an answer exactly and grows the tree without changing old answers."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    example = load("explain_and_grow")
+    plt.close("all")
+    assert example.why.exact and example.margins_add_up
+    assert example.clf.grown_["new_classes"].size == 6  # retriever.n.01 and its five children
+    assert example.kept >= 0.95  # only the new rows trained (the dropped flat term may move an answer)
+    assert example.right_after >= 0.8

@@ -610,7 +610,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
 
     def grow(self, tree: Tree, X: Any = None, y: Any = None, *, sample_weight: Any = None,
              class_features: Any = None, replay: str | int | None = "auto",
-             max_epochs: int | None = None) -> HierarchicalClassifier:
+             max_epochs: int | None = None, train: str = "new") -> HierarchicalClassifier:
         """Take a larger tree, new classes below the old ones, and learn them from a few rows.
 
         The fitted model keeps every weight it has; the new classes' output rows start from
@@ -647,6 +647,13 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         max_epochs : int, default=None
             Passes over the rows and the replay; ``None``: the ``max_epochs`` rule of
             :meth:`fit` for that many rows.
+        train : {"new", "all"}, default="new"
+            ``"new"``: only the new classes' output rows (and new stop scores) train, every
+            other weight frozen: the old classes' scores stay exactly as they were, and a new
+            class takes only rows that look like its own. ``"all"``: the whole network
+            continues training (its optimizer's moments carried over), which fits the new
+            classes better and moves the old ones: give a sample of old rows in ``X``, ``y``
+            beside the replay.
 
         Returns
         -------
@@ -688,7 +695,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
 
         with keep_fitted_state_on_error(self):
             return run_grow(self, tree, X, y, sample_weight=sample_weight, class_features=class_features,
-                            replay=replay, max_epochs=max_epochs)
+                            replay=replay, max_epochs=max_epochs, train=train)
 
     # ------------------------------------------------------------------ fitted state
     # Read from the one resolved configuration (``config_``), never kept twice.

@@ -123,8 +123,18 @@ def test_new_classes_are_learnt_from_their_rows_and_the_old_ones_kept(fitted):
     old_right = (clf.predict_node(X_old) == clf.tree_.to_ids(y_old)).mean()
     assert new_right >= 0.9
     assert old_right >= old_before - 0.05
+    # old scores are the fitted ones: only the new rows trained
+    ids = clf.tree_.to_ids(fitted.tree_.labels)
+    assert np.allclose(clf.decision_function(X_old)[:, ids], fitted.decision_function(X_old)[:, :len(OLD)], atol=1e-5)
     # later training continues on the grown model (the tree parameter is the larger tree)
     clf.partial_fit(X_new, y_new)
+    # the whole network can train too (old rows given beside the new ones)
+    everything = copy.deepcopy(fitted)
+    with pytest.warns(UserWarning, match="calibrator_"):
+        everything.grow(_tree(OLD + NEW), sp.vstack([X_new, X_old]), np.r_[y_new, y_old], train="all")
+    assert not np.allclose(everything.decision_function(X_old)[:, everything.tree_.to_ids(fitted.tree_.labels)],
+                           fitted.decision_function(X_old)[:, :len(OLD)], atol=1e-3)
+    assert (everything.predict_node(X_test) == everything.tree_.to_ids(y_test)).mean() >= 0.9
 
 
 def test_prototypes_follow_the_new_ids_and_the_flat_term_is_dropped():
@@ -211,6 +221,8 @@ def test_a_failed_grow_changes_nothing(fitted):
         clf.grow(_tree(OLD + NEW), X_new, ["a3", "zz"])
     with pytest.raises(ValueError, match="rows X with their labels y, or neither"):
         clf.grow(_tree(OLD + NEW), X_new)
+    with pytest.raises(ValueError, match="train must be 'new'"):
+        clf.grow(_tree(OLD + NEW), train="some")
     with pytest.raises(ValueError, match="replay must be"):
         clf.grow(_tree(OLD + NEW), replay="all")
     with pytest.raises(TreeError, match="lacks"):

@@ -316,6 +316,34 @@ def _full_scores(module: torch.nn.Module, h: Any) -> torch.Tensor:
     return module.head(h) if isinstance(module, SparseMLP) else module.layers[-1](h)
 
 
+#: Training the new rows alone is a small convex problem: larger batches (fewer steps, each
+#: of little work) and a larger learning rate than the network's fit.
+NEW_ROWS_BATCH = 1024
+NEW_ROWS_LR_SCALE = 4.0
+
+
+class _Adam:
+    """Adam on a few small tensors (torch's own costs seconds to build on first use)."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps, self.t = params, lr, betas, eps, 0
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            step = self.lr / (1 - b1 ** self.t)
+            p.addcdiv_(m, (v / (1 - b2 ** self.t)).sqrt_().add_(self.eps), value=-step)
+
+
 def train_new_rows(net: Any, config: Any, tree: Tree, dataset: Any, new_columns: np.ndarray, epochs: int,
                    batch_size: int, seed: int | None) -> None:
     """Train the output rows (and biases) of the new columns alone, every other weight frozen:
@@ -341,12 +369,13 @@ def train_new_rows(net: Any, config: Any, tree: Tree, dataset: Any, new_columns:
     position[torch.as_tensor(new_columns, device=device)] = torch.arange(new_columns.size, device=device)
     delta_w = torch.zeros(new_columns.size, weight.shape[1], device=device, requires_grad=True)
     delta_b = torch.zeros(new_columns.size, device=device, requires_grad=True)
-    optimizer = torch.optim.Adam([delta_w, delta_b], lr=config.lr)
+    adam = _Adam([delta_w, delta_b], lr=NEW_ROWS_LR_SCALE * config.lr)
     was_training = module.training
     module.eval()
     batches = []
     with torch.no_grad():  # the frozen part, once
-        for Xb, yb in DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_batch):
+        for Xb, yb in DataLoader(dataset, batch_size=max(batch_size, NEW_ROWS_BATCH), shuffle=False,
+                                 collate_fn=collate_batch):
             ids, w = split_target(yb)
             h = module.encode(Xb.to(device))
             full = None if config.path_local else _full_scores(module, h)
@@ -374,9 +403,9 @@ def train_new_rows(net: Any, config: Any, tree: Tree, dataset: Any, new_columns:
                     scores[:, torch.as_tensor(new_columns, device=device)] = \
                         full[:, new_columns] + rows @ delta_w.t() + delta_b
                     loss = criterion(scores, ids, w)
-                optimizer.zero_grad()
+                delta_w.grad = delta_b.grad = None
                 loss.backward()
-                optimizer.step()
+                adam.step()
     finally:
         module.train(was_training)
     with torch.no_grad():
@@ -549,7 +578,8 @@ _DROPPED_ON_GROWTH = {
 
 # ---------------------------------------------------------------------------- the entry point
 def run_grow(estimator: Any, tree: Tree, X: Any = None, y: Any = None, *, sample_weight: Any = None,
-             class_features: Any = None, replay: str | int | None = "auto", max_epochs: int | None = None) -> Any:
+             class_features: Any = None, replay: str | int | None = "auto", max_epochs: int | None = None,
+             train: str = "new") -> Any:
     """:meth:`HierarchicalClassifier.grow`: see its docstring. Runs under
     :func:`~._guards.keep_fitted_state_on_error` (the caller's)."""
     check_is_fitted(estimator)
@@ -558,6 +588,8 @@ def run_grow(estimator: Any, tree: Tree, X: Any = None, y: Any = None, *, sample
     if not (replay is None or replay == "auto" or (isinstance(replay, (int, np.integer))
                                                    and not isinstance(replay, bool) and replay >= 0)):
         raise ValueError(f"replay must be 'auto', a number of pseudo-rows >= 0 or None, got {replay!r}")
+    if train not in ("new", "all"):
+        raise ValueError(f"train must be 'new' (the new output rows alone) or 'all' (the whole network), got {train!r}")
     if max_epochs is not None and (isinstance(max_epochs, bool) or not isinstance(max_epochs, (int, np.integer))
                                    or max_epochs < 0):
         raise ValueError(f"max_epochs must be an int >= 0 or None, got {max_epochs!r}")
@@ -594,7 +626,7 @@ def run_grow(estimator: Any, tree: Tree, X: Any = None, y: Any = None, *, sample
         estimator.module__class_features = text
     try:
         return _grow(estimator, tree, old_tree, ids, columns, targets, new_config, X, row_ids, weights, text,
-                     replay, max_epochs)
+                     replay, max_epochs, train)
     except BaseException:
         for name, value in before.items():
             setattr(estimator, name, value)
@@ -603,7 +635,7 @@ def run_grow(estimator: Any, tree: Tree, X: Any = None, y: Any = None, *, sample
 
 def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: np.ndarray, targets: Any,
           config: Any, X: Any, row_ids: np.ndarray | None, weights: np.ndarray | None, text: Any, replay: Any,
-          max_epochs: int | None) -> Any:
+          max_epochs: int | None, train: str) -> Any:
     """The larger net built, carried over, initialised and trained; the fitted parts moved."""
     old_net = estimator.net_
     sparse = config.capabilities.accepts_sparse
@@ -651,9 +683,9 @@ def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: 
                 resolve_max_epochs(estimator, config.capabilities, n_rows, batch_size)
             dataset = targets.dataset(train_X, train_ids, sparse)
             dataset.weight = item_weights(train_weights, getattr(estimator, "class_weight", None), tree, train_ids)
-            if epochs and _output_layer(net.module_) is not None:
+            if epochs and train == "new" and _output_layer(net.module_) is not None:
                 train_new_rows(net, config, tree, dataset, new_columns, epochs, batch_size, seed)
-            elif epochs:  # a module whose output layer this does not know: all of it trains
+            elif epochs:  # the whole network (or a module whose output layer this does not know)
                 net.set_params(batch_size=batch_size)
                 net.partial_fit(dataset, None, epochs=epochs)
             check_trained_scores(net, dataset)
