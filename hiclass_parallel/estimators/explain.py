@@ -453,25 +453,44 @@ def _take(scores: np.ndarray, cols: np.ndarray) -> np.ndarray:
 
 
 def _rivals(scores: np.ndarray, cols: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """The best other column of each step's group (``-1``: none). The columns of one row's
-    steps lie in different groups, so each is masked once and every group's maximum found by
-    segment reductions over the columns ordered by group."""
-    n = scores.shape[0]
+    """The best other column of each step's group (``-1``: none).
+
+    Each step's group members are gathered and reduced in one segment pass over them (sibling
+    groups are small: the work follows the path, not the tree); where the steps' groups are
+    large (the level partition), every group's maximum is found by segment reductions over the
+    columns ordered by group instead, the steps' own columns masked (a row's steps lie in
+    different groups)."""
     order = np.argsort(groups, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(groups[order]) != 0])
+    lengths = np.diff(np.r_[starts, order.size])
+    valid = cols >= 0
+    rows, steps = np.nonzero(valid)
+    step_groups = groups[cols[valid]]
+    sizes = lengths[step_groups]
+    rivals = np.full(cols.shape, -1, dtype=np.int64)
+    if sizes.sum() <= 4 * scores.shape[1] * max(1, scores.shape[0] // 8):
+        if sizes.size == 0:
+            return rivals
+        first = np.cumsum(sizes) - sizes
+        local = np.arange(int(sizes.sum())) - np.repeat(first, sizes)
+        members = order[np.repeat(starts[step_groups], sizes) + local]
+        values = scores[np.repeat(rows, sizes), members].astype(np.float32)
+        values[members == np.repeat(cols[valid], sizes)] = -np.inf  # the step's own column
+        best = np.maximum.reduceat(values, first)
+        at = np.where(values == np.repeat(best, sizes), np.arange(values.size), values.size)
+        pick = np.minimum.reduceat(at, first)
+        found = np.where(np.isfinite(best), members[np.minimum(pick, values.size - 1)], -1)
+        rivals[rows, steps] = found
+        return rivals
     masked = scores.astype(np.float32, copy=True)
-    rows = np.repeat(np.arange(n), cols.shape[1])
-    valid = cols.reshape(-1) >= 0
-    masked[rows[valid], cols.reshape(-1)[valid]] = -np.inf
+    masked[rows, cols[valid]] = -np.inf
     ordered = masked[:, order]
     best = np.maximum.reduceat(ordered, starts, axis=1)  # (n, G)
-    lengths = np.diff(np.r_[starts, order.size])
     at = np.where(ordered == np.repeat(best, lengths, axis=1), np.arange(order.size), order.size)
     first = np.minimum.reduceat(at, starts, axis=1)
     rival_of_group = np.where(np.isfinite(best), order[np.minimum(first, order.size - 1)], -1)
-    step_groups = groups[np.maximum(cols, 0)]
-    rivals = np.take_along_axis(rival_of_group, step_groups, axis=1)
-    return np.where(cols >= 0, rivals, -1).astype(np.int64)
+    rivals[rows, steps] = rival_of_group[rows, step_groups]
+    return rivals
 
 
 @dataclasses.dataclass

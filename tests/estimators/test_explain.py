@@ -177,3 +177,25 @@ def test_bad_requests_are_named():
     relu.fit(TfidfVectorizer().fit_transform(TEXTS), PATHS)
     with pytest.raises(ValueError, match="needs rows X"):
         explain_classes(relu, ["apple"])
+
+
+@pytest.mark.parametrize("rows, n_groups", [(3, 4), (400, 2)])  # small groups: members gathered; large: reduced
+def test_rivals_are_the_best_other_column_of_each_group(rows, n_groups):
+    from hiclass_parallel.estimators.explain import _rivals
+
+    rng = np.random.default_rng(rows)
+    groups = np.arange(30) % n_groups
+    scores = rng.normal(size=(rows, 30)).astype(np.float32)
+    cols = np.full((rows, 3), -1)
+    for i in range(rows):  # one column of each of up to three distinct groups
+        picked = rng.choice(n_groups, rng.integers(1, n_groups + 1), replace=False)
+        cols[i, : picked.size] = [rng.choice(np.flatnonzero(groups == g)) for g in picked]
+    found = _rivals(scores, cols, groups)
+    for i in range(rows):
+        for s in range(3):
+            c = cols[i, s]
+            if c < 0:
+                assert found[i, s] == -1
+                continue
+            others = np.flatnonzero((groups == groups[c]) & (np.arange(30) != c))
+            assert found[i, s] == others[np.argmax(scores[i, others])]
