@@ -263,8 +263,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         together by maximum likelihood of the right answer among the held-out rows'
         candidates (a conditional logit, L2-regularised towards 0), on rows neither the
         network nor the terms trained on: the calibration share where the fit holds one out,
-        else, below 2,000 rows, 3-fold cross-fitting (three more fits on two thirds of the
-        rows each). A term that does not gain held-out likelihood is dropped (weight 0).
+        else, below 2,000 rows, 2-fold cross-fitting (two more fits on half the rows
+        each). A term that does not gain held-out likelihood is dropped (weight 0).
         Which terms are tried is still the rules'. ``config_.term_weights_reason`` records
         each term's weight and held-out gain (``docs/prototypes.md``, "Weights learnt on
         held-out rows").

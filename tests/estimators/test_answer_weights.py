@@ -72,7 +72,7 @@ def test_a_small_fit_learns_its_weights_by_cross_fitting_and_records_them():
     X, y, tree = text_like(n_samples=300)
     clf = _fit(X, y, tree, term_weights="learnt")
     reason = clf.config_.term_weights_reason
-    assert reason.startswith("learnt on 3-fold cross-fitting") and "prototypes:" in reason and "flat_term:" in reason
+    assert reason.startswith(f"learnt on {_held_out.FOLDS}-fold cross-fitting") and "prototypes:" in reason and "flat_term:" in reason
     assert clf.config_.flat_term != 16.0 or clf.prototypes_.weight != 16.0  # not the rules' fixed weights
     assert (clf.flat_term_ is None) == (clf.config_.flat_term == 0)
     rules = _fit(X, y, tree)
@@ -106,7 +106,7 @@ def test_no_held_out_row_is_scored_by_a_model_that_trained_on_it(monkeypatch):
 
     monkeypatch.setattr(_decode, "decoder_of", recording_decoder)
     clf = _fit(X, y, tree, term_weights="learnt")
-    assert clf.config_.term_weights_reason.startswith("learnt on 3-fold")
+    assert clf.config_.term_weights_reason.startswith(f"learnt on {_held_out.FOLDS}-fold")
     assert len(views) == len(models) == _held_out.FOLDS
     np.testing.assert_array_equal(np.sort(np.concatenate(views)), np.arange(X.shape[0]))  # each row once
     for held, model in zip(views, models):

@@ -11,9 +11,9 @@ logit by :func:`~._joint.fit_term_weights`, on one of two sets of held-out rows:
 - **cross-fitting** (:func:`learn_by_cross_fitting`), where the fit holds none out for lack of
   rows (fewer than :data:`CROSS_FIT_MAX_ROWS`): the rows are split into :data:`FOLDS` folds,
   and each fold's candidates are scored by a model (network, prototypes, flat term) fitted on
-  the other folds, with the same settings, no calibration and fixed weights. Every row is then
-  held out once, and the final model is the one fitted on every row. The cost is
-  :data:`FOLDS` more fits on ``(FOLDS - 1) / FOLDS`` of the rows each.
+  the other folds, with the same settings, epochs and batch size, no calibration and fixed
+  weights. Every row is then held out once, and the final model is the one fitted on every
+  row. The cost is :data:`FOLDS` more fits on ``(FOLDS - 1) / FOLDS`` of the rows each.
 
 Elsewhere (``calibration=None`` or a validation split on a large fit, callbacks of the
 user's, which fold fits would run again, torch tensors) the weights stay the rules' of
@@ -40,9 +40,10 @@ from ._terms import term_scores
 
 __all__ = ["CROSS_FIT_MAX_ROWS", "FOLDS", "learn_by_cross_fitting", "learn_on_held_out", "learns_weights"]
 
-#: Folds of the cross-fitting: each fold's model trains on two thirds of the rows, close to
-#: the final model's view of new rows, at three more fits on two thirds of the rows each.
-FOLDS = 3
+#: Folds of the cross-fitting: two more fits on half the rows each, about twice the network's
+#: own fit in all (three folds, each on two thirds of the rows, cost half as much again and
+#: were no more accurate on the small subtrees of ``docs/performance.md``).
+FOLDS = 2
 
 #: Cross-fitting serves fits of fewer rows than this: from it, ``calibration_size="auto"``'s
 #: share (5%) holds out the 100 rows the calibrator needs, and the weights are learnt there at
@@ -84,8 +85,8 @@ def learn_by_cross_fitting(estimator: Any, X: Any, y: Any, ids: np.ndarray, samp
     if refusal is not None:
         return dataclasses.replace(config, term_weights_reason=f"the rules' weights: {refusal}"), flat
     try:
-        paths, log_prob, scores = cross_fitted_candidates(estimator, X, y, sample_weight, targets, prototypes, flat,
-                                                          seed)
+        paths, log_prob, scores = cross_fitted_candidates(estimator, X, y, sample_weight, targets, config, prototypes,
+                                                          flat, seed)
     except ValueError as exc:  # a fold the terms cannot be fitted on (one target, say)
         return dataclasses.replace(config, term_weights_reason=f"the rules' weights: a fold's fit failed ({exc})"), flat
     learnt = _fit(estimator, paths, log_prob, scores, ids, sample_weight, config, prototypes)
@@ -94,12 +95,15 @@ def learn_by_cross_fitting(estimator: Any, X: Any, y: Any, ids: np.ndarray, samp
 
 
 def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.ndarray | None, targets: Any,
-                            prototypes: Any, flat: Any, seed: int | None
+                            config: Any, prototypes: Any, flat: Any, seed: int | None
                             ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Every row's candidates (``paths``, ``log_prob``) and the terms' scores of them, in the
     rows' order, each fold's scored by a model fitted on the other folds only (its network,
     prototypes and flat term: those of the fit, ``prototypes`` and ``flat``, where they are
-    not ``None``)."""
+    not ``None``). A fold's network trains as many epochs in batches as large as the fit's
+    (``config``): each row is seen as often as in the final model, and a fold costs its share
+    of the rows, where the epoch rule for fewer rows would train about as many steps as the
+    whole fit."""
     from sklearn.base import clone
     from sklearn.utils import _safe_indexing, check_random_state
 
@@ -109,6 +113,7 @@ def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.nd
     n = X.shape[0]
     fold_of = check_random_state(seed).permutation(n) % FOLDS
     params = {"calibration": None, "term_weights": "rules", "warm_start": False, "verbose": 0,
+              "max_epochs": config.max_epochs, "batch_size": config.batch_size,
               "tree": targets.tree if estimator.tree is None else estimator.tree,
               "prototypes": None if prototypes is None else _fixed(estimator.prototypes),
               "flat_term": None if flat is None else _fixed(estimator.flat_term)}

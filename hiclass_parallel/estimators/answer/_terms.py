@@ -38,7 +38,17 @@ class TermScorer(Protocol):
 
 def term_scores(terms: Mapping[str, Any], X: Any, nodes: np.ndarray) -> dict[str, np.ndarray]:
     """Each fitted term's ``(n_rows, k)`` scores of the candidate ``nodes`` of rows ``X``
-    (``terms``: name in :data:`SCORES` to the fitted object; ``None`` values skipped)."""
+    (``terms``: name in :data:`SCORES` to the fitted object; ``None`` values skipped).
+
+    Examples
+    --------
+    >>> from hiclass_parallel.estimators import FlatMargins
+    >>> X = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> flat = FlatMargins.fit(X, np.array([2, 2, 4, 4]), n_classes=5)
+    >>> scores = term_scores({"flat_term": flat, "prototypes": None}, X[:1], np.array([[2, 4]]))
+    >>> list(scores), scores["flat_term"].shape, bool(scores["flat_term"][0, 0] > scores["flat_term"][0, 1])
+    (['flat_term'], (1, 2), True)
+    """
     unknown = set(terms) - set(SCORES)
     if unknown:
         raise ValueError(f"unknown re-ranking terms {sorted(unknown)}; known: {sorted(SCORES)}")
