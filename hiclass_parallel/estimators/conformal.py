@@ -840,12 +840,20 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         from sklearn.utils.validation import check_consistent_length
 
         from ..metrics._conformal import mean_answer_depth
+        from ..metrics._paths import tree_label_paths
 
-        truth = _truth_ids(self.classifier_, y)
+        classifier = self.classifier_
+        # y in any form the classifier's fit takes; a class the tree lacks (a held-out class no
+        # training row had) is read as the classifier's score reads it, with one warning
+        sep = getattr(getattr(classifier, "targets_", None), "sep", None)
+        truth = tree_label_paths(y, self.tree_, pad_label=classifier.pad_label_, path_sep=sep)
         check_consistent_length(X, truth)
-        # Node ids, not labels: the answers' identity without a second label look-up.
-        return mean_answer_depth(truth, self.predict_node(X), self.tree_, input_type="ids",
-                                 sample_weight=sample_weight)
+        nodes = self.predict_node(X)
+        # Node-id paths, not labels: the answers' identity without a second label look-up (the
+        # root, -1, is the empty path).
+        paths = np.asarray(self.tree_.paths)
+        answers = np.where(nodes[:, None] >= 0, paths[np.maximum(nodes, 0)], -1)
+        return mean_answer_depth(truth, answers, input_type="ids", sample_weight=sample_weight)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

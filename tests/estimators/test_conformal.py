@@ -415,6 +415,28 @@ def test_answers_come_back_in_the_classifiers_label_form_and_score(sep):
     assert np.isfinite(result["test_coverage"]).all() and (result["test_coverage"] > 0.8).all()
 
 
+@pytest.mark.parametrize("sep", [None, "/"], ids=["paths", "path_sep"])
+def test_score_reads_classes_the_model_never_saw(sep):
+    # A held-out split of a real taxonomy holds classes no training row had: score reads them
+    # as the classifier's own score does (a miss under their known ancestors, one warning).
+    from hiclass_parallel.exceptions import UnknownClassWarning
+
+    rng = np.random.default_rng(1)
+    names = [["A", "a1"], ["A", "a2"], ["B", "b1"], ["B", "b2"]]
+    X = np.eye(4).repeat(60, axis=0) + rng.normal(scale=0.5, size=(240, 4))
+    y = [p for p in names for _ in range(60)]
+    y = y if sep is None else ["/".join(p) for p in y]
+    clf = HierarchicalClassifier(path_sep=sep, max_epochs=5, calibration=None, prototypes=None, random_state=0)
+    model = ConformalHierarchicalClassifier(clf, alpha=0.1, random_state=0).fit(X, y)
+    unseen = [["B", "b3"]] * 3 if sep is None else ["B/b3"] * 3  # b3 is no class of the fitted tree
+    y_test = list(y[:3]) + unseen
+    with pytest.warns(UnknownClassWarning, match="3 of 6 rows"):
+        value = model.score(X[[0, 1, 2, 180, 181, 182]], y_test)
+    nodes = model.predict_node(X[[0, 1, 2, 180, 181, 182]])
+    depth = np.where(nodes >= 0, model.tree_.depth[np.maximum(nodes, 0)] + 1, 0)
+    assert value == pytest.approx(depth.mean())
+
+
 def _ids(model, y):
     from hiclass_parallel.estimators.conformal import _truth_ids
 
