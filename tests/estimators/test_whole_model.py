@@ -136,6 +136,18 @@ def test_class_text_and_conformal_round_trip(data, tmp_path):
     assert type(again.estimator_) is HierarchicalPipeline
 
 
+def test_a_loaded_prefit_conformal_model_keeps_its_own_classifier(data, tmp_path):
+    X, y = data
+    fitted = make_pipeline(TfidfVectorizer(), _clf()).fit(X, y)
+    conformal = ConformalHierarchicalClassifier(fitted, cv="prefit", alpha=0.2, random_state=0).fit(X[60:], y[60:])
+    save_model(conformal, tmp_path / "prefit")
+    loaded = load_model(tmp_path / "prefit")
+    answers = loaded.predict(X[:20]).tolist()
+    assert loaded.estimator_ is not loaded.estimator
+    loaded.estimator.set_params(hierarchicalclassifier__max_epochs=1).fit(X[:30], y[:30])  # the user refits it
+    assert loaded.predict(X[:20]).tolist() == answers
+
+
 def test_loading_never_unpickles(pipeline, data, tmp_path, monkeypatch):
     save_model(pipeline, tmp_path / "m")
 

@@ -464,7 +464,10 @@ def load_model(path: str | os.PathLike, *, device: Any = None, allowed: Iterable
         model = cls(named, verbose=info["verbose"], transform_input=info["transform_input"])
     if conformal is not None:
         prefit = conformal.cv == "prefit"
-        vars(conformal).update(estimator_=model, estimator=model if prefit else clone(model))
+        # as fit leaves it: a prefit wrapper answers with its own copy, so refitting the
+        # estimator it was given changes nothing under its cut-off
+        vars(conformal).update(estimator_=copy.deepcopy(model) if prefit else model,
+                               estimator=model if prefit else clone(model))
         model = conformal
     return model
 
