@@ -637,7 +637,7 @@ def saved(small, tmp_path_factory):
 def test_load_checks_every_value_even_with_the_digest_recomputed(saved, tmp_path, section, field, value, message):
     # An edited conformal.json whose digest was made to match again: every value is still
     # checked for type and range, and a bad one is a ModelFileError naming the field.
-    from hiclass_parallel.estimators.io._conformal_persistence import _content_digest
+    from hiclass_parallel.estimators.io._model_folder import record_digest as _content_digest
 
     folder = tmp_path / "m"
     shutil.copytree(saved, folder)

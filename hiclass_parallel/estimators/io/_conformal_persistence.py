@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...exceptions import ModelFileError
-from ._model_folder import read_consistent, replace_folder
+from ._model_folder import read_consistent, read_record, record_digest, replace_folder
 from ._persistence import CONFIG, MODEL_FILES, load_classifier, save_classifier
 
 __all__ = ["save_conformal", "load_conformal", "CONFORMAL"]
@@ -38,12 +38,6 @@ FORMAT_VERSION = 1
 
 _PARAMS = ("alpha", "loss", "cv", "calibration_size", "random_state")
 _FITTED = ("lambda_", "calibration_risk_", "n_calibration_", "semantics_", "loss_bound_")
-
-
-def _content_digest(record: dict[str, Any]) -> str:
-    content = {k: v for k, v in record.items() if k != "digest"}
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def save_conformal(model: Any, path: str | os.PathLike) -> Path:
@@ -126,34 +120,16 @@ def save_conformal(model: Any, path: str | os.PathLike) -> Path:
         "fitted": fitted,
         "classifier_digest": hashlib.sha256(files[CONFIG]).hexdigest(),
     }
-    record["digest"] = _content_digest(record)
+    record["digest"] = record_digest(record)
     files[CONFORMAL] = (json.dumps(record, indent=1, sort_keys=True, allow_nan=True) + "\n").encode("utf-8")
     replace_folder(path, files, MODEL_FILES + (CONFORMAL,))
     return Path(path)
 
 
 def _read(folder: Path, reader: Any) -> tuple[dict[str, Any], bytes]:
-    try:
-        data = reader.read(CONFORMAL)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            2, f"no {CONFORMAL} in the folder: not a model saved by save_conformal (a classifier alone loads with "
-            "load_classifier)", str(folder)) from None
-    try:
-        record = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ModelFileError(f"{folder / CONFORMAL} is not valid JSON ({type(exc).__name__}: {exc})") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ModelFileError(f"{folder / CONFORMAL} is not a saved ConformalHierarchicalClassifier")
-    version = record.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ModelFileError(f"{folder / CONFORMAL}: format_version={version!r} is not a format version")
-    if version > FORMAT_VERSION:
-        raise ModelFileError(f"{folder} was saved in conformal format {version}, newer than this version reads "
-                             f"({FORMAT_VERSION}); upgrade hiclass_parallel")
-    if record.get("digest") != _content_digest(record):
-        raise ModelFileError(f"{folder / CONFORMAL} was modified after it was saved (its content does not match "
-                             "its digest); save the model again")
+    record = read_record(folder, reader, CONFORMAL, FORMAT, FORMAT_VERSION,
+                         "a saved ConformalHierarchicalClassifier",
+                         "not a model saved by save_conformal (a classifier alone loads with load_classifier)")
     try:
         classifier_config = reader.read(CONFIG)
     except FileNotFoundError:

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import errno
 import functools
+import hashlib
 import io
+import json
 import os
 import secrets
 import stat
@@ -49,7 +51,8 @@ import numpy as np
 
 from ...exceptions import ModelFileError
 
-__all__ = ["FolderReader", "read_consistent", "read_npz", "replace_folder", "write_file"]
+__all__ = ["FolderReader", "read_consistent", "read_npz", "read_record", "record_digest", "replace_folder",
+           "write_file"]
 
 T = TypeVar("T")
 
@@ -389,3 +392,42 @@ def read_npz(data: bytes, where: Path, max_bytes: int) -> dict[str, np.ndarray]:
     except Exception as exc:  # noqa: BLE001 - zipfile, zlib and the .npy reader raise many kinds on damage
         raise ModelFileError(f"{where} is a damaged .npz archive ({type(exc).__name__}: {exc})") from None
     return arrays
+
+
+# ---------------------------------------------------------------------------- a folder's JSON record
+def record_digest(record: Mapping[str, Any]) -> str:
+    """SHA-256 of a record's content (every field but ``digest``), in a canonical JSON form."""
+    content = {k: v for k, v in record.items() if k != "digest"}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_record(folder: Path, reader: Any, name: str, fmt: str, newest: int, what: str, missing: str
+                ) -> dict[str, Any]:
+    """The JSON record ``name`` of a saved folder, checked: valid JSON, a dict of format ``fmt``,
+    a format version this package reads (at most ``newest``), its content matching its digest.
+
+    ``what`` names the saved kind in errors ("a model saved by save_model"); ``missing`` says,
+    when the file is absent, what the folder is not and what loads it instead. Every failure is
+    a :class:`~hiclass_parallel.exceptions.ModelFileError` naming the file, except a missing
+    file (``FileNotFoundError``)."""
+    try:
+        raw = reader.read(name)
+    except FileNotFoundError:
+        raise FileNotFoundError(2, f"no {name} in the folder: {missing}", str(folder)) from None
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ModelFileError(f"{folder / name} is not valid JSON ({type(exc).__name__}: {exc})") from None
+    if not isinstance(record, dict) or record.get("format") != fmt:
+        raise ModelFileError(f"{folder / name} is not {what}")
+    version = record.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ModelFileError(f"{folder / name}: format_version={version!r} is not a format version")
+    if version > newest:
+        raise ModelFileError(f"{folder} was saved in format {version} of {name}, newer than this version reads "
+                             f"({newest}); upgrade hiclass_parallel")
+    if record.get("digest") != record_digest(record):
+        raise ModelFileError(f"{folder / name} was modified after it was saved (its content does not match its "
+                             "digest); save the model again")
+    return record

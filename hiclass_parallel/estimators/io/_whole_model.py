@@ -41,7 +41,7 @@ from typing import Any
 
 from ..._version import __version__
 from ...exceptions import ModelFileError
-from ._model_folder import FolderReader, read_consistent, replace_folder
+from ._model_folder import FolderReader, read_consistent, read_record, record_digest, replace_folder
 
 __all__ = ["save_model", "load_model", "trusted_types", "TRUSTED_TRANSFORMERS", "TRUSTED_VALUES"]
 
@@ -125,11 +125,6 @@ def _skops() -> Any:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _record_digest(record: dict[str, Any]) -> str:
-    content = {k: v for k, v in record.items() if k != "digest"}
-    return _digest(json.dumps(content, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------- the layers
@@ -278,7 +273,7 @@ def save_model(model: Any, path: str | os.PathLike) -> Path:
             files[f"{sub}/{name}"] = (Path(inner) / name).read_bytes()
     record["inner"] = sub
     record["digests"] = {name: _digest(data) for name, data in sorted(files.items())}
-    record["digest"] = _record_digest(record)
+    record["digest"] = record_digest(record)
     files[MODEL] = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8")
     replace_folder(path, files, _owned())
     return Path(path)
@@ -351,26 +346,8 @@ def _load_part(data: bytes, where: Path, extra: frozenset[str]) -> Any:
 
 
 def _read(folder: Path, reader: FolderReader) -> tuple[dict[str, Any], dict[str, bytes]]:
-    try:
-        raw = reader.read(MODEL)
-    except FileNotFoundError:
-        raise FileNotFoundError(2, f"no {MODEL} in the folder: not a model saved by save_model (a classifier alone "
-                                   "loads with load_classifier)", str(folder)) from None
-    try:
-        record = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ModelFileError(f"{folder / MODEL} is not valid JSON ({type(exc).__name__}: {exc})") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ModelFileError(f"{folder / MODEL} is not a model saved by save_model")
-    version = record.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ModelFileError(f"{folder / MODEL}: format_version={version!r} is not a format version")
-    if version > FORMAT_VERSION:
-        raise ModelFileError(f"{folder} was saved in model format {version}, newer than this version reads "
-                             f"({FORMAT_VERSION}); upgrade hiclass_parallel")
-    if record.get("digest") != _record_digest(record):
-        raise ModelFileError(f"{folder / MODEL} was modified after it was saved (its content does not match its "
-                             "digest); save the model again")
+    record = read_record(folder, reader, MODEL, FORMAT, FORMAT_VERSION, "a model saved by save_model",
+                         "not a model saved by save_model (a classifier alone loads with load_classifier)")
     digests = record.get("digests")
     if not isinstance(digests, dict) or record.get("inner") not in ("classifier", "conformal"):
         raise ModelFileError(f"{folder / MODEL} lacks its 'digests' or 'inner' field")
