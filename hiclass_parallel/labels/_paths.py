@@ -269,23 +269,42 @@ def check_pad_not_a_label(tree: Tree, pad: Any) -> None:
             raise ValueError(f"pad_label {pad!r} is {what} of the tree; choose a pad_label that is not a class")
 
 
-def name_paths_to_last(values: np.ndarray, mask: np.ndarray, tree: Tree, what: str) -> np.ndarray:
-    """Node id (int64) of the last node of each path of names of a tree with ``names``.
-
-    ``values`` is 2-D, one path per row from the top level down, right-padded (``mask`` marks
-    the pads, contiguous); a row all pads gives ``-1``. Each row is walked down the tree, one
-    dictionary look-up of (parent, name) per level, so a name repeated under different
-    parents finds the class under the row's own parent. An unknown name is an
-    :class:`UnknownLabelError`, a known name under another parent a ``ValueError``.
-    """
-    n, width = values.shape
-    width = min(width, tree.n_levels)
-    index = tree.cached(
+def child_index(tree: Tree) -> dict:
+    """``{(parent id, name): node id}`` of every node (``-1``: the top level), built once per tree."""
+    return tree.cached(
         (__name__, "child_index"),
         lambda: {key: node for node, key in enumerate(zip(tree.parents.tolist(), tree.names.tolist()))},
     )
+
+
+def walk_known_prefix(values: np.ndarray, mask: np.ndarray, tree: Tree, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of names walked down the tree as far as the tree has its classes.
+
+    One dictionary look-up of (parent, name) per level and row, so a name repeated under
+    different parents finds the class under the row's own parent.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n, width)
+        Names from the top level down, right-padded (``mask`` marks the pads; contiguous).
+    mask : ndarray of bool of shape (n, width)
+    tree : Tree
+    what : str
+        How errors name ``values``.
+
+    Returns
+    -------
+    paths : ndarray of int64 of shape (n, width)
+        The node ids of each row's known prefix, ``-1`` after it.
+    failed : ndarray of int64 of shape (n,)
+        The level of the first name the tree lacks under the row's parent; ``-1`` where the
+        whole row is known.
+    """
+    n, width = values.shape
+    index = child_index(tree)
+    paths = np.full((n, width), PAD, dtype=np.int64)
     last = np.full(n, PAD, dtype=np.int64)
-    failed = np.full(n, -1, dtype=np.int64)  # the level where a row's walk failed
+    failed = np.full(n, -1, dtype=np.int64)
     for level in range(width):
         live = np.flatnonzero(~mask[:, level] & (failed < 0))
         if not live.size:
@@ -297,7 +316,24 @@ def name_paths_to_last(values: np.ndarray, mask: np.ndarray, tree: Tree, what: s
             raise TypeError(f"{what} hold values that cannot be labels: {exc}") from None
         failed[live[found < 0]] = level
         ok = found >= 0
+        paths[live[ok], level] = found[ok]
         last[live[ok]] = found[ok]
+    return paths, failed
+
+
+def name_paths_to_last(values: np.ndarray, mask: np.ndarray, tree: Tree, what: str) -> np.ndarray:
+    """Node id (int64) of the last node of each path of names of a tree with ``names``.
+
+    ``values`` is 2-D, one path per row from the top level down, right-padded (``mask`` marks
+    the pads, contiguous); a row all pads gives ``-1``. Each row is walked down the tree, one
+    dictionary look-up of (parent, name) per level, so a name repeated under different
+    parents finds the class under the row's own parent. An unknown name is an
+    :class:`UnknownLabelError`, a known name under another parent a ``ValueError``.
+    """
+    n, width = values.shape
+    paths, failed = walk_known_prefix(values[:, :min(width, tree.n_levels)], mask, tree, what)
+    depth = (paths >= 0).sum(axis=1)
+    last = np.where(depth > 0, paths[np.arange(n), np.maximum(depth - 1, 0)], PAD)
     bad = np.flatnonzero(failed >= 0)
     if bad.size:
         names = tree.cached((__name__, "name_set"), lambda: set(tree.names.tolist()))

@@ -19,12 +19,12 @@ Training never reads labels this way: there a class the tree lacks stays an erro
 from __future__ import annotations
 
 import warnings
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from ..exceptions import UnknownClassWarning, caller_stacklevel
+from ._paths import walk_known_prefix
 
 __all__ = ["UnknownNodes", "walk_label_paths", "warn_unknown"]
 
@@ -55,14 +55,6 @@ class UnknownNodes:
 
     def __len__(self) -> int:
         return len(self._ids)
-
-
-def _child_index(tree: Any) -> dict:
-    """``{(parent id, name): node id}`` of every node (``-1``: the top level), built once per tree."""
-    return tree.cached(
-        (__name__, "child_index"),
-        lambda: {key: node for node, key in enumerate(zip(tree.parents.tolist(), tree.names.tolist()))},
-    )
 
 
 def walk_label_paths(values: np.ndarray, pad: np.ndarray, tree: Any, nodes: UnknownNodes,
@@ -96,24 +88,11 @@ def walk_label_paths(values: np.ndarray, pad: np.ndarray, tree: Any, nodes: Unkn
     >>> paths.tolist(), unknown.tolist()
     ([[0, 1], [0, 3], [4, 5]], [False, True, True])
     """
-    n, width = values.shape
-    index = _child_index(tree)
-    paths = np.full((n, width), -1, dtype=np.int64)
-    last = np.full(n, -1, dtype=np.int64)
-    lost = np.zeros(n, dtype=bool)  # the walk left the tree
-    for level in range(width):
-        live = np.flatnonzero(~pad[:, level] & ~lost)
-        if not live.size:
-            continue
-        keys = zip(last[live].tolist(), values[live, level].tolist())
-        try:
-            found = np.fromiter(map(index.get, keys, repeat(-1)), dtype=np.int64, count=live.size)
-        except TypeError as exc:  # an unhashable entry (a list in a cell)
-            raise TypeError(f"{what} hold values that cannot be labels: {exc}") from None
-        known = found >= 0
-        paths[live[known], level] = found[known]
-        last[live[known]] = found[known]
-        lost[live[~known]] = True
+    width = values.shape[1]
+    paths, failed = walk_known_prefix(values, pad, tree, what)
+    lost = failed >= 0  # the walk left the tree
+    depth = (paths >= 0).sum(axis=1)
+    last = np.where(depth > 0, paths[np.arange(len(paths)), np.maximum(depth - 1, 0)], -1)
     # Rows that left the tree are few (the classes no training row had): one look-up per node.
     for row in np.flatnonzero(lost).tolist():
         parent = int(last[row])
