@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hiclass_parallel import Tree, TreeError, UnknownLabelError
+from hiclass_parallel.exceptions import UnknownClassWarning
 from hiclass_parallel.dag import Dag, UnrolledDag, unroll_dag
 from hiclass_parallel.metrics import (
     hierarchical_f1_score,
@@ -334,7 +335,10 @@ def test_dag_metric_errors_and_warnings():
     with pytest.raises(ValueError, match="samples"):
         hierarchical_f1_score_dag(["a", "b"], ["a"], dag)
     with pytest.raises(UnknownLabelError):
-        hierarchical_f1_score_dag(["a"], ["zz"], dag)
+        hierarchical_f1_score_dag(["a"], ["zz"], dag, unknown="raise")
+    # by default a class the hierarchy lacks is a miss of its own, with one warning
+    with pytest.warns(UnknownClassWarning, match="zz"):
+        assert hierarchical_f1_score_dag(["a"], ["zz"], dag) == 0.0
     with pytest.raises(ValueError, match="outside"):
         hierarchical_f1_score_dag([0], [99], dag, input_type="ids")
     with pytest.raises(TypeError, match="Dag"):
