@@ -118,16 +118,31 @@ def test_no_held_out_row_is_scored_by_a_model_that_trained_on_it(monkeypatch):
 
 
 def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_train_on(monkeypatch):
-    """From 2,000 rows the fit holds a share out: the prototypes and the flat term are those of
-    the other rows, and the weights are learnt on the held-out ones."""
+    """From 2,000 rows the fit holds a share out: the network has trained on the other rows only
+    when the weights are learnt on the held-out ones, and the prototypes and the flat term are
+    those of the other rows."""
     X, y, tree = text_like(n_samples=2100, fingerprints=True)
     n_base = X.shape[1] - X.shape[0]
     seen = {}
     real = _held_out.learn_on_held_out
 
     def recording(estimator, config, prototypes, flat, candidates, view, true, weight):
-        seen.update(prototypes=prototypes.sums.copy(), coef=np.array(flat.coef), rows=view.shape[0])
+        seen.update(prototypes=prototypes.sums.copy(), coef=np.array(flat.coef), rows=view.shape[0],
+                    trained_before=list(trained))
         return real(estimator, config, prototypes, flat, candidates, view, true, weight)
+
+    from torch.utils.data import Subset
+
+    from hiclass_parallel.estimators.networks._net import TreeNet
+
+    trained = []  # the rows of each training call of the network, in order
+    real_partial_fit = TreeNet.partial_fit
+
+    def recording_partial_fit(self, X, *args, **kwargs):
+        trained.append(np.asarray(X.indices) if isinstance(X, Subset) else np.arange(len(X)))
+        return real_partial_fit(self, X, *args, **kwargs)
+
+    monkeypatch.setattr(TreeNet, "partial_fit", recording_partial_fit)
 
     from hiclass_parallel.estimators.fitting import _fit as fit_module
     from hiclass_parallel.estimators.calibration import _calibration
@@ -141,6 +156,9 @@ def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_trai
     assert clf.config_.term_weights_reason.startswith("learnt on the calibration share")
     columns = n_base + held_rows[0]
     assert seen["rows"] == held_rows[0].size == 105
+    assert seen["trained_before"], "the network trained before the weights were learnt"
+    for rows in seen["trained_before"]:
+        assert not np.intersect1d(rows, held_rows[0]).size
     assert not seen["prototypes"][:, columns].count_nonzero()
     assert not np.abs(seen["coef"][:, columns]).sum()
 
