@@ -163,6 +163,37 @@ def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_trai
     assert not np.abs(seen["coef"][:, columns]).sum()
 
 
+def test_labels_without_a_tree_and_weighted_rows_cross_fit_on_the_fit_s_tree():
+    """Without ``tree`` each fold's tree would be learnt from its own labels: the folds get the
+    fit's, so their node ids are the fit's; zero-weight rows count for nothing."""
+    X, y, tree = text_like(n_samples=300, seed=2)
+    names = np.asarray(tree.labels, dtype=object)
+    node = {name: i for i, name in enumerate(names)}
+    paths = np.asarray(tree.paths)[[node[v] for v in y]]
+    label_paths = np.where(paths >= 0, names[np.maximum(paths, 0)], "")  # padded with ""
+    weight = np.r_[np.ones(250), np.zeros(50)]
+    clf = HierarchicalClassifier(semantics="terminal", pad_label="", max_epochs=3, random_state=0,
+                                 term_weights="learnt")
+    clf.fit(X, label_paths, sample_weight=weight)  # the tree learnt from the label paths
+    assert clf.config_.term_weights_reason.startswith(f"learnt on {_held_out.FOLDS}-fold"), clf.config_.term_weights_reason
+    assert clf.score(X[:250], label_paths[:250]) > 0.5
+
+
+def test_partial_fit_keeps_the_rules_weights_and_says_why():
+    X, y, tree = text_like(n_samples=200)
+    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, term_weights="learnt")
+    clf.partial_fit(X, y)
+    assert "partial_fit" in clf.config_.term_weights_reason and clf.config_.term_weights_reason.startswith("the rules'")
+
+
+def test_term_weights_takes_two_values():
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, y, tree = text_like(n_samples=60)
+    with pytest.raises(InvalidParameterError, match="term_weights"):
+        HierarchicalClassifier(tree, term_weights="auto").fit(X, y)
+
+
 # ---------------------------------------------------------------------------- fixed weights
 def test_fixed_weights_answer_as_before_and_learnt_ones_save_load_and_export(tmp_path):
     X, y, tree = text_like(n_samples=300, seed=1)

@@ -74,14 +74,17 @@ def learn_on_held_out(estimator: Any, config: Any, prototypes: Any, flat: Any, c
 
 
 def learn_by_cross_fitting(estimator: Any, X: Any, y: Any, ids: np.ndarray, sample_weight: np.ndarray | None,
-                           targets: Any, config: Any, prototypes: Any, flat: Any, seed: int | None) -> tuple[Any, Any]:
+                           targets: Any, config: Any, prototypes: Any, flat: Any, seed: int | None,
+                           partial: bool = False) -> tuple[Any, Any]:
     """``(config, flat)`` with the weights learnt by cross-fitting (:data:`FOLDS` folds) on
     the rows ``X`` labelled ``y`` (node ids ``ids``) of a fit that held none out; the prototypes' weight and
     scale set in place, ``flat`` ``None`` where the flat term is dropped. As they were, with
-    the reason in ``config_.term_weights_reason``, where cross-fitting does not apply."""
+    the reason in ``config_.term_weights_reason``, where cross-fitting does not apply (``partial``:
+    the first call of ``partial_fit``, which trains one call's rows for one epoch)."""
     if not learns_weights(estimator):
         return config, flat
-    refusal = _cross_fit_refusal(estimator, X, prototypes, flat)
+    refusal = "partial_fit trains one call's rows (fit learns them)" if partial else \
+        _cross_fit_refusal(estimator, X, prototypes, flat)
     if refusal is not None:
         return dataclasses.replace(config, term_weights_reason=f"the rules' weights: {refusal}"), flat
     try:

@@ -212,7 +212,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     flat = flat if config.flat_term else None  # a learnt weight of 0 drops the term
     if plan is None and ids is not None:  # term_weights="learnt" on a fit that held no rows out
         config, flat = learn_by_cross_fitting(estimator, data.X, data.y, ids, _row_weights(data), targets, config,
-                                              prototypes, flat, seed)
+                                              prototypes, flat, seed, partial=epochs is not None)
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
                            prototypes_=prototypes, flat_term_=flat)
     attach_net(estimator, net)
