@@ -179,6 +179,25 @@ def test_labels_without_a_tree_and_weighted_rows_cross_fit_on_the_fit_s_tree():
     assert clf.score(X[:250], label_paths[:250]) > 0.5
 
 
+def test_dense_rows_learn_the_weights_of_the_gaussian_prototypes_and_the_least_squares_svm():
+    X, y, tree = text_like(n_samples=300, seed=3)
+    dense = X.toarray()
+    dense /= np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-12)  # normalised embeddings
+    clf = _fit(dense, y, tree, term_weights="learnt")
+    reason = clf.config_.term_weights_reason
+    assert reason.startswith(f"learnt on {_held_out.FOLDS}-fold") and "flat_term: not tried" not in reason, reason
+    assert type(clf.prototypes_).__name__ == "GaussianPrototypes"
+    # predict re-ranks by the learnt weights: log p + w_p * similarity + w_f * margin
+    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
+
+    paths, log_prob, similarity = clf._reranking_candidates(dense)
+    score = log_prob + clf.prototypes_.weight * similarity
+    if clf.flat_term_ is not None:
+        score = score + clf.config_.flat_term * clf.flat_term_.margins(dense, last_nodes(paths))
+    best = last_nodes(paths)[np.arange(len(dense)), np.argmax(np.where(np.isfinite(log_prob), score, -np.inf), axis=1)]
+    assert (best == clf.predict_node(dense)).mean() > 0.99  # ties up to rounding aside
+
+
 def test_partial_fit_keeps_the_rules_weights_and_says_why():
     X, y, tree = text_like(n_samples=200)
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, term_weights="learnt")
