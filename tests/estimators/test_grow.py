@@ -229,3 +229,47 @@ def test_a_failed_grow_changes_nothing(fitted):
         clf.grow(_tree([e for e in OLD + NEW if e[0] != "a1"]))
     assert clf.tree is tree and clf.net_ is net and clf.prototypes_ is prototypes and clf.calibrator_ is calibrator
     assert clf.tree_.n_classes == len(OLD) and not hasattr(clf, "grown_")
+
+
+def test_the_input_rows_of_features_the_fit_never_saw_learn_and_nothing_else_moves(monkeypatch):
+    import hiclass_parallel.estimators.fitting._grow as grow_module
+
+    names = [c for c, _ in OLD + NEW]
+    new_words = np.array([3 * names.index(c) + i for c in NEW_LEAVES for i in range(3)])
+    rng = np.random.default_rng(8)
+    X, y = _rows(OLD_LEAVES, 20, rng)
+    X = X.tolil()
+    X[:, new_words] = 0.0  # the fit never sees the new classes' own words
+    X = sp.csr_matrix(X)
+    X.eliminate_zeros()
+    fitted = HierarchicalClassifier(_tree(OLD), semantics="terminal", max_epochs=10, random_state=0,
+                                    calibration=None, flat_term=None).fit(X, y)
+    X_new, y_new = _rows(NEW_LEAVES, 4, rng)
+    X_test, y_test = _rows(NEW_LEAVES, 10, rng)
+    new_tree = _tree(OLD + NEW, seed=12)
+
+    def grown(scale):
+        monkeypatch.setattr(grow_module, "UNSEEN_INPUT_LR_SCALE", scale)
+        clf = copy.deepcopy(fitted)
+        clf.grow(new_tree, X_new, y_new)
+        return clf
+
+    clf, frozen = grown(30.0), grown(0.0)
+    unseen = np.setdiff1d(X_new.indices, X.indices)  # the new classes' words and their new parent's
+    assert clf.grown_["unseen_features"] == unseen.size > 0
+    before = fitted.net_.module_.input.embedding.weight.detach().numpy()
+    after = clf.net_.module_.input.embedding.weight.detach().numpy()
+    changed = np.flatnonzero(np.abs(after - before).max(axis=1) > 0)
+    assert set(changed.tolist()) <= set(unseen.tolist()) and changed.size > 0
+    ids = clf.tree_.to_ids(fitted.tree_.labels)
+    # rows made of features the fit saw: the old classes score as before
+    assert np.allclose(clf.decision_function(X)[:, ids], fitted.decision_function(X)[:, :len(OLD)], atol=1e-5)
+    # a row holding a feature it never saw scores differently
+    assert not np.allclose(clf.decision_function(X_test)[:, ids], fitted.decision_function(X_test)[:, :len(OLD)],
+                           atol=1e-3)
+    # the new classes' own words now carry them: their true paths are likelier than with a frozen input layer
+    true = new_tree.to_ids(y_test)
+
+    def true_proba(model):
+        return model.predict_proba(X_test)[np.arange(true.size), model.tree_.to_ids(y_test)].mean()
+    assert true_proba(clf) > true_proba(frozen) + 0.05

@@ -316,10 +316,17 @@ def _full_scores(module: torch.nn.Module, h: Any) -> torch.Tensor:
     return module.head(h) if isinstance(module, SparseMLP) else module.layers[-1](h)
 
 
-#: Training the new rows alone is a small convex problem: larger batches (fewer steps, each
-#: of little work) and a larger learning rate than the network's fit.
+#: Training the new rows alone is a small problem: larger batches (fewer steps, each of little
+#: work) and a larger learning rate than the network's fit.
 NEW_ROWS_BATCH = 1024
 NEW_ROWS_LR_SCALE = 4.0
+#: The input rows of the features the fit never saw learn beside the new output rows, at this
+#: multiple of the network's learning rate. Those rows are still their random start (no
+#: training row had the feature), so a frozen input layer gives the new classes' own words
+#: almost no weight; trained, they carry the new classes as a refit's would. Only a row holding
+#: such a feature scores differently afterwards: the old classes keep their scores on every
+#: row made of features the fit saw.
+UNSEEN_INPUT_LR_SCALE = 30.0
 
 
 class _Adam:
@@ -344,17 +351,50 @@ class _Adam:
             p.addcdiv_(m, (v / (1 - b2 ** self.t)).sqrt_().add_(self.eps), value=-step)
 
 
+def unseen_features(module: torch.nn.Module, prototypes: Any, X: Any) -> np.ndarray:
+    """The features of the rows ``X`` that no training row of the fit had: those of ``X``'s
+    non-zeros whose column of the fitted class prototypes (the sums of the fit's rows per
+    class) is empty. Empty unless the module has a sparse input layer (:class:`SparseMLP`),
+    the fit kept :class:`ClassPrototypes` (without them what the fit saw is unknown) and ``X``
+    is sparse."""
+    from ..networks._modules import SparseMLP
+    from ..prototypes._prototypes import ClassPrototypes
+
+    if not (isinstance(module, SparseMLP) and isinstance(prototypes, ClassPrototypes) and sp.issparse(X)):
+        return np.zeros(0, dtype=np.int64)
+    seen = np.zeros(module.n_features, dtype=bool)
+    sums = sp.csr_matrix(prototypes.sums)
+    seen[sums.indices[sums.data != 0]] = True
+    present = np.unique(sp.csr_matrix(X).indices).astype(np.int64)
+    return present[~seen[present]]
+
+
+def _input_bag(Xb: torch.Tensor, slot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(slots, offsets, values)`` of a sparse CSR batch on the trained input features
+    (``slot``: each feature's row of the correction, ``-1`` none), for ``embedding_bag``."""
+    crow, col, val = Xb.crow_indices(), Xb.col_indices(), Xb.values()
+    row = torch.repeat_interleave(torch.arange(Xb.shape[0], device=col.device), crow[1:] - crow[:-1])
+    k = slot[col]
+    hit = k >= 0
+    counts = torch.bincount(row[hit], minlength=Xb.shape[0])
+    return k[hit], torch.cumsum(counts, 0) - counts, val[hit]
+
+
 def train_new_rows(net: Any, config: Any, tree: Tree, dataset: Any, new_columns: np.ndarray, epochs: int,
-                   batch_size: int, seed: int | None) -> None:
-    """Train the output rows (and biases) of the new columns alone, every other weight frozen:
-    the hidden rows are computed once, and each epoch minimises the tree loss of the training
-    route (the sibling cross-entropy of the groups on each labelled path, or every group's)
-    over the new rows' corrections. With the rest frozen this is a convex problem, and the old
-    classes' scores stay as they were: a new class can only take rows that look like its own."""
-    from torch.utils.data import DataLoader
+                   batch_size: int, seed: int | None, inputs: np.ndarray | None = None) -> None:
+    """Train the output rows (and biases) of the new columns, and the input rows of the
+    features ``inputs`` (:func:`unseen_features`), every other weight frozen. Each epoch
+    minimises the tree loss of the training route (the sibling cross-entropy of the groups on
+    each labelled path, or every group's) over corrections of those rows.
+
+    The frozen part is computed once: the hidden rows and, for the rows that hold none of
+    ``inputs`` (the replay's, and most old rows), their scores; only a row that holds one of
+    ``inputs`` gets a hidden correction, and its scores move by it. The old classes' scores
+    stay as they were on every row without such a feature."""
+    import torch.nn.functional as F
 
     from ...losses import PathLocalCrossEntropy
-    from ..networks._data import collate_batch, split_target
+    from ..networks._data import split_target
 
     module = net.module_
     weight, bias = _output_layer(module)
@@ -365,53 +405,86 @@ def train_new_rows(net: Any, config: Any, tree: Tree, dataset: Any, new_columns:
         criterion = config.criterion(tree=tree, stop=config.stop, **options)
     criterion.eval()  # the exact loss: no in-batch term, nothing drawn
     device = weight.device
+    new_index = torch.as_tensor(new_columns, device=device)
     position = torch.full((config.n_scores,), -1, dtype=torch.int64, device=device)
-    position[torch.as_tensor(new_columns, device=device)] = torch.arange(new_columns.size, device=device)
+    position[new_index] = torch.arange(new_columns.size, device=device)
     delta_w = torch.zeros(new_columns.size, weight.shape[1], device=device, requires_grad=True)
     delta_b = torch.zeros(new_columns.size, device=device, requires_grad=True)
     adam = _Adam([delta_w, delta_b], lr=NEW_ROWS_LR_SCALE * config.lr)
+    inputs = np.zeros(0, dtype=np.int64) if inputs is None else np.asarray(inputs, dtype=np.int64)
+    train_inputs = inputs.size > 0 and dataset.sparse_batches
+    if train_inputs:
+        slot = torch.full((module.n_features,), -1, dtype=torch.int64, device=device)
+        slot[torch.as_tensor(inputs, device=device)] = torch.arange(inputs.size, device=device)
+        delta_in = torch.zeros(inputs.size, weight.shape[1], device=device, requires_grad=True)
+        adam_in = _Adam([delta_in], lr=UNSEEN_INPUT_LR_SCALE * config.lr)
+        X = dataset.X if dataset.rows is None else dataset.X[dataset.rows]
+        moving = np.asarray(sp.csr_matrix(X)[:, inputs].getnnz(axis=1) > 0)
+    else:
+        moving = np.zeros(len(dataset), dtype=bool)
     was_training = module.training
     module.eval()
+    size = max(batch_size, NEW_ROWS_BATCH)
     batches = []
-    with torch.no_grad():  # the frozen part, once
-        for Xb, yb in DataLoader(dataset, batch_size=max(batch_size, NEW_ROWS_BATCH), shuffle=False,
-                                 collate_fn=collate_batch):
-            ids, w = split_target(yb)
-            h = module.encode(Xb.to(device))
-            full = None if config.path_local else _full_scores(module, h)
-            batches.append((h, ids.to(device), None if w is None else w.to(device), full))
+    with torch.no_grad():  # the frozen part, once; the rows that can move in batches of their own
+        for part in (np.flatnonzero(moving), np.flatnonzero(~moving)):
+            for start in range(0, part.size, size):
+                Xb, yb = dataset._rows(part[start:start + size])
+                ids, w = split_target(yb)
+                h = module.encode(Xb.to(device))
+                batches.append({"h": h, "rows": h.h if hasattr(h, "words") else h, "ids": ids.to(device),
+                                "w": None if w is None else w.to(device),
+                                "bag": _input_bag(Xb.to(device), slot) if moving[part[start]] else None})
     rng = np.random.default_rng(seed)
     try:
         for _ in range(epochs):
             for i in rng.permutation(len(batches)):
-                h, ids, w, full = batches[i]
-                rows = h.h if hasattr(h, "words") else h
+                batch = batches[i]
+                rows, bag = batch["rows"], batch["bag"]
+                dh = None if bag is None else F.embedding_bag(bag[0], delta_in, bag[1], mode="sum",
+                                                              per_sample_weights=bag[2])
                 if config.path_local:
-                    frozen = module.scorer(h)
+                    def score(samples: torch.Tensor, columns: torch.Tensor, batch: dict = batch,
+                              dh: torch.Tensor | None = dh) -> torch.Tensor:
+                        if "frozen" not in batch:  # the same pairs every epoch: scored once
+                            with torch.no_grad():
+                                batch["frozen"] = module.scorer(batch["h"])(samples, columns)
+                                unique, where = torch.unique(columns, return_inverse=True)
+                                at = position[columns]
+                                new = torch.nonzero(at >= 0)[:, 0]
+                                batch.update(unique=unique, where=where, new=new, at=at[new],
+                                             w_unique=weight[unique].detach().clone() if dh is not None else None)
+                        base, new, at = batch["frozen"], batch["new"], batch["at"]
+                        hidden = batch["rows"][samples[new]]
+                        if dh is not None:  # the frozen rows' scores of the hidden correction
+                            base = base + (dh @ batch["w_unique"].t())[samples, batch["where"]]
+                            hidden = hidden + dh[samples[new]]
+                        return base.index_put((new,), base[new] + (hidden * delta_w[at]).sum(1) + delta_b[at])
 
-                    def score(samples: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-                        with torch.no_grad():
-                            base = frozen(samples, columns)
-                        at = position[columns]
-                        new = torch.nonzero(at >= 0)[:, 0]
-                        extra = (rows[samples[new]] * delta_w[at[new]]).sum(1) + delta_b[at[new]]
-                        return base.index_put((new,), base[new] + extra)
-
-                    loss = criterion(score, ids, w)
+                    loss = criterion(score, batch["ids"], batch["w"])
                 else:
-                    scores = full.clone()
-                    scores[:, torch.as_tensor(new_columns, device=device)] = \
-                        full[:, new_columns] + rows @ delta_w.t() + delta_b
-                    loss = criterion(scores, ids, w)
+                    if "frozen" not in batch:
+                        with torch.no_grad():
+                            batch["frozen"] = _full_scores(module, batch["h"])
+                    hidden = rows if dh is None else rows + dh
+                    scores = batch["frozen"] if dh is None else batch["frozen"] + dh @ weight.detach().t()
+                    scores = scores.index_add(1, new_index, hidden @ delta_w.t() + delta_b)
+                    loss = criterion(scores, batch["ids"], batch["w"])
                 delta_w.grad = delta_b.grad = None
+                if dh is not None:
+                    delta_in.grad = None
                 loss.backward()
                 adam.step()
+                if dh is not None:  # only a batch of moving rows has a gradient for the input rows
+                    adam_in.step()
     finally:
         module.train(was_training)
     with torch.no_grad():
-        index = torch.as_tensor(new_columns, device=device)
-        weight[index] += delta_w.to(weight.dtype)
-        bias[index] += delta_b.to(bias.dtype)
+        weight[new_index] += delta_w.to(weight.dtype)
+        bias[new_index] += delta_b.to(bias.dtype)
+        if train_inputs:
+            table = module.input.embedding.weight
+            table[torch.as_tensor(inputs, device=device)] += delta_in.to(table.dtype)
 
 
 def _hidden(net: Any, targets: Any, X: Any, sparse: bool) -> np.ndarray:
@@ -675,7 +748,7 @@ def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: 
             each = max(1.0, given / pseudo_ids.size)
             train_weights = np.concatenate([np.ones(row_ids.size) if weights is None else weights,
                                             np.full(pseudo_ids.size, each)])
-        epochs = 0
+        epochs, inputs = 0, np.zeros(0, dtype=np.int64)
         if train_X is not None and (train_ids >= 0).any():
             n_rows = int(train_X.shape[0])
             batch_size = resolve_batch_size(estimator.batch_size, config.capabilities, n_rows)[0]
@@ -684,7 +757,8 @@ def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: 
             dataset = targets.dataset(train_X, train_ids, sparse)
             dataset.weight = item_weights(train_weights, getattr(estimator, "class_weight", None), tree, train_ids)
             if epochs and train == "new" and _output_layer(net.module_) is not None:
-                train_new_rows(net, config, tree, dataset, new_columns, epochs, batch_size, seed)
+                inputs = unseen_features(net.module_, prototypes, X)
+                train_new_rows(net, config, tree, dataset, new_columns, epochs, batch_size, seed, inputs)
             elif epochs:  # the whole network (or a module whose output layer this does not know)
                 net.set_params(batch_size=batch_size)
                 net.partial_fit(dataset, None, epochs=epochs)
@@ -704,7 +778,7 @@ def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: 
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=None,
                            prototypes_=grown, flat_term_=None)
     estimator.grown_ = {"new_classes": tree.labels[new_columns[new_columns < tree.n_classes]],
-                        "initialised_from": counts, "epochs": epochs,
+                        "initialised_from": counts, "epochs": epochs, "unseen_features": int(inputs.size),
                         "replayed": int(0 if pseudo is None else pseudo_ids.size)}
     attach_net(estimator, net)
     return estimator
