@@ -648,9 +648,11 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             Passes over the rows and the replay; ``None``: the ``max_epochs`` rule of
             :meth:`fit` for that many rows.
         train : {"new", "all"}, default="new"
-            ``"new"``: only the new classes' output rows (and new stop scores) train, every
-            other weight frozen: the old classes' scores stay exactly as they were, and a new
-            class takes only rows that look like its own. ``"all"``: the whole network
+            ``"new"``: only the new classes' output rows (and new stop scores) train, with
+            the input rows of the features no training row of the fit had (read from the
+            class prototypes; the default sparse module only), every other weight frozen: the
+            old classes' scores stay exactly as they were on every row made of features the
+            fit saw, and a new class takes only rows that look like its own. ``"all"``: the whole network
             continues training (its optimizer's moments carried over), which fits the new
             classes better and moves the old ones: give a sample of old rows in ``X``, ``y``
             beside the replay.
@@ -663,7 +665,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
             set to the larger tree's; ``calibrator_`` and ``flat_term_`` dropped, with a
             warning (fitted on the old classes, they would misjudge the new ones); and
             ``grown_``: the new classes, how many output rows started from each source, the
-            epochs trained and the pseudo-rows replayed.
+            epochs trained, the unseen features learnt and the pseudo-rows replayed.
 
         Raises
         ------

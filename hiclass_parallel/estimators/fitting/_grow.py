@@ -14,9 +14,11 @@
    of the old rows of its softmax group), its class text (the text's hidden representation),
    else its parent's row; a new stop score (an old leaf that now has children) from the
    leaf's own prototype, so that its old rows still end there.
-4. **train** on the rows given, with a replay of the old classes whose groups they touch: one
-   pseudo-row per class, its prototype (the stored statistics of its training rows), so that
-   the old classes are not forgotten without keeping their rows (:func:`replay_rows`).
+4. **train** the new output rows, and the input rows of the features the fit never saw
+   (:func:`unseen_features`), on the rows given, with a replay of the old classes whose
+   groups they touch: one pseudo-row per class, its prototype (the stored statistics of its
+   training rows), so that the old classes are not forgotten without keeping their rows
+   (:func:`replay_rows`).
 5. **follow** the new tree with every fitted part: the class prototypes (rows moved, the new
    rows' sums and class text added), the estimator's ``tree`` and ``module__class_features``
    (persistence saves them as they now are); the answer calibrator and the flat term are

@@ -36,6 +36,8 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from ._random import Dropout, generator, linear
+
 __all__ = ["MLP", "ColumnScorer", "SparseLinear", "SparseMLP", "TextBatch"]
 
 
@@ -79,6 +81,11 @@ class MLP(nn.Module):
     True
     """
 
+    #: Its initial weights and dropout masks come from the seeded fit's own generator
+    #: (``_random``), never torch's global one (a subclass that adds layers of its own draws
+    #: from torch's global generator; the fit then seeds that one instead: ``_fit.seeded``).
+    draws_from_fit_generator = True
+
     def __init__(
         self,
         n_features: int,
@@ -115,12 +122,12 @@ class MLP(nn.Module):
         layers: list[nn.Module] = []
         width_in = int(n_features)
         for width in widths:
-            layers.append(nn.Linear(width_in, width))
+            layers.append(linear(width_in, width))
             layers.append(activation())
             if dropout > 0:
-                layers.append(nn.Dropout(float(dropout)))
+                layers.append(Dropout(float(dropout)))
             width_in = width
-        layers.append(nn.Linear(width_in, int(n_outputs)))
+        layers.append(linear(width_in, int(n_outputs)))
         self.layers = nn.Sequential(*layers)
         self.n_features = int(n_features)
         self.n_outputs = int(n_outputs)
@@ -206,8 +213,9 @@ class SparseLinear(nn.Module):
         # _weight: the table is drawn once, here (its own default draw, replaced at once, is a
         # noticeable share of a fit when the features number hundreds of thousands)
         self.embedding = nn.EmbeddingBag(int(n_features), int(width), mode="sum", sparse=bool(sparse),
-                                         _weight=torch.empty(int(n_features), int(width)).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(int(width)).uniform_(-bound, bound))
+                                         _weight=torch.empty(int(n_features), int(width)).uniform_(
+                                             -bound, bound, generator=generator()))
+        self.bias = nn.Parameter(torch.empty(int(width)).uniform_(-bound, bound, generator=generator()))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         if X.layout == torch.sparse_csr:
@@ -246,7 +254,8 @@ class ColumnScorer(nn.Module):
         # _weight: drawn once (the default draw of nn.Embedding would be replaced at once)
         std = 1.0 / max(int(width), 1) ** 0.5
         self.weight = nn.Embedding(int(n_outputs), int(width), sparse=True,
-                                   _weight=torch.empty(int(n_outputs), int(width)).normal_(std=std))
+                                   _weight=torch.empty(int(n_outputs), int(width)).normal_(
+                                       std=std, generator=generator()))
         self.bias = nn.Embedding(int(n_outputs), 1, sparse=True, _weight=torch.zeros(int(n_outputs), 1))
         self.width = int(width)
         self.has_text = class_features is not None
@@ -513,8 +522,8 @@ class SparseMLP(nn.Module):
             raise TypeError(f"activation must be an nn.Module class such as nn.ReLU, or None; got {activation!r}")
         self.input = SparseLinear(n_features, hidden_units)
         self.activation = nn.Identity() if activation is None else activation()
-        self.dropout = nn.Dropout(float(dropout))
-        self.input_dropout = nn.Dropout(float(input_dropout))
+        self.dropout = Dropout(float(dropout))
+        self.input_dropout = Dropout(float(input_dropout))
         self.n_features = int(n_features)
         self.n_outputs = int(n_outputs)
         words = self._class_vocabulary(class_features)
@@ -565,6 +574,10 @@ class SparseMLP(nn.Module):
         words = words.index_put((row[hit], slot), values[hit].to(weight.dtype), accumulate=True)
         return words * weight[present], present
 
+    #: Its initial weights and dropout masks come from the seeded fit's own generator
+    #: (``_random``), never torch's global one (a subclass that adds layers of its own draws
+    #: from torch's global generator; the fit then seeds that one instead: ``_fit.seeded``).
+    draws_from_fit_generator = True
     #: The classifier feeds scipy sparse input to this module as torch sparse CSR batches.
     accepts_sparse = True
     #: LazyAdam's default groups: the input layer (a row per feature) keeps one second moment

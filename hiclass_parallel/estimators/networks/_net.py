@@ -21,10 +21,12 @@ import torch
 from skorch import NeuralNet
 from skorch.dataset import unpack_data
 from skorch.utils import to_tensor
+from torch.utils.data import DataLoader, IterableDataset
 
 from ._data import split_target
 from ._fused_step import fused_planner, fused_step, fused_step_refusal, fused_update_refusal
 from ._plan_ahead import PlanAhead
+from ._random import FitShuffle, loader_generator
 
 __all__ = ["TreeNet", "module_kwargs"]
 
@@ -206,14 +208,39 @@ class TreeNet(NeuralNet):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state.pop("_plans", None)  # an epoch's planning thread (a net pickled mid-epoch, by a callback)
+        state.pop("_fitting", None)
         return state
 
+    def get_iterator(self, dataset: Any, training: bool = False) -> Any:
+        """skorch's loader (as ``NeuralNet.get_iterator`` builds it), given a ``generator``
+        unless the user gave one (``iterator_train__generator``, ``iterator_valid__generator``):
+        the loaders of a seeded fit's training loop draw from the fit's own generator (the
+        training loader shuffles with :class:`~._random.FitShuffle`), and any other loader gets
+        a throwaway one, so no loader draws from torch's global generator
+        (:func:`~._random.loader_generator`)."""
+        kwargs = self.get_params_for("iterator_train" if training else "iterator_valid")
+        iterator = self.iterator_train if training else self.iterator_valid
+        kwargs.setdefault("batch_size", self.batch_size)
+        if kwargs["batch_size"] == -1:
+            kwargs["batch_size"] = len(dataset)
+        if "generator" not in kwargs and isinstance(iterator, type) and issubclass(iterator, DataLoader):
+            generator = loader_generator(self.__dict__.get("_fitting", False))
+            if generator is not None:
+                kwargs["generator"] = generator
+                if kwargs.get("shuffle") and not ({"sampler", "batch_sampler"} & set(kwargs)) \
+                        and not isinstance(dataset, IterableDataset):
+                    kwargs["shuffle"], kwargs["sampler"] = False, FitShuffle(dataset, generator)
+        return iterator(dataset, **kwargs)
+
     def fit_loop(self, X: Any, y: Any = None, epochs: int | None = None, **fit_params: Any) -> Any:
+        self._fitting = True  # the loaders of the training loop draw from the fit's generator
         try:
             return super().fit_loop(X, y, epochs=epochs, **fit_params)
         except KeyboardInterrupt as interrupt:
             self._interrupt = interrupt  # skorch's partial_fit swallows it: partial_fit may raise it again
             raise
+        finally:
+            self.__dict__.pop("_fitting", None)
 
     def partial_fit(self, X: Any, y: Any = None, classes: Any = None, **fit_params: Any) -> TreeNet:
         """skorch's ``partial_fit``, except that Ctrl-C (``KeyboardInterrupt``) propagates.
