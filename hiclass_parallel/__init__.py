@@ -45,7 +45,8 @@ features that raise it); the parts they compose in one sub-package each:
 - ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the
   batches it reads (``_data``), the ``LazyAdam`` optimizer (``_optim``), the fused training step
   (``_fused_step``) and its C kernel with LazyAdam's row update (``_path_step.c``, loaded by
-  ``_native_path_step``), and data-parallel training (``_distributed``); ``networks/device/``:
+  ``_native_path_step``), a seeded fit's own random generator (``_random``), and data-parallel
+  training (``_distributed``); ``networks/device/``:
   the device training step on CUDA with Triton (``_plan``: the host's fixed-shape step plans;
   ``_step``, ``_kernels``: the step's Triton kernels; ``_train``: the step in skorch's loop);
 - ``estimators/io/``: saving without pickle (``_persistence``, ``_model_folder``,

@@ -7,9 +7,12 @@ identical weights, equal to one process training on the same data with twice the
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import pickle
 import socket
+import weakref
 
 import numpy as np
 import pytest
@@ -61,9 +64,44 @@ def _data(model: str):
     return X, y, tree
 
 
-def _init(rank: int, world: int, port: int) -> None:
+def _init(rank: int, world: int, port: int) -> weakref.ref:
+    """Join the group; a weak reference to it, for :func:`_destroy`."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    return weakref.ref(dist.group.WORLD)
+
+
+def _threads() -> list[str]:
+    """The names of this process's threads (Linux; empty elsewhere)."""
+    tasks = f"/proc/{os.getpid()}/task"
+    if not os.path.isdir(tasks):
+        return []
+    names = []
+    for task in os.listdir(tasks):
+        try:
+            with open(os.path.join(tasks, task, "comm")) as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            pass
+    return names
+
+
+def _destroy(group: weakref.ref, out: str, rank: int) -> None:
+    """Destroy the group and record whether that freed it: a group something still holds keeps
+    gloo's threads alive into interpreter exit, where one can abort the rank ("terminate called
+    without an active exception"). The test reads the record (:func:`_assert_torn_down`)."""
+    dist.destroy_process_group()
+    gc.collect()
+    with open(os.path.join(out, f"teardown{rank}.json"), "w") as f:
+        json.dump({"freed": group() is None, "gloo_threads": [t for t in _threads() if "gloo" in t]}, f)
+
+
+def _assert_torn_down(out, world: int = 2) -> None:
+    """Every rank's group was freed by ``destroy_process_group`` and no gloo thread was left."""
+    for rank in range(world):
+        with open(os.path.join(out, f"teardown{rank}.json")) as f:
+            record = json.load(f)
+        assert record == {"freed": True, "gloo_threads": []}, f"rank {rank}: {record}"
 
 
 def _weights(n: int) -> np.ndarray:
@@ -74,7 +112,7 @@ def _weights(n: int) -> np.ndarray:
 
 
 def _worker(rank: int, world: int, port: int, out: str, model: str, weighted: bool = False) -> None:
-    _init(rank, world, port)
+    group = _init(rank, world, port)
     try:
         X, y, tree = _data(model)
         Xr, yr = shards(X, y, world)[rank]
@@ -90,7 +128,7 @@ def _worker(rank: int, world: int, port: int, out: str, model: str, weighted: bo
             with open(os.path.join(out, "model.pkl"), "wb") as f:
                 pickle.dump(clf, f)
     finally:
-        dist.destroy_process_group()
+        _destroy(group, out, rank)
 
 
 def _free_port() -> int:
@@ -102,6 +140,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize("model", MODELS)
 def test_two_cpu_processes_train_identical_weights(tmp_path, model, one_torch_thread):
     mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), model), nprocs=2, join=True)
+    _assert_torn_down(tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert ranks[0].keys() == ranks[1].keys()
     for key in ranks[0]:
@@ -129,6 +168,7 @@ def test_weighted_ranks_train_the_weighted_combined_batch(tmp_path, model, one_t
     ranks whose batches weigh differently train what one process trains on the combined,
     weighted batches (every label has as many loss rows here, where that is exact)."""
     mp.spawn(_worker, args=(2, _free_port(), str(tmp_path), model, True), nprocs=2, join=True)
+    _assert_torn_down(tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     X, y, tree = _data(model)
     single = HierarchicalClassifier(tree, **dict(_params(model), batch_size=2 * BATCH)).fit(
@@ -141,6 +181,46 @@ def test_weighted_ranks_train_the_weighted_combined_batch(tmp_path, model, one_t
     mine, whole = loaded.prototypes_.sums, single.prototypes_.sums  # weighted sums, over the ranks
     np.testing.assert_allclose(mine.toarray() if hasattr(mine, "toarray") else mine,
                                whole.toarray() if hasattr(whole, "toarray") else whole, rtol=1e-6, atol=1e-6)
+
+
+_HELD = """
+import sys, weakref
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+group = weakref.ref(dist.group.WORLD)
+from hiclass_parallel.estimators.networks import _distributed  # too late to bind torch's defaults
+assert "torch.distributed.nn" not in sys.modules  # the package does not bind the group itself
+assert not _distributed._group_held_by_torch_defaults()
+import torch.distributed.nn  # what torch._dynamo, which the first optimizer imports, does
+assert _distributed._group_held_by_torch_defaults()
+dist.destroy_process_group()
+assert group() is not None  # held: gloo's threads live on
+print("held")
+"""
+
+
+def test_a_group_held_by_torchs_defaults_is_detected():
+    """The package imported after ``init_process_group`` cannot bind torch's defaults first:
+    then training warns (``DataParallel``'s Notes), because the group outlives
+    ``destroy_process_group``. Checked in a fresh interpreter (the import order matters)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _HELD.format(port=_free_port())], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "held", done.stderr[-2000:]
+
+
+def test_importing_the_package_binds_torchs_defaults_before_any_group():
+    import sys
+
+    import torch.distributed.nn.functional as functional
+
+    from hiclass_parallel.estimators.networks._distributed import _group_held_by_torch_defaults
+
+    assert "torch.distributed.nn" in sys.modules  # imported with the package
+    assert functional.all_reduce.__defaults__[-1] is None  # group=group.WORLD, bound while none existed
+    assert not _group_held_by_torch_defaults()
 
 
 def test_without_a_process_group_the_callback_changes_nothing(one_torch_thread):
@@ -214,7 +294,7 @@ def _reduce_worker(rank: int, world: int, port: int, out: str) -> None:
 
     from hiclass_parallel.estimators import LazyAdam
 
-    _init(rank, world, port)
+    group = _init(rank, world, port)
     try:
         module = _module()
         for name, param in module.named_parameters():
@@ -227,13 +307,14 @@ def _reduce_worker(rank: int, world: int, port: int, out: str) -> None:
         torch.save({"grads": grads, "weights": dict(module.state_dict()), "traffic": callback.traffic_},
                    os.path.join(out, f"rank{rank}.pt"))
     finally:
-        dist.destroy_process_group()
+        _destroy(group, out, rank)
 
 
 def test_sparse_gradients_average_over_the_rows_any_rank_touched(tmp_path, one_torch_thread):
     from hiclass_parallel.estimators import LazyAdam
 
     mp.spawn(_reduce_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    _assert_torn_down(tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     # One process with the combined batch: the mean of the ranks' gradients over the union of
     # their rows, zeros kept; LazyAdam steps it to the same weights.

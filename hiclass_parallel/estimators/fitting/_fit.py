@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -100,17 +101,49 @@ def training_threads(estimator: Any, threads: int | None | str = "resolve") -> I
 
 
 @contextlib.contextmanager
-def seeded(estimator: Any, seed: int | None) -> Iterator[None]:
-    """Seeded torch RNG inside, the caller's global RNG state restored outside.
+def seeded(estimator: Any, seed: int | None, module: Any = None) -> Iterator[None]:
+    """The fit's random numbers inside: with ``random_state`` set, a private generator
+    (:class:`~..networks._random.FitRandom`) that the default modules' initial weights, the
+    training loader's shuffling, dropout and the sampled softmax draw from; torch's global
+    generator is not touched, so fits in several threads are each reproducible and leave the
+    other threads' streams alone.
 
     ``seed`` starts a fresh stream (fit); ``None`` resumes the stream where the last fit or
-    partial_fit left it, so a sequence of partial fits is reproducible too.
+    partial_fit left it, so a sequence of partial fits is reproducible too. ``module``: the
+    module class (``None``: the fitted net's). A module class that does not draw from the
+    fit's generator (the user's own: its layers initialise and drop out through torch's
+    global generator) gets the global generator seeded inside and put back after, under a
+    lock that keeps such fits in several threads from drawing from one another's stream (the
+    other threads' own draws from it are not protected).
     """
+    from ..networks._random import FitRandom, draws_from_fit_generator, drawing_from
+
     if estimator.random_state is None:
         yield
         return
     if seed is None and not hasattr(estimator, "_rng_state_"):  # fitted unseeded, seeded since
         seed = _draw_seed(estimator)
+    if module is None:
+        module = type(estimator.net_.module_)
+    if not draws_from_fit_generator(module):
+        with _GLOBAL_RNG_LOCK, _seeded_globally(estimator, seed):
+            yield
+        return
+    state = getattr(estimator, "_rng_state_", None) if seed is None else None
+    random = FitRandom(seed=seed, state=state, device=estimator.device)
+    with drawing_from(random):
+        yield
+    estimator._rng_state_ = random.state()
+
+
+#: Held while a fit of a module class of the user's draws from torch's global generator.
+_GLOBAL_RNG_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _seeded_globally(estimator: Any, seed: int | None) -> Iterator[None]:
+    """torch's global generator seeded inside (``seed``, or resumed from ``_rng_state_``), the
+    caller's state restored outside: for module classes that draw from it."""
     device = torch.device(estimator.device)
     cuda = device.type == "cuda" and torch.cuda.is_available()
     with torch.random.fork_rng(devices=[device.index or 0] if cuda else []):
@@ -191,7 +224,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
     calibrator, held_out, flat = None, None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
-        with seeded(estimator, seed):
+        with seeded(estimator, seed, module=config.module_class):
             net.initialize()
             if plan is None:
                 net.partial_fit(dataset, None, epochs=epochs)
@@ -264,8 +297,8 @@ def _fit_flat_term(estimator: Any, net: Any, targets: Any, config: Any, data: An
     from ..prototypes._prototypes import last_nodes
 
     decoder = decoder_of(estimator, net, targets, config, None, rows=_checked)
-    with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
-        paths, _, _ = decoder.model_paths(data.X, min(decoder.prototype_candidates, decoder.n_candidates))
+    # (its inference loader draws from a throwaway generator: the fit's stream stays as it is)
+    paths, _, _ = decoder.model_paths(data.X, min(decoder.prototype_candidates, decoder.n_candidates))
     return FlatMargins.fit_on_candidates(data.X, fit_ids, last_nodes(paths), targets.tree.n_classes, weights,
                                          random_state=seed)
 
@@ -298,21 +331,20 @@ def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     def decoder_with(prototypes: Any) -> Any:
         return decoder_of(estimator, net, targets, config, prototypes, rows=_checked, flat=flat)
 
-    with torch.random.fork_rng(devices=[]):  # the inference loader draws a seed: the caller's stream stays
-        # The prototypes of the rows the model trained on so far (their weight and scale chosen
-        # on the held-out rows, beside the flat term's margins), and those rows' candidates
-        # decoded with them.
-        prototypes, candidates = held_out_prototypes(
-            estimator, targets, X, ids, plan, lambda p: decoder_with(p).candidates(view), sample_weight,
-            prior=lambda paths: decoder_with(None).flat_prior(view, paths))
-        if learns_weights(estimator):  # term_weights="learnt": every "auto" weight at once, on these rows
-            config = learn_on_held_out(estimator, config, prototypes, flat,
-                                       candidates or decoder_with(prototypes).candidates(view), view, true, held_weight)
-            flat = flat if config.flat_term else None
-        decoder = decoder_with(prototypes)
-        if decoder.weight is None:
-            candidates = None  # no re-ranking: the model's own answers
-        paths, log_prob, _ = decode(decoder, view, candidates=candidates)  # the answers predict will give
+    # The prototypes of the rows the model trained on so far (their weight and scale chosen
+    # on the held-out rows, beside the flat term's margins), and those rows' candidates
+    # decoded with them (the loaders draw from throwaway generators: the fit's stream stays).
+    prototypes, candidates = held_out_prototypes(
+        estimator, targets, X, ids, plan, lambda p: decoder_with(p).candidates(view), sample_weight,
+        prior=lambda paths: decoder_with(None).flat_prior(view, paths))
+    if learns_weights(estimator):  # term_weights="learnt": every "auto" weight at once, on these rows
+        config = learn_on_held_out(estimator, config, prototypes, flat,
+                                   candidates or decoder_with(prototypes).candidates(view), view, true, held_weight)
+        flat = flat if config.flat_term else None
+    decoder = decoder_with(prototypes)
+    if decoder.weight is None:
+        candidates = None  # no re-ranking: the model's own answers
+    paths, log_prob, _ = decode(decoder, view, candidates=candidates)  # the answers predict will give
     labelled = true >= 0
     correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
     held_out = None if prototypes is None else (prototypes.weight, prototypes.scale)

@@ -191,11 +191,10 @@ def check_trained_scores(net: Any, dataset: Any, n_rows: int = 64) -> None:
         return  # a stream cannot be re-read here; predict's check still applies
     sample = Subset(dataset, range(min(n_rows, len(dataset))))
     bad = total = 0
-    with torch.random.fork_rng(devices=[]):  # a loader draws a seed: leave every RNG stream alone
-        for scores in net.outputs(sample):
-            finite = torch.isfinite(scores).all(dim=1)
-            bad += int((~finite).sum())
-            total += int(finite.shape[0])
+    for scores in net.outputs(sample):  # its loader draws from a throwaway generator: no stream moves
+        finite = torch.isfinite(scores).all(dim=1)
+        bad += int((~finite).sum())
+        total += int(finite.shape[0])
     if bad:
         raise DivergedError(diverged_message(bad, total, getattr(net, "lr", None)))
 
@@ -218,7 +217,7 @@ def mean_loss(net: Any, dataset: Any, n_rows: int = LOSS_ROWS) -> float | None:
         return None
     sample = Subset(dataset, range(min(n_rows, len(dataset))))
     total, count = 0.0, 0
-    with torch.random.fork_rng(devices=[]), torch.no_grad():  # a loader draws a seed: leave the streams alone
+    with torch.no_grad():  # the loader draws from a throwaway generator: no stream moves
         for batch in net.get_iterator(sample, training=False):
             rows = len(split_target(unpack_data(batch)[1])[0])
             total += float(net.validation_step(batch)["loss"]) * rows

@@ -23,7 +23,9 @@ Without an initialised group, or with one process, the callback does nothing.
 from __future__ import annotations
 
 import math
+import sys
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -33,6 +35,41 @@ from skorch.callbacks import Callback
 from ._native_path_step import rows_merge
 
 __all__ = ["DataParallel"]
+
+
+def _bind_torch_defaults_early() -> None:
+    """Import ``torch.distributed.nn`` now, while no process group exists.
+
+    Its functions take ``group=group.WORLD`` as a default argument, evaluated when the module
+    is first imported: imported after ``init_process_group`` (torch imports it lazily with
+    ``torch._dynamo``, which the first optimizer a fit builds pulls in), the defaults hold
+    the default process group for good. ``destroy_process_group`` then cannot free the group:
+    its gloo worker threads outlive it, and one that drops the last reference to a
+    collective's tensor while the interpreter exits takes the GIL during finalization, which
+    ends the thread through a C++ frame that may not unwind: the process aborts
+    ("terminate called without an active exception"). Imported first, the defaults are
+    ``None`` (the default group at call time) and the group is freed when destroyed.
+    """
+    if not dist.is_available() or dist.is_initialized() or "torch.distributed.nn" in sys.modules:
+        return  # already imported, or too late: binding it now would hold the group
+    try:
+        import torch.distributed.nn  # noqa: F401
+    except ImportError:  # pragma: no cover - builds without the distributed extras
+        pass
+
+
+_bind_torch_defaults_early()
+
+
+def _group_held_by_torch_defaults() -> bool:
+    """Whether a function of ``torch.distributed.nn.functional`` holds a process group as a
+    default argument (the module was first imported while one existed)."""
+    functional = sys.modules.get("torch.distributed.nn.functional")
+    if functional is None or not dist.is_available():
+        return False
+    return any(isinstance(default, dist.ProcessGroup)
+               for value in vars(functional).values() if callable(value)
+               for default in (getattr(value, "__defaults__", None) or ()))
 
 #: A gradient's kind in the header the ranks exchange: none, dense, or sparse over ``k`` index
 #: dimensions (``_DENSE + k``). The header's last entry is the batch's: ``_WEIGHTED`` with the
@@ -142,6 +179,14 @@ class DataParallel(Callback):
     that of the weighted mean over the combined batch (exactly so when every labelled item
     has as many loss rows, e.g. labels all at one depth). Every rank must then be weighted.
 
+    Teardown: import the package before ``init_process_group`` and end each rank with
+    ``destroy_process_group()``. Importing the package imports ``torch.distributed.nn`` while
+    no group exists; torch otherwise imports it during the first fit, and its functions'
+    default arguments then hold the group for good, so that destroying it frees nothing and
+    gloo's threads live on into interpreter exit, where one of them can abort the process
+    ("terminate called without an active exception"). Training warns when it finds the
+    group held so.
+
     Examples
     --------
     Without a process group (one process) it changes nothing:
@@ -152,9 +197,11 @@ class DataParallel(Callback):
     ...     n_samples=100, n_features=4, branching=2, depth=2, random_state=0)
     >>> clf = HierarchicalClassifier(tree, max_epochs=1, callbacks=[DataParallel()]).fit(X, y)
 
-    Under ``torchrun --nproc_per_node 2 train.py``, ``train.py`` reads::
+    Under ``torchrun --nproc_per_node 2 train.py``, ``train.py`` reads (the package imported
+    before the process group is made: see the Notes)::
 
         import torch.distributed as dist
+        from hiclass_parallel.estimators import DataParallel, HierarchicalClassifier, save_classifier
         dist.init_process_group("gloo")          # "nccl" with one GPU per rank
         rank, world = dist.get_rank(), dist.get_world_size()
         clf = HierarchicalClassifier(tree, random_state=0, callbacks=[DataParallel()])
@@ -172,6 +219,13 @@ class DataParallel(Callback):
         self.traffic_ = {"steps": 0, "bytes": 0, "rows": {}, "seconds": 0.0}
         if not _active(self.group):
             return
+        if _group_held_by_torch_defaults():
+            warnings.warn(
+                "torch.distributed.nn was first imported while a process group existed: its functions' default "
+                "arguments (group=group.WORLD) hold that group, so destroy_process_group() cannot free it and its "
+                "gloo threads outlive it, which can abort the process at exit ('terminate called without an active "
+                "exception'). Import hiclass_parallel (or torch.distributed.nn) before init_process_group",
+                RuntimeWarning, stacklevel=2)
         if self.check_batches and X is not None and hasattr(X, "__len__"):
             batch = net.batch_size if net.batch_size > 0 else max(len(X), 1)
             device = next(net.module_.parameters(), torch.empty(0)).device  # nccl gathers GPU tensors

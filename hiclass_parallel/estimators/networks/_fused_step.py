@@ -45,6 +45,7 @@ from torch import nn
 from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
+from ._random import generator
 
 __all__ = ["FusedPlan", "built_model_refusal", "dense_csr", "fused_engine_refusal", "fused_planner", "fused_step",
            "fused_step_refusal", "fused_update_plan_refusal", "fused_update_refusal", "kernel_model_refusal"]
@@ -189,11 +190,12 @@ def dense_csr(X: torch.Tensor) -> torch.Tensor:
 
 def _draw_sample(workspace: native.PathLocalStep, softmax_sample: int | tuple[int, int]) -> tuple[int, int, int] | None:
     """``(above, size, seed)`` of a step's sampled softmax, or ``None`` when no group of the
-    plan is wider than ``above`` (no seed is drawn: torch's generator is left as it is)."""
+    plan is wider than ``above`` (no seed is drawn: the generator is left as it is). The seed
+    comes from the seeded fit's own generator (``_random``), else torch's global one."""
     above, size = (softmax_sample, softmax_sample) if isinstance(softmax_sample, int) else softmax_sample
     if above <= 0 or workspace.widest_group <= above:
         return None
-    return int(above), int(size), int(torch.randint(0, 2**62, ()).item())
+    return int(above), int(size), int(torch.randint(0, 2**62, (), generator=generator()).item())
 
 
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
@@ -270,8 +272,8 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     ``softmax_sample`` (0: every softmax exact): groups wider than this many columns train on a
     sampled softmax of this many candidates (a pair ``(above, size)``: groups wider than
     ``above`` on ``size``), shared by the batch (``PathLocalStep``'s ``sample``); the sampler is
-    seeded from torch's generator, one draw per step that samples, so ``random_state``
-    reproduces a fit.
+    seeded from the fit's generator (torch's global one in an unseeded fit), one draw per step
+    that samples, so ``random_state`` reproduces a fit.
 
     ``plan``: this batch's step planned ahead (:func:`fused_planner`; its sampler seed drawn
     when it was planned); a plan of another batch is released and the step plans itself."""
