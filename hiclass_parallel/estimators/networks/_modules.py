@@ -211,11 +211,14 @@ class SparseLinear(nn.Module):
         super().__init__()
         bound = 1.0 / max(int(n_features), 1) ** 0.5  # nn.Linear's default initialisation
         # _weight: the table is drawn once, here (its own default draw, replaced at once, is a
-        # noticeable share of a fit when the features number hundreds of thousands)
+        # noticeable share of a fit when the features number hundreds of thousands), on the
+        # device the tensors are made on (a GPU when the net builds the module there:
+        # ``TreeNet.initialize_module``), from the fit's generator for that device
+        gen = generator(torch.get_default_device())
         self.embedding = nn.EmbeddingBag(int(n_features), int(width), mode="sum", sparse=bool(sparse),
                                          _weight=torch.empty(int(n_features), int(width)).uniform_(
-                                             -bound, bound, generator=generator()))
-        self.bias = nn.Parameter(torch.empty(int(width)).uniform_(-bound, bound, generator=generator()))
+                                             -bound, bound, generator=gen))
+        self.bias = nn.Parameter(torch.empty(int(width)).uniform_(-bound, bound, generator=gen))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         if X.layout == torch.sparse_csr:
@@ -255,7 +258,7 @@ class ColumnScorer(nn.Module):
         std = 1.0 / max(int(width), 1) ** 0.5
         self.weight = nn.Embedding(int(n_outputs), int(width), sparse=True,
                                    _weight=torch.empty(int(n_outputs), int(width)).normal_(
-                                       std=std, generator=generator()))
+                                       std=std, generator=generator(torch.get_default_device())))
         self.bias = nn.Embedding(int(n_outputs), 1, sparse=True, _weight=torch.zeros(int(n_outputs), 1))
         self.width = int(width)
         self.has_text = class_features is not None
@@ -578,6 +581,9 @@ class SparseMLP(nn.Module):
     #: (``_random``), never torch's global one (a subclass that adds layers of its own draws
     #: from torch's global generator; the fit then seeds that one instead: ``_fit.seeded``).
     draws_from_fit_generator = True
+    #: Built on the device it trains on (``TreeNet.initialize_module``): its tables are drawn
+    #: there, not drawn on the host and copied over.
+    init_on_device = True
     #: The classifier feeds scipy sparse input to this module as torch sparse CSR batches.
     accepts_sparse = True
     #: LazyAdam's default groups: the input layer (a row per feature) keeps one second moment

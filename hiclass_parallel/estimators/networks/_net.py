@@ -106,6 +106,16 @@ class TreeNet(NeuralNet):
         self.plan_ahead = plan_ahead
         self.softmax_sample = softmax_sample
 
+    def initialize_module(self) -> TreeNet:
+        """skorch's, inside ``torch.device(self.device)`` on a GPU for a module that says it can be
+        built there (``init_on_device``): drawing a text model's tables of hundreds of millions of
+        weights on the host and copying them over costs a noticeable share of a GPU fit."""
+        device = torch.device(self.device) if self.device is not None else None
+        if device is not None and device.type == "cuda" and getattr(self.module, "init_on_device", False):
+            with device:
+                return super().initialize_module()
+        return super().initialize_module()
+
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
         """The engines of this training call, as the configuration chose them (``step_engine``,
         ``update_engine``), reported as ``step_engine_`` and ``update_engine_``. The fused
