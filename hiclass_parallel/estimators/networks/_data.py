@@ -4,6 +4,12 @@
 a scipy sparse matrix is sliced once per batch and only that slice is converted: made dense
 for dense modules, or passed on as a torch sparse CSR tensor to modules with
 ``accepts_sparse = True``. The whole matrix is never made dense.
+
+Stored zeros (entries of a sparse matrix whose value is 0, as ``X.multiply(mask)`` leaves them)
+are left out of the sparse batches: a zero entry adds nothing to a score, but a sparse
+gradient would hold its feature's row, and ``LazyAdam`` would move that row. So a matrix
+trains the model that the same matrix after ``eliminate_zeros()`` trains, and the user's matrix
+is never changed (the batches are built from its arrays, without copying it).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import torch
 from torch.utils.data import Dataset
 from torch.utils.data import default_collate
 
-__all__ = ["TreeDataset", "collate_batch", "csr_tensor", "split_target"]
+__all__ = ["TreeDataset", "collate_batch", "csr_tensor", "has_stored_zeros", "split_target"]
 
 
 class _Batch(tuple):
@@ -50,22 +56,37 @@ def _torch_csr(crow: np.ndarray, col: np.ndarray, val: np.ndarray, shape: tuple[
         )
 
 
-def csr_tensor(X: sp.spmatrix) -> torch.Tensor:
-    """A scipy sparse batch as a torch sparse CSR float32 tensor (for ``SparseLinear``)."""
+def csr_tensor(X: sp.spmatrix, skip_zeros: bool = False) -> torch.Tensor:
+    """A scipy sparse batch as a torch sparse CSR float32 tensor (for ``SparseLinear``);
+    ``skip_zeros``: without its stored zeros."""
     X = sp.csr_matrix(X)
+    if skip_zeros:
+        X = X.copy()  # the batch's copy (csr_matrix may have returned the caller's matrix itself)
+        X.eliminate_zeros()
     return _torch_csr(X.indptr, X.indices, X.data, X.shape)
 
 
-def csr_rows(X: sp.spmatrix, idx: np.ndarray) -> torch.Tensor:
+def has_stored_zeros(X: Any) -> bool:
+    """Whether a scipy sparse ``X`` stores entries whose value is 0 (one pass over its values)."""
+    return sp.issparse(X) and hasattr(X, "data") and bool((np.asarray(X.data) == 0).any())
+
+
+def csr_rows(X: sp.spmatrix, idx: np.ndarray, skip_zeros: bool = False) -> torch.Tensor:
     """``csr_tensor(X[idx])``, gathered straight from a CSR ``X``'s arrays (scipy's row indexing
-    took about a millisecond of each training step of the text model)."""
+    took about a millisecond of each training step of the text model); ``skip_zeros``: without
+    the stored zeros of those rows."""
     if getattr(X, "format", None) != "csr":
-        return csr_tensor(X[idx])
+        return csr_tensor(X[idx], skip_zeros)
     starts = X.indptr[idx].astype(np.int64)
     lengths = X.indptr[idx + 1].astype(np.int64) - starts
     crow = np.zeros(idx.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=crow[1:])
     pos = np.repeat(starts - crow[:-1], lengths) + np.arange(crow[-1], dtype=np.int64)
+    if skip_zeros:
+        keep = X.data[pos] != 0
+        row = np.repeat(np.arange(idx.shape[0]), lengths)
+        np.cumsum(np.bincount(row[keep], minlength=idx.shape[0]), out=crow[1:])
+        pos = pos[keep]
     return _torch_csr(crow, X.indices[pos], X.data[pos], (idx.shape[0], X.shape[1]))
 
 
@@ -87,6 +108,8 @@ class TreeDataset(Dataset):
         # Item i is row rows[i] of X (a multi-label sample once per label), without copying X.
         self.rows = rows
         self.weight = weight
+        # Stored zeros are skipped batch by batch (the module docstring says why); looked for once.
+        self.skip_zeros = self.sparse_batches and has_stored_zeros(X)
 
     def __len__(self) -> int:
         return int(self.X.shape[0] if self.rows is None else self.rows.shape[0])
@@ -99,7 +122,7 @@ class TreeDataset(Dataset):
         if self.rows is not None:
             idx = self.rows[idx]
         if self.sparse_batches:
-            Xb = csr_rows(X, idx)
+            Xb = csr_rows(X, idx, self.skip_zeros)
         elif sp.issparse(X):
             Xb = torch.from_numpy(X[idx].toarray().astype(np.float32, copy=False))
         elif isinstance(X, torch.Tensor):
