@@ -145,3 +145,13 @@ def test_a_module_of_the_users_is_seeded_through_torchs_generator_and_it_is_put_
     for clf in _in_threads(*[lambda: HierarchicalClassifier(tree, module=_OwnModule, random_state=0,
                                                             **params).fit(X, y)] * 2):
         np.testing.assert_array_equal(clf.decision_function(X), fits[0].decision_function(X))
+
+
+@pytest.mark.parametrize("case", ["dense-dropout", "sparse-sampled-softmax"])
+def test_predict_from_several_threads_gives_each_the_answers_of_one(case, one_torch_thread):
+    X, y, tree, params = CASES[case]()
+    clf = HierarchicalClassifier(tree, random_state=0, **params).fit(X, y)
+    want, proba = clf.predict(X), clf.predict_proba(X)
+    for got in _in_threads(*[lambda: (clf.predict(X), clf.predict_proba(X))] * 3):
+        np.testing.assert_array_equal(got[0], want)
+        np.testing.assert_array_equal(got[1], proba)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -29,6 +30,23 @@ from ._plan_ahead import PlanAhead
 from ._random import FitShuffle, loader_generator
 
 __all__ = ["TreeNet", "module_kwargs"]
+
+
+def _one_torch_thread_in_a_forked_child() -> None:
+    """After ``os.fork``: torch on one thread in the child.
+
+    torch's OpenMP threads do not survive a fork: a child whose parent ran torch on several
+    threads hangs in its first parallel torch operation (``predict`` in a fork-start
+    ``multiprocessing.Pool``, a forking web server). On one thread torch makes no parallel
+    region, so the child works; it can raise the count again only if the parent never ran
+    torch on several threads. Registered once, when the package's networks are imported.
+    """
+    if torch.get_num_threads() > 1:
+        torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_one_torch_thread_in_a_forked_child)
 
 
 def module_kwargs(module: type, kwargs: dict[str, Any], filled: dict[str, tuple[int, str]]) -> dict[str, Any]:
