@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["DivergedError", "DivergenceWarning", "IgnoredSettingWarning", "ModelFileError",
+__all__ = ["DivergedError", "DivergenceWarning", "FeatureScaleWarning", "IgnoredSettingWarning", "ModelFileError",
            "NonFiniteLossError", "NonMonotoneLossError", "TreeError", "UnknownClassWarning", "UnknownLabelError",
            "UnsupportedEstimatorError", "WordNetNotFoundError"]
 
@@ -34,6 +34,27 @@ class DivergenceWarning(UserWarning):
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("error", DivergenceWarning)  # a diverging step stops the script
     ...     issubclass(DivergenceWarning, UserWarning)
+    True
+    """
+
+
+class FeatureScaleWarning(UserWarning):
+    """Dense features on very different scales: the network will learn little from them.
+
+    Raised by ``fit`` on dense ``X`` when some columns are orders of magnitude larger than
+    the others (a year such as ``1990.4`` beside features of unit scale): a network
+    initialised for inputs of unit scale is swamped by them. The message names the columns;
+    standardise ``X`` (a ``StandardScaler`` before the classifier in a ``Pipeline``), or
+    centre and scale those columns. Sparse input is not checked (its columns are counts or
+    weights, zero for most rows).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from hiclass_parallel.exceptions import FeatureScaleWarning
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", FeatureScaleWarning)  # badly scaled input stops the script
+    ...     issubclass(FeatureScaleWarning, UserWarning)
     True
     """
 

@@ -45,7 +45,7 @@ from ._build import build_net, net_params
 from ._config import config_changes, resolve_config, resolve_flat_term, resolve_threads, unit_length_rows
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
-from ._validation import check_params, validate_X, warn_ignored_changes
+from ._validation import check_params, validate_X, warn_if_scales_differ, warn_ignored_changes
 from ._weights import check_fit_sample_weight, item_weights
 
 __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]
@@ -204,6 +204,8 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     for attr in fitted_attributes(estimator):  # what keep_fitted_state_on_error puts back
         delattr(estimator, attr)
     data.validate(estimator, reset=True)
+    if isinstance(data, ArrayInput):
+        warn_if_scales_differ(estimator, data.X)
     targets = type(estimator)._targets(estimator.tree, estimator.pad_label, type(estimator).__name__,
                                        sep=getattr(estimator, "path_sep", None))
     data.fit_targets(targets, classes)

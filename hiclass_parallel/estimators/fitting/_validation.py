@@ -14,7 +14,8 @@ names the setting or value and what to do instead, before anything is trained or
   (kept on their device) through :func:`check_tensor` (sparse ones through
   :func:`sparse_tensor_to_csr`), with the same messages; the column indices of a CSR ``X``
   (:func:`check_column_indices`); then, on every route, values that float32 (what the network
-  computes in) cannot hold (:func:`check_float32_range`);
+  computes in) cannot hold (:func:`check_float32_range`); at ``fit``, dense columns orders of
+  magnitude larger than the others, named (:func:`warn_if_scales_differ`);
 - the labels: all internal nodes under ``semantics="partial"`` (:func:`suggest_terminal`);
 - continued training (``warm_start``, ``partial_fit``): changed parameters the fitted network
   cannot take (:func:`warn_ignored_changes`).
@@ -35,11 +36,11 @@ import torch
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import validate_data
 
-from ...exceptions import IgnoredSettingWarning, caller_stacklevel
+from ...exceptions import FeatureScaleWarning, IgnoredSettingWarning, caller_stacklevel
 
 __all__ = ["PREDICTION_PARAMS", "NotBool", "check_column_indices", "check_device", "check_float32_range",
            "check_params", "check_prediction_params", "check_tensor", "sparse_tensor_to_csr", "suggest_terminal",
-           "validate_X", "warn_ignored_changes", "warn_unprepared_terms"]
+           "validate_X", "warn_if_scales_differ", "warn_ignored_changes", "warn_unprepared_terms"]
 
 
 # ---------------------------------------------------------------------------- settings
@@ -190,6 +191,63 @@ def validate_X(estimator: Any, X: Any, reset: bool) -> Any:
             f"{estimator.n_features_in_} features as input."
         )
     return X
+
+
+#: A dense column whose root mean square is this many times the median column's is named by
+#: :func:`warn_if_scales_differ` (two orders of magnitude: a year beside unit-scale features).
+SCALE_RATIO = 100.0
+#: Rows :func:`warn_if_scales_differ` looks at (evenly spaced): the check costs O(rows x
+#: columns) at most this many rows, on any X.
+SCALE_ROWS = 10_000
+
+
+def warn_if_scales_differ(estimator: Any, X: Any) -> None:
+    """Warn (:class:`~hiclass_parallel.exceptions.FeatureScaleWarning`), naming them, when
+    columns of a dense ``X`` are orders of magnitude larger than the others.
+
+    A column's scale is its root mean square (over at most :data:`SCALE_ROWS` rows): the
+    magnitude the network's first layer sees, offset included (``1990 + u`` is large
+    although it varies little). Columns more than :data:`SCALE_RATIO` times the median
+    column's are named (``feature_names_in_`` where ``X`` had names). Sparse ``X`` is not
+    checked.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> X = np.column_stack([np.random.default_rng(0).normal(size=(50, 3)), np.full(50, 1990.5)])
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_if_scales_differ(SimpleNamespace(), X)
+    >>> print(str(caught[0].message).split(":")[0])
+    X has columns orders of magnitude larger than the others
+    """
+    if sp.issparse(X) or getattr(X, "layout", torch.strided) != torch.strided or X.ndim != 2 or X.shape[1] < 2:
+        return
+    n = int(X.shape[0])
+    rows = slice(None) if n <= SCALE_ROWS else np.linspace(0, n - 1, SCALE_ROWS).astype(np.int64)
+    if isinstance(X, torch.Tensor):
+        sample = X[torch.as_tensor(rows, device=X.device) if not isinstance(rows, slice) else rows]
+        rms = torch.sqrt(torch.mean(sample.double() ** 2, dim=0)).cpu().numpy()
+    else:
+        rms = np.sqrt(np.mean(np.square(np.asarray(X[rows], dtype=np.float64)), axis=0))
+    scaled = rms[rms > 0]
+    if scaled.size < 2:
+        return
+    median = float(np.median(scaled))
+    large = np.flatnonzero(rms > SCALE_RATIO * median)
+    if not large.size:
+        return
+    names = getattr(estimator, "feature_names_in_", None)
+    named = [f"{names[j]!r}" if names is not None else f"column {j}" for j in large[:5]]
+    more = f" and {large.size - 5} more" if large.size > 5 else ""
+    scales = ", ".join(f"{name} ({rms[j]:.3g})" for name, j in zip(named, large[:5]))
+    warnings.warn(
+        f"X has columns orders of magnitude larger than the others: {scales}{more}, against a median root mean "
+        f"square of {median:.3g} over the {rms.size} columns. The network, initialised for inputs of unit scale, "
+        "learns little from such input: standardise X (e.g. StandardScaler before the classifier in a Pipeline), "
+        "or centre and scale those columns", FeatureScaleWarning, stacklevel=caller_stacklevel())
 
 
 def check_float32_range(X: Any) -> Any:
