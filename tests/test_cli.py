@@ -79,7 +79,8 @@ def test_demo_plan_says_which_rows_calibrate():
 
 
 def test_module_entry_point_runs():
-    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", "--help"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", "--help"], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0 and "demo" in done.stdout
     assert "python -m benchmarks.bench_engine" in done.stdout  # the benchmarks run from the checkout
 
@@ -101,7 +102,8 @@ def test_readme_test_command_is_what_ci_runs():
 
 # ----------------------------------------------------- first use: --root, the demo's plan, usage errors
 def _run_cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hiclass_parallel", *argv], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "hiclass_parallel", *argv], capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_tree_root_selects_an_integer_label(tmp_path, capsys):
@@ -316,7 +318,7 @@ def test_readme_quick_start_prints_what_it_shows(tmp_path):
     shown = re.search(r"```text\n(.*?)```", quick, re.DOTALL).group(1)
     script = tmp_path / "quick_start.py"
     script.write_text(snippet)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == shown.splitlines()
 
@@ -335,7 +337,8 @@ def test_readme_quick_start_prints_what_it_shows(tmp_path):
     ],
 )
 def test_cli_errors_are_one_line(argv, message):
-    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", *argv], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", *argv], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 2
     err = done.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hiclass-parallel: error: ") and message in err[0]
@@ -344,11 +347,12 @@ def test_cli_errors_are_one_line(argv, message):
 
 def test_cli_debug_shows_traceback_and_version():
     done = subprocess.run([sys.executable, "-m", "hiclass_parallel", "--debug", "tree", "missing.npz"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" in done.stderr and "FileNotFoundError" in done.stderr
     from hiclass_parallel import __version__
 
-    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", "--version"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "hiclass_parallel", "--version"], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == f"hiclass-parallel {__version__}"
 
 

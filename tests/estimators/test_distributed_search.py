@@ -53,5 +53,6 @@ def test_the_package_imports_neither_dask_nor_ray():
     code = ("import sys, hiclass_parallel, hiclass_parallel.estimators as e, hiclass_parallel.metrics; "
             "e.HierarchicalClassifier, e.save_classifier, e.export_program; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'ray')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=300).stdout
     assert out.strip() == "[]"

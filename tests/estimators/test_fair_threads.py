@@ -18,7 +18,7 @@ from hiclass_parallel.estimators.fitting._fit import training_threads
 def _policy_after(code: str, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code + "\nimport os; print(os.environ.get('OMP_WAIT_POLICY'))"],
-                         env={**clean, **env}, capture_output=True, text=True, check=True)
+                         env={**clean, **env}, capture_output=True, text=True, check=True, timeout=300)
     return out.stdout.strip().splitlines()[-1]
 
 

@@ -223,6 +223,7 @@ def test_loads_during_repeated_saves_get_one_model_or_the_other(tmp_path, models
     finally:
         stop.set()
         thread.join(10)
+    assert not thread.is_alive(), "the saving thread did not stop"
     assert not errors, errors
     assert saves[0] >= 4 and sum(seen.values()) >= 4, (saves, seen)
     assert _leftovers(tmp_path) == []

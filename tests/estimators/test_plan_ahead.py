@@ -345,9 +345,14 @@ def test_a_child_forked_mid_epoch_steps_on_without_the_planning_thread(random_tr
     parent_end, child_end = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_steps, args=(child_end, module, criterion, batches[1:], (ahead, batches[1:])))
     proc.start()
-    assert parent_end.poll(60), "the forked child did not finish its steps"
-    child = parent_end.recv()
-    proc.join(timeout=60)
+    try:
+        assert parent_end.poll(60), "the forked child did not finish its steps"
+        child = parent_end.recv()
+    finally:  # a child that hangs is ended, not left running
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
     assert proc.exitcode == 0
     parent = []
     for batch in loop:  # the parent goes on planning ahead

@@ -70,8 +70,8 @@ def test_a_fit_gives_the_same_weights_bit_for_bit_beside_a_busy_thread():
 
 
 def test_callers_on_several_threads_share_the_pool():
-    # Two fits at once take turns phase by phase (their weights may differ from a lone fit's:
-    # both draw batches from torch's one global generator), and neither waits for ever.
+    # Two fits at once take turns phase by phase, and neither waits for ever (that each equals
+    # a lone fit with its random_state is tests/estimators/test_random_threads.py's).
     results: list = [None, None]
 
     def run(i: int) -> None:
@@ -111,7 +111,12 @@ def test_a_forked_child_uses_the_pool_after_the_parent_started_it():
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(queue,))
     proc.start()
-    child = queue.get(timeout=60)  # before join: a child blocks until its queue is drained
-    proc.join(timeout=60)
+    try:
+        child = queue.get(timeout=60)  # before join: a child blocks until its queue is drained
+    finally:  # a child that hangs is ended, not left running
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
     assert proc.exitcode == 0
     np.testing.assert_array_equal(np.array(child, dtype=np.float32), parent)

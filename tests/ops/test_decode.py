@@ -265,7 +265,8 @@ with np.errstate(all="ignore"):
     print(group_logsumexp(x, tree).tolist()); print(group_log_softmax(x, tree).tolist())
 """
     env = dict(os.environ, HICLASS_PARALLEL_NATIVE=native)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
+                         timeout=300).stdout
     lse, lsm = (eval(line, {"inf": math.inf, "nan": math.nan}) for line in out.splitlines())
     assert lse[0][0] == math.inf and math.isnan(lse[1][1]) and lse[2] == [-math.inf] * 3
     assert math.isnan(lsm[0][0]) and lsm[0][1] == -math.inf  # inf - inf; the other member -inf

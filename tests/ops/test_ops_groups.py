@@ -248,8 +248,14 @@ def test_thread_pool_survives_fork(monkeypatch, random_tree):
     queue = ctx.Queue()
     child = ctx.Process(target=_child, args=(queue, scores, tree))
     child.start()
-    got = queue.get(timeout=60)
-    child.join(timeout=60)
+    try:
+        got = queue.get(timeout=60)
+    finally:  # a child that hangs is ended, not left running
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    assert child.exitcode == 0
     np.testing.assert_array_equal(got, expected)
 
 
