@@ -124,7 +124,7 @@ def seeded(estimator: Any, seed: int | None, module: Any = None) -> Iterator[Non
     if seed is None and not hasattr(estimator, "_rng_state_"):  # fitted unseeded, seeded since
         seed = _draw_seed(estimator)
     if module is None:
-        module = type(estimator.net_.module_)
+        module = type(getattr(getattr(estimator, "net_", None), "module_", None))
     if not draws_from_fit_generator(module):
         with _GLOBAL_RNG_LOCK, _seeded_globally(estimator, seed):
             yield
