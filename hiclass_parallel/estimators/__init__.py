@@ -15,6 +15,7 @@ from typing import Any
 from ..exceptions import (
     DivergedError,
     DivergenceWarning,
+    FeatureScaleWarning,
     IgnoredSettingWarning,
     ModelFileError,
     NonFiniteLossError,
@@ -27,7 +28,7 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "save_classifier", "load_classifier", "ModelFileError",
            "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
-           "DivergedError", "DivergenceWarning", "IgnoredSettingWarning", "ClassTextClassifier", "BetaCalibrator", "FlatMargins",
+           "DivergedError", "DivergenceWarning", "FeatureScaleWarning", "IgnoredSettingWarning", "ClassTextClassifier", "BetaCalibrator", "FlatMargins",
            "ConformalHierarchicalClassifier", "save_conformal", "load_conformal", "UnsupportedEstimatorError",
            "NonMonotoneLossError", "HierarchicalPipeline", "make_pipeline", "save_model", "load_model",
            "explain_predictions", "explain_classes", "Explanation", "ClassExplanation"]
