@@ -8,6 +8,7 @@ equals the draw without the fit.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -120,6 +121,32 @@ def test_predict_leaves_torchs_stream_alone(one_torch_thread):
     before = torch.get_rng_state()
     clf.predict(X), clf.predict_proba(X)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_loading_draws_nothing_from_torchs_stream_even_in_another_thread(tmp_path, one_torch_thread):
+    # fork_rng would save and put back the global state around the load: a draw another thread
+    # made meanwhile would be undone. The load draws from a private generator instead.
+    pytest.importorskip("safetensors")
+    from hiclass_parallel.estimators import load_classifier, save_classifier
+
+    X, y, tree, params = _dense()
+    folder = save_classifier(HierarchicalClassifier(tree, random_state=0, **params).fit(X, y), tmp_path / "m")
+    torch.manual_seed(5)
+    reference = torch.rand(1000)
+    torch.manual_seed(5)
+    drawn = []
+
+    def draw():  # spread over the loads
+        for _ in range(200):
+            drawn.append(torch.rand(5))
+            time.sleep(0.002)
+
+    def load():
+        for _ in range(5):
+            load_classifier(folder)
+
+    _in_threads(load, draw)
+    np.testing.assert_array_equal(torch.cat(drawn).numpy(), reference.numpy())
 
 
 class _OwnModule(nn.Module):

@@ -72,6 +72,7 @@ from ...labels._paths import check_pad_not_a_label
 from ...tree import PARTITIONS, Tree
 from ..calibration._calibration import BetaCalibrator
 from ..fitting._build import build_net
+from ..networks._random import FitRandom, draws_from_fit_generator, drawing_from
 from ..fitting._config import FitConfig
 from ..fitting._params import attach_net
 from ..fitting._validation import check_device
@@ -549,9 +550,16 @@ def load_classifier(
         state = _safetensors().load(data[WEIGHTS])
     except Exception as exc:  # noqa: BLE001 - safetensors' own SafetensorError, and others on damage
         raise ModelFileError(f"{folder / WEIGHTS} is not a safetensors file ({type(exc).__name__}: {exc})") from None
-    with torch.random.fork_rng(devices=[]):  # building the net draws initial weights: leave the caller's RNG
-        net = build_net(clf, fit_config, targets, seed=None)  # not trained here
-        net.initialize()
+    net = build_net(clf, fit_config, targets, seed=None)  # not trained here
+    # Initialising draws weights that the saved ones replace at once: from a throwaway private
+    # generator where the module draws from one (torch's global stream, which other threads may
+    # be drawing from, is never touched), else inside fork_rng, as a fit does.
+    if draws_from_fit_generator(net.module):
+        with drawing_from(FitRandom(seed=0)):
+            net.initialize()
+    else:
+        with torch.random.fork_rng(devices=[]):
+            net.initialize()
     try:
         net.module_.load_state_dict(state, strict=True)
     except RuntimeError as exc:
