@@ -199,8 +199,9 @@ def test_a_fit_whose_held_out_rows_carry_no_weight_does_not_calibrate(data):
     weight = np.zeros(2400)
     weight[np.random.default_rng(0).choice(2400, 40, replace=False)] = 1.0
     clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0)
-    with pytest.warns(UserWarning, match="does not calibrate this fit"):
+    with pytest.warns(UserWarning, match="does not calibrate this fit") as record:
         clf.fit(X[:2400], y[:2400], sample_weight=weight)
+    assert [w.filename for w in record if "does not calibrate" in str(w.message)] == [__file__]  # the user's line
     assert clf.calibrator_ is None
     _, log_prob = clf.predict_top_k(X[2400:], 1, return_log_prob=True)
     np.testing.assert_allclose(clf.predict_confidence(X[2400:]), np.exp(log_prob[:, 0].astype(np.float64)))

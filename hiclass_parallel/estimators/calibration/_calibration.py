@@ -47,6 +47,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
 
+from ...exceptions import caller_stacklevel
+
 __all__ = ["BetaCalibrator", "CalibrationPlan", "held_out_size", "plan_calibration", "rejoins", "held_out_view",
            "answer_correct", "effective_rows"]
 
@@ -274,7 +276,7 @@ def plan_calibration(estimator: Any, n_rows: int | None, max_epochs: int, epochs
                                  "(calibration_size), or use calibration='auto' or None")
             warnings.warn(f"calibration='auto' does not calibrate this fit: {why}; predict_confidence gives the "
                           "model's own probability. Hold out more rows (calibration_size), or set calibration=None",
-                          UserWarning, stacklevel=4)
+                          UserWarning, stacklevel=caller_stacklevel())
             return None
     return plan
 

@@ -25,8 +25,6 @@ Sample and class weights are checked where they are made (:mod:`._weights`).
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from typing import Any
 
@@ -73,10 +71,6 @@ def check_prediction_params(estimator: Any) -> None:
                                    caller_name=type(estimator).__name__)
 
 
-#: The package's folder (with its separator), where no warning should point.
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-
-
 def warn_unprepared_terms(estimator: Any) -> None:
     """Warn (:class:`~hiclass_parallel.exceptions.IgnoredSettingWarning`) for each re-ranking
     term given a weight after fit that the fit did not build, naming the setting and the refit
@@ -96,16 +90,13 @@ def warn_unprepared_terms(estimator: Any) -> None:
         if value is None or isinstance(value, str) or value == 0 or getattr(estimator, fitted, None) is not None:
             continue
         reason = getattr(estimator.config_, "flat_term_reason", "") if name == "flat_term" else ""
-        # Point at the caller outside the package: the predict methods reach here from different depths.
-        frame, level = sys._getframe(0), 1
-        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
-            frame, level = frame.f_back, level + 1
+        # The predict methods reach here from different depths: point at the user's line.
         warnings.warn(
             f"{name}={value!r} asks to re-rank the answers, but {missing}"
             f"{f' ({reason})' if reason else ''}, so predictions ignore it; fit again with {name}={value!r} "
             "to build it",
             IgnoredSettingWarning,
-            stacklevel=level,
+            stacklevel=caller_stacklevel(),
         )
 
 
