@@ -45,7 +45,7 @@ from torch import nn
 from ...ops.sibling_paths import sibling_plan
 from . import _native_path_step as native
 from ._optim import LazyAdam
-from ._random import generator
+from ._random import step_seed
 
 __all__ = ["FusedPlan", "built_model_refusal", "dense_csr", "fused_engine_refusal", "fused_planner", "fused_step",
            "fused_step_refusal", "fused_update_plan_refusal", "fused_update_refusal", "kernel_model_refusal"]
@@ -195,7 +195,7 @@ def _draw_sample(workspace: native.PathLocalStep, softmax_sample: int | tuple[in
     above, size = (softmax_sample, softmax_sample) if isinstance(softmax_sample, int) else softmax_sample
     if above <= 0 or workspace.widest_group <= above:
         return None
-    return int(above), int(size), int(torch.randint(0, 2**62, (), generator=generator()).item())
+    return int(above), int(size), step_seed()
 
 
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:

@@ -40,7 +40,8 @@ import torch
 from torch import nn
 from torch.utils.data import RandomSampler
 
-__all__ = ["Dropout", "FitRandom", "FitShuffle", "draws_from_fit_generator", "drawing_from", "generator", "linear", "loader_generator"]
+__all__ = ["Dropout", "FitRandom", "FitShuffle", "draws_from_fit_generator", "drawing_from", "generator", "linear",
+           "loader_generator", "step_seed"]
 
 
 class FitRandom:
@@ -110,6 +111,13 @@ def generator(device: Any = None) -> torch.Generator | None:
     if random is None:
         return None
     return random.for_device(torch.device("cpu") if device is None else torch.device(device))
+
+
+def step_seed() -> int:
+    """A seed for one training step's own sampler (the sampled softmax's draws, made by the C
+    step or the device step's planner), drawn from the fit's generator (else torch's global
+    one), on the training thread, in the batches' order."""
+    return int(torch.randint(0, 2**62, (), generator=generator()).item())
 
 
 def loader_generator(fitting: bool) -> torch.Generator | None:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ....ops.sibling_paths import sibling_plan
+from .._random import step_seed
 from ._plan import StepPlan, StepPlanner
 
 __all__ = ["DeviceStep", "device_engine_refusal", "device_step_refusal", "triton_available"]
@@ -175,9 +176,7 @@ class DeviceStep:
         ``None`` when no group is wider than the limit (nothing is drawn)."""
         if not self.planner.samples:
             return None
-        from .._random import generator
-
-        return int(torch.randint(0, 2**62, (), generator=generator()).item())
+        return step_seed()
 
     def _work(self, plan: StepPlan) -> dict[str, torch.Tensor]:
         """The step's work buffers for a plan shape, allocated once (fixed addresses: a CUDA graph
