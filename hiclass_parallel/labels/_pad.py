@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import describe_some
+from ._paths import right_pad
 
 __all__ = ["pad_paths"]
 
@@ -74,8 +75,4 @@ def pad_paths(paths: Iterable[Any], pad_label: Hashable | None = None) -> np.nda
         if clash:
             raise ValueError(f"paths of rows {describe_some(clash)} hold the pad label {pad_label!r} as a name; "
                              "choose another pad_label")
-    out = np.empty((len(rows), max((len(r) for r in rows), default=0)), dtype=object)
-    out[:] = pad_label
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
+    return right_pad(rows, pad_label)

@@ -35,12 +35,16 @@ def _ragged_rows(y: Any, pad: Any) -> np.ndarray | None:
     anything else (rectangular lists go through ``np.asarray``)."""
     if not (isinstance(y, (list, tuple)) and y and all(isinstance(row, (list, tuple, np.ndarray)) for row in y)):
         return None
-    lengths = {len(row) for row in y}
-    if len(lengths) == 1:
+    if len({len(row) for row in y}) == 1:
         return None
-    out = np.empty((len(y), max(lengths)), dtype=object)
+    return right_pad(y, pad)
+
+
+def right_pad(rows: Any, pad: Any) -> np.ndarray:
+    """Paths of any lengths as one object array, each row right-padded with ``pad``."""
+    out = np.empty((len(rows), max((len(row) for row in rows), default=0)), dtype=object)
     out[:] = pad
-    for i, row in enumerate(y):
+    for i, row in enumerate(rows):
         out[i, : len(row)] = list(row)
     return out
 
