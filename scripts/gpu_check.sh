@@ -51,7 +51,7 @@ if [ "$what" = device ]; then
     # each part under its own time limit, so that one slow part leaves the others their time
     # (TESTS_S=0 skips the tests; GRAPH_TASKS also runs those tasks with the step replayed as a CUDA graph)
     if [ "${TESTS_S:-150}" != 0 ]; then
-        timeout ${TESTS_S:-150} $PY -m pytest -p no:cacheprovider -q -rfEs tests/estimators/test_device_step.py 2>&1 \
+        timeout ${TESTS_S:-150} $PY -m pytest -p no:cacheprovider -q -rfEs tests/estimators/networks/test_device_step.py 2>&1 \
             | tee "$OUT/pytest_device_step.log" | tail -n 30
         status=$((status | ${PIPESTATUS[0]}))
     fi

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 n=${1:-50}
 shift || true
 paths=("$@")
-[ ${#paths[@]} -eq 0 ] && paths=(tests/estimators/test_data_parallel.py)
+[ ${#paths[@]} -eq 0 ] && paths=(tests/estimators/networks/test_data_parallel.py)
 python=${PYTHON:-.venv/bin/python}
 workers=${WORKERS:-2}
 log=${LOG:-$(mktemp -d)}

@@ -15,7 +15,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 
-from hiclass_parallel import Tree, pad_paths
+from hiclass_parallel import Tree
 from hiclass_parallel.dag import Dag
 from hiclass_parallel.exceptions import UnknownClassWarning, UnknownLabelError
 from hiclass_parallel.metrics import (
@@ -192,24 +192,3 @@ def test_cross_val_score_and_grid_search_with_folds_missing_classes():
                               scoring=get_scorer("hierarchical_f1"), error_score="raise").fit(X, y)
     assert np.isfinite(scores).all() and (scores > 0.5).all()
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
-
-
-def test_pad_paths_makes_ragged_paths_model_selection_ready():
-    ragged = [["food", "fruit", "apple"], ["tools"], ["food", "veg"]] * 10
-    padded = pad_paths(ragged)
-    assert padded.shape == (30, 3) and padded[1].tolist() == ["tools", "", ""]
-    assert pad_paths([(1, 2), [3]]).tolist() == [[1, 2], [3, -1]]
-    with pytest.raises(TypeError, match="path_sep"):
-        pad_paths(["food/fruit"])
-    with pytest.raises(ValueError, match="rows 1 are empty"):
-        pad_paths([["a"], []])
-    with pytest.raises(ValueError, match="hold the pad label ''"):
-        pad_paths([["a", ""], ["b"]])
-    from hiclass_parallel.estimators import HierarchicalClassifier
-
-    texts = [" ".join(p) for p in ragged]
-    model = make_pipeline(TfidfVectorizer(), HierarchicalClassifier(max_epochs=2, random_state=0))
-    with pytest.raises(ValueError, match="legacy multi-label"):  # scikit-learn's own check of y
-        GridSearchCV(model, {"hierarchicalclassifier__lr": [0.01]}, cv=3).fit(texts, ragged)
-    search = GridSearchCV(model, {"hierarchicalclassifier__lr": [0.01]}, cv=3).fit(texts, padded)
-    assert search.best_score_ > 0.5

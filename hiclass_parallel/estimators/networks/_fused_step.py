@@ -23,7 +23,7 @@ fallback for what the configuration cannot see (a batch that is not CSR, weights
 non-trainable or of another dtype, a kernel missing where a saved model is loaded, a dense
 batch of another dtype); the net
 counts such batches (``TreeNet.step_fallbacks_``). Anything else trains through torch, which stays the reference the fused step is tested equal to
-(``tests/estimators/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
+(``tests/estimators/networks/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
 COO, already coalesced, for the input and output rows) and leaves the update to the optimizer,
 so skorch's loop, callbacks that read gradients, gradient clipping, learning-rate schedules and
 data-parallel all-reduces see what they see on the torch route. The row gradients' values live

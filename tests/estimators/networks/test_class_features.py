@@ -187,7 +187,7 @@ def test_the_class_text_example_of_the_docs_runs(one_torch_thread, capsys):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "class-text.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "class-text.md").read_text()
     section = text[text.index("# Class text"):]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     namespace: dict = {}

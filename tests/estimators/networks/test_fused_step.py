@@ -3,7 +3,7 @@
 The torch route (``SparseMLP.encode`` / ``scorer``, ``PathLocalCrossEntropy``, autograd) is the
 reference: the fused step must give the same loss and the same gradients, on random trees with
 shuffled ids, with and without stops, both semantics, with and without the in-batch level term
-and unlabelled rows. (``LazyAdam``'s C row update: ``tests/estimators/test_optim.py``.)
+and unlabelled rows. (``LazyAdam``'s C row update: ``tests/estimators/networks/test_optim.py``.)
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def test_out_of_range_targets_are_a_named_error(random_tree):
 def test_the_fused_step_refuses_what_it_was_not_written_for(random_tree):
     module, criterion, X, _y = _case(random_tree, 2, True, "terminal", 0.3)
     assert "dropout" in fused_step_refusal(SparseMLP(30, module.n_outputs, dropout=0.5), criterion, X)
-    dense = X.to_dense().double()  # a dense float32 batch is taken (tests/estimators/test_fused_dense.py)
+    dense = X.to_dense().double()  # a dense float32 batch is taken (tests/estimators/networks/test_fused_dense.py)
     assert "sparse CSR" in fused_step_refusal(module, criterion, dense)
     summed = PathLocalCrossEntropy(criterion.tree, stop=True, reduction="sum")
     assert "reduction 'sum'" in fused_step_refusal(module, summed, X)

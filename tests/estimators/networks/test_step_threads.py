@@ -71,7 +71,7 @@ def test_a_fit_gives_the_same_weights_bit_for_bit_beside_a_busy_thread():
 
 def test_callers_on_several_threads_share_the_pool():
     # Two fits at once take turns phase by phase, and neither waits for ever (that each equals
-    # a lone fit with its random_state is tests/estimators/test_random_threads.py's).
+    # a lone fit with its random_state is tests/estimators/networks/test_random_threads.py's).
     results: list = [None, None]
 
     def run(i: int) -> None:
