@@ -237,7 +237,7 @@ def _cmd_tree(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
-    from .estimators.fitting._validation import check_device
+    from .estimators._checks import check_device
 
     check_device(args.device)  # before loading data and building the features
     if args.full_tree and args.root is not None:

@@ -29,12 +29,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, Options, RealNotInt, StrOptions
 
 from ..tree import PARTITIONS, Tree
+from ._checks import NotBool, validate_X
 from .fitting._config import TRAINING
 from .fitting._fit import run_fit
 from .fitting._guards import keep_fitted_state_on_error
 from .fitting._params import NetParamsMixin
 from .fitting._targets import PathTargets
-from .fitting._validation import NotBool, validate_X
 from .networks._data import TreeDataset
 from .prediction._predict import PredictMixin
 

@@ -32,8 +32,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..dag import Dag, UnrolledDag
 from ..labels._sets import write_label_sets
 from ..tree import Tree
+from ._checks import check_decidable
 from .classifier import HierarchicalClassifier
-from .fitting._guards import check_decidable
 from .fitting._targets import LabelSetTargets
 
 __all__ = ["MultiLabelHierarchicalClassifier"]

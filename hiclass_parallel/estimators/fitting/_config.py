@@ -24,11 +24,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...tree import Tree
+from .._defaults import BATCH_SIZE
 from ._capabilities import ModuleCapabilities, module_capabilities
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MANY_ROWS",
-           "FLAT_MAX_DENSE_WORK", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "FLAT_MAX_WORK_MANY_ROWS", "BATCH_SIZE",
-           "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes", "inference_batch_size",
+           "FLAT_MAX_DENSE_WORK", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "FLAT_MAX_WORK_MANY_ROWS",
+           "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes",
            "resolve_batch_size", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
            "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads", "unit_length_rows"]
 
@@ -42,9 +43,6 @@ TRAINING = ("auto", "path_local", "full")
 #: of this size trains as accurately as the exact softmax, at a fraction of its cost
 #: (docs/performance.md, "Wide sibling groups").
 SOFTMAX_SAMPLE = 1024
-
-#: ``batch_size="auto"``: training batches of this many rows, and prediction batches always.
-BATCH_SIZE = 256
 
 #: ... but the text model's batch is halved (down to :data:`MIN_BATCH_SIZE`) while an epoch would
 #: have fewer than this many steps: on a few hundred rows, full batches give the epoch rule a
@@ -265,11 +263,6 @@ def resolve_batch_size(requested: int | str, capabilities: ModuleCapabilities, n
     return batch, (f"a small fit of {n_rows:,} rows: batches of {batch} give an epoch {-(-n_rows // batch)} steps "
                    f"(the text model halves {BATCH_SIZE} down to {MIN_BATCH_SIZE} for at least "
                    f"{MIN_STEPS_PER_EPOCH})")
-
-
-def inference_batch_size(requested: int | str) -> int:
-    """Rows per prediction batch: ``batch_size``, :data:`BATCH_SIZE` for ``"auto"``."""
-    return BATCH_SIZE if isinstance(requested, str) else int(requested)
 
 
 def resolve_threads(estimator: Any) -> int | None:

@@ -37,6 +37,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
+from .._checks import validate_X
 from ..answer._held_out import learn_by_cross_fitting, learn_on_held_out, learns_weights
 from ..calibration._calibration import plan_calibration
 from ..prototypes._fit_prototypes import data_parallel_group, added_prototypes, fitted_prototypes, held_out_prototypes
@@ -45,7 +46,7 @@ from ._build import build_net, net_params
 from ._config import config_changes, resolve_config, resolve_flat_term, resolve_threads, unit_length_rows
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
-from ._validation import check_params, validate_X, warn_if_scales_differ, warn_ignored_changes
+from ._validation import check_params, warn_if_scales_differ, warn_ignored_changes
 from ._weights import check_fit_sample_weight, item_weights
 
 __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]

@@ -44,6 +44,7 @@ from sklearn.utils.validation import check_is_fitted
 from ...exceptions import TreeError
 from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
+from .._checks import validate_X
 from ..prototypes._fit_prototypes import wants_prototypes
 from ..prototypes._prototypes import prototypes_kind
 from ._build import build_net
@@ -52,7 +53,6 @@ from ._fit import _draw_seed, seeded, training_threads
 from ._guards import check_trained_scores
 from ._params import attach_net
 from ._targets import PathTargets
-from ._validation import validate_X
 from ._weights import check_fit_sample_weight, item_weights
 
 __all__ = ["carry_state", "grown_ids", "initial_rows", "replay_rows", "run_grow"]

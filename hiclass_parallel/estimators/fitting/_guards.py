@@ -10,8 +10,9 @@ Kept out of ``classifier.py`` so that the classifier calls each guard in one lin
   the call, its fitted attributes and the net trained in place alike;
 - :func:`mean_loss` and :func:`warn_if_worse`: continued training that leaves the model much
   worse on the rows it trained on gets a :class:`~hiclass_parallel.exceptions.DivergenceWarning`;
-- :func:`check_trained_scores` (after fit) and :func:`check_decidable` (in predict): finite input
-  scored NaN or infinite means training diverged: :class:`DivergedError`, never empty paths.
+- :func:`check_trained_scores` (after fit; predict's own is
+  :func:`~hiclass_parallel.estimators._checks.check_decidable`): finite input scored NaN or
+  infinite means training diverged: :class:`DivergedError`, never empty paths.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import Any
 from skorch.callbacks import Callback
 
 from ...exceptions import DivergedError, DivergenceWarning, NonFiniteLossError
+from .._checks import diverged_message
 
 __all__ = [
     "FiniteLossGuard",
-    "check_decidable",
     "check_trained_scores",
     "fitted_attributes",
     "keep_fitted_state_on_error",
@@ -168,15 +169,6 @@ def keep_net_on_error(net: Any) -> Iterator[None]:
         raise
 
 
-def diverged_message(n_bad: int, n_rows: int, lr: Any) -> str:
-    lr = f"{lr:.3g}" if isinstance(lr, (int, float)) else lr
-    return (
-        f"{n_bad} of {n_rows} sample(s) of finite input got NaN or infinite scores from the trained network "
-        f"(lr={lr}): training diverged, though the loss stayed finite. Lower lr (e.g. by 10x), scale X "
-        "(e.g. StandardScaler), or use the default optimizer"
-    )
-
-
 def check_trained_scores(net: Any, dataset: Any, n_rows: int = 64) -> None:
     """Raise :class:`DivergedError` when the trained network scores the first rows of its
     training data (at most ``n_rows``, finite by validation) as NaN or infinity.
@@ -249,13 +241,3 @@ def warn_if_worse(before: float | None, after: float | None, lr: Any) -> None:
         DivergenceWarning,
         stacklevel=6,  # the caller of fit / partial_fit
     )
-
-
-def check_decidable(n_bad: int, n_rows: int, lr: Any = None) -> None:
-    """Raise :class:`DivergedError` when ``n_bad`` of ``n_rows`` rows got NaN or ``+inf`` scores.
-
-    ``X`` is checked finite before prediction, so non-finite scores come from the network's
-    weights: an answer would be an empty path, which is not an answer.
-    """
-    if n_bad:
-        raise DivergedError(diverged_message(n_bad, n_rows, lr))

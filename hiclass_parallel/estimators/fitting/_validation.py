@@ -1,21 +1,14 @@
-"""Every check of what a classifier is given, in one place: its settings, ``X`` and its labels.
+"""The fit's own checks of what a classifier is given: its settings, the scale of ``X``, its labels.
 
 Each check raises an error (or a warning, where the input is valid but surely not meant) that
-names the setting or value and what to do instead, before anything is trained or predicted:
+names the setting or value and what to do instead, before anything is trained. The checks that
+fit and predict share (``X``, the prediction settings, the device) are
+:mod:`hiclass_parallel.estimators._checks`:
 
-- settings beyond ``_parameter_constraints`` (:func:`check_params`, :func:`check_device`, at
-  the start of ``fit`` before any data is read: torch's own errors here are an
-  ``AssertionError`` "Torch not compiled with CUDA enabled" or a list of every device type
-  torch knows); the settings read at prediction (:data:`PREDICTION_PARAMS`), which may change
-  after fit (``set_params``), held to the constructor's constraints where prediction reads them
-  (:func:`check_prediction_params`), and a weight given to a re-ranking term the fit did not
-  build (:func:`warn_unprepared_terms`); :class:`NotBool` for numbers that ``True`` must not pass as;
-- ``X`` (:func:`validate_X`): arrays through scikit-learn's ``validate_data``, torch tensors
-  (kept on their device) through :func:`check_tensor` (sparse ones through
-  :func:`sparse_tensor_to_csr`), with the same messages; the column indices of a CSR ``X``
-  (:func:`check_column_indices`); then, on every route, values that float32 (what the network
-  computes in) cannot hold (:func:`check_float32_range`); at ``fit``, dense columns orders of
-  magnitude larger than the others, named (:func:`warn_if_scales_differ`);
+- settings beyond ``_parameter_constraints`` (:func:`check_params`, at the start of ``fit``
+  before any data is read);
+- at ``fit``, dense columns of ``X`` orders of magnitude larger than the others, named
+  (:func:`warn_if_scales_differ`);
 - the labels: all internal nodes under ``semantics="partial"`` (:func:`suggest_terminal`);
 - continued training (``warm_start``, ``partial_fit``): changed parameters the fitted network
   cannot take (:func:`warn_ignored_changes`).
@@ -31,115 +24,18 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 import torch
-from sklearn.utils._param_validation import Interval, validate_parameter_constraints
-from sklearn.utils.validation import validate_data
 
 from ...exceptions import FeatureScaleWarning, IgnoredSettingWarning, caller_stacklevel
+from .._checks import check_device
+from ._params import check_kwargs
 
-__all__ = ["PREDICTION_PARAMS", "NotBool", "check_column_indices", "check_device", "check_float32_range",
-           "check_params", "check_prediction_params", "check_tensor", "sparse_tensor_to_csr", "suggest_terminal",
-           "validate_X", "warn_if_scales_differ", "warn_ignored_changes", "warn_unprepared_terms"]
+__all__ = ["check_params", "suggest_terminal", "warn_if_scales_differ", "warn_ignored_changes"]
 
 
 # ---------------------------------------------------------------------------- settings
-#: The parameters prediction reads (``decision_function``, ``predict*``, ``score``), which may
-#: be changed after fit.
-PREDICTION_PARAMS = ("semantics", "decoding", "threshold", "top_k", "prototypes", "prototype_candidates",
-                     "flat_term", "batch_size")
-
-
-class NotBool(Interval):
-    """An :class:`~sklearn.utils._param_validation.Interval` that no ``bool`` satisfies: where
-    ``True`` would read as "on" but mean the number 1 (``prototypes=True`` is not ``"auto"``)."""
-
-    def is_satisfied_by(self, val: Any) -> bool:
-        return not isinstance(val, bool) and super().is_satisfied_by(val)
-
-    def __str__(self) -> str:
-        return f"{super().__str__()} (not a bool)"
-
-
-def check_prediction_params(estimator: Any) -> None:
-    """Raise ``InvalidParameterError`` (naming the parameter, its value and what it may be)
-    unless the estimator's :data:`PREDICTION_PARAMS` meet its ``_parameter_constraints``:
-    ``set_params`` after fit validates nothing, and an unknown ``decoding`` or a negative
-    ``prototypes`` would otherwise act as some other setting."""
-    constraints = type(estimator)._parameter_constraints
-    names = [name for name in PREDICTION_PARAMS if name in constraints and hasattr(estimator, name)]
-    validate_parameter_constraints({name: constraints[name] for name in names},
-                                   {name: getattr(estimator, name) for name in names},
-                                   caller_name=type(estimator).__name__)
-
-
-def warn_unprepared_terms(estimator: Any) -> None:
-    """Warn (:class:`~hiclass_parallel.exceptions.IgnoredSettingWarning`) for each re-ranking
-    term given a weight after fit that the fit did not build, naming the setting and the refit
-    that would build it.
-
-    ``prototypes`` and ``flat_term`` may change after fit, but only the weight of a term the
-    fit built: without ``prototypes_`` (a fit with ``prototypes=None``) or ``flat_term_`` (a
-    fit that kept no flat term) a number would change nothing, silently. ``"auto"`` stands for
-    the fit's choice, none included, and ``None`` or 0 ask for no term: neither warns.
-    """
-    if not getattr(type(estimator), "_reranks", False):
-        return
-    terms = (("prototypes", "prototypes_", "the fit built no class prototypes"),
-             ("flat_term", "flat_term_", "the fit kept no flat term"))
-    for name, fitted, missing in terms:
-        value = getattr(estimator, name, None)
-        if value is None or isinstance(value, str) or value == 0 or getattr(estimator, fitted, None) is not None:
-            continue
-        reason = getattr(estimator.config_, "flat_term_reason", "") if name == "flat_term" else ""
-        # The predict methods reach here from different depths: point at the user's line.
-        warnings.warn(
-            f"{name}={value!r} asks to re-rank the answers, but {missing}"
-            f"{f' ({reason})' if reason else ''}, so predictions ignore it; fit again with {name}={value!r} "
-            "to build it",
-            IgnoredSettingWarning,
-            stacklevel=caller_stacklevel(),
-        )
-
-
-def check_device(device: Any) -> None:
-    """Raise ``ValueError`` unless ``device`` names a torch device that this machine has.
-
-    Parameters
-    ----------
-    device : str or torch.device
-        ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``...
-
-    Examples
-    --------
-    >>> check_device("cpu")
-    >>> check_device("nonsense")
-    Traceback (most recent call last):
-    ...
-    ValueError: device='nonsense' is not a torch device: use 'cpu', 'cuda' or 'cuda:N' (a GPU index), or 'mps'
-    """
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(
-            f"device={device!r} is not a torch device: use 'cpu', 'cuda' or 'cuda:N' (a GPU index), or 'mps'"
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            why = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA GPU"
-            raise ValueError(f"device={device!r} but {why} on this machine: use device='cpu'")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device={device!r} but this machine has {torch.cuda.device_count()} CUDA GPU(s) "
-                f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})"
-            )
-    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise ValueError(f"device={device!r} but torch sees no MPS (Apple GPU) device here: use device='cpu'")
-
-
 def check_params(estimator: Any) -> None:
     """The checks of ``fit`` beyond ``_parameter_constraints``: unknown parameter names, a module
     instance instead of a class, the device, terminal semantics without stops."""
-    from ._params import check_kwargs
-
     check_kwargs({k: None for k in vars(estimator) if not k.endswith("_") and not k.startswith("_")}, estimator)
     module = estimator.module
     if module is not None and (isinstance(module, torch.nn.Module) or not isinstance(module, type)):
@@ -158,32 +54,6 @@ def check_params(estimator: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- X
-#: The largest magnitude a float32 holds; a larger finite float64 becomes ``inf`` in the network.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def validate_X(estimator: Any, X: Any, reset: bool) -> Any:
-    """``X`` checked (2-D, samples, finite, floating point); with ``reset`` the estimator's
-    ``n_features_in_`` (and ``feature_names_in_``) are set, else ``X`` must match them; every
-    value must fit in float32 (:func:`check_float32_range`)."""
-    if not isinstance(X, torch.Tensor):
-        return check_float32_range(check_column_indices(validate_data(
-            estimator, X, reset=reset, accept_sparse="csr", dtype=[np.float32, np.float64], ensure_all_finite=True
-        )))
-    X = check_float32_range(check_tensor(X))
-    n_features = int(X.shape[1])
-    if reset:
-        estimator.n_features_in_ = n_features
-        if hasattr(estimator, "feature_names_in_"):
-            del estimator.feature_names_in_
-    elif n_features != estimator.n_features_in_:
-        raise ValueError(
-            f"X has {n_features} features, but {type(estimator).__name__} is expecting "
-            f"{estimator.n_features_in_} features as input."
-        )
-    return X
-
-
 #: A dense column whose root mean square is this many times the median column's is named by
 #: :func:`warn_if_scales_differ` (two orders of magnitude: a year beside unit-scale features).
 SCALE_RATIO = 100.0
@@ -239,155 +109,6 @@ def warn_if_scales_differ(estimator: Any, X: Any) -> None:
         f"square of {median:.3g} over the {rms.size} columns. The network, initialised for inputs of unit scale, "
         "learns little from such input: standardise X (e.g. StandardScaler before the classifier in a Pipeline), "
         "or centre and scale those columns", FeatureScaleWarning, stacklevel=caller_stacklevel())
-
-
-def check_float32_range(X: Any) -> Any:
-    """``X`` unchanged, or a ``ValueError`` naming its first value outside float32's range.
-
-    The network computes in float32, so a finite float64 beyond about 3.4e38 becomes ``inf``
-    there and every score of its row NaN, which reads as a diverged training. One pass over
-    the values (a dense array, a sparse matrix's stored values, a tensor) finds whether any
-    is out of range; the offending row and column are looked for only then.
-
-    Parameters
-    ----------
-    X : ndarray, scipy sparse matrix or torch.Tensor of shape (n_samples, n_features)
-        Finite values (already checked).
-
-    Returns
-    -------
-    X : the same object
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> check_float32_range(np.array([[1.0, 2.0], [3.0, -1e39]]))
-    Traceback (most recent call last):
-    ...
-    ValueError: Input X[1, 1] = -1e+39 is outside the range of float32 (magnitude at most 3.4e+38), which the network computes in: scale the features (e.g. StandardScaler) or clip them
-    """
-    if isinstance(X, torch.Tensor):
-        if X.dtype in (torch.float32, torch.float16, torch.bfloat16) or X.numel() == 0:
-            return X
-        low, high = torch.aminmax(X)  # no temporary the size of X
-        if max(-float(low), float(high)) <= FLOAT32_MAX:
-            return X
-        row, col = (int(i) for i in torch.nonzero(X.abs() > FLOAT32_MAX)[0])
-        raise _out_of_range(row, col, float(X[row, col]))
-    values = X.data if sp.issparse(X) else X
-    if values.dtype.itemsize <= 4 or values.size == 0 or not np.issubdtype(values.dtype, np.floating):
-        return X
-    if max(-float(values.min()), float(values.max())) <= FLOAT32_MAX:  # no temporary the size of X
-        return X
-    if sp.issparse(X):
-        pos = int(np.flatnonzero(np.abs(X.data) > FLOAT32_MAX)[0])
-        row, col = int(np.searchsorted(X.indptr, pos, side="right") - 1), int(X.indices[pos])
-        raise _out_of_range(row, col, float(X.data[pos]))
-    row, col = (int(i) for i in np.argwhere(np.abs(X) > FLOAT32_MAX)[0])
-    raise _out_of_range(row, col, float(X[row, col]))
-
-
-def check_column_indices(X: Any) -> Any:
-    """``X`` unchanged, or a ``ValueError`` naming a stored entry of a CSR ``X`` whose column
-    index lies outside ``[0, n_features)``.
-
-    scipy checks the indices of a matrix it builds, but not those written into ``X.indices``
-    afterwards (a hand-made or damaged matrix); ``validate_data`` does not check them either,
-    and an index out of range would fail deep in training or prediction without naming ``X``.
-    One pass over the stored indices (their minimum and maximum) decides.
-
-    Parameters
-    ----------
-    X : ndarray or scipy sparse CSR matrix of shape (n_samples, n_features)
-
-    Returns
-    -------
-    X : the same object
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> import scipy.sparse as sp
-    >>> X = sp.csr_matrix(np.eye(3, dtype=np.float32))
-    >>> X.indices[1] = 7
-    >>> check_column_indices(X)
-    Traceback (most recent call last):
-    ...
-    ValueError: X is a sparse matrix of shape (3, 3), but its stored entry 1 (row 1) has column index 7, outside [0, 3): its indices are damaged; build the matrix with scipy.sparse.csr_matrix((data, indices, indptr), shape=...), which checks them
-    """
-    if not sp.issparse(X) or X.format != "csr" or X.nnz == 0:
-        return X
-    indices = X.indices[: X.nnz]
-    n_features = X.shape[1]
-    if int(indices.min()) >= 0 and int(indices.max()) < n_features:
-        return X
-    pos = int(np.flatnonzero((indices < 0) | (indices >= n_features))[0])
-    row = int(np.searchsorted(X.indptr, pos, side="right") - 1)
-    raise ValueError(
-        f"X is a sparse matrix of shape {X.shape}, but its stored entry {pos} (row {row}) has column index "
-        f"{int(indices[pos])}, outside [0, {n_features}): its indices are damaged; build the matrix with "
-        "scipy.sparse.csr_matrix((data, indices, indptr), shape=...), which checks them"
-    )
-
-
-def _out_of_range(row: int, col: int, value: float) -> ValueError:
-    return ValueError(
-        f"Input X[{row}, {col}] = {value:.6g} is outside the range of float32 (magnitude at most "
-        f"{FLOAT32_MAX:.2g}), which the network computes in: scale the features (e.g. StandardScaler) or clip them"
-    )
-
-
-def check_tensor(X: torch.Tensor) -> torch.Tensor | sp.csr_matrix:
-    """A torch X checked as ``validate_data`` checks arrays (2-D, samples, finite), made floating
-    point and detached from autograd (an encoder's output that requires grad is read as its values).
-
-    A sparse tensor (COO, CSR, CSC...) comes back as the scipy CSR matrix of its values
-    (:func:`sparse_tensor_to_csr`), which every module and decoder takes.
-    """
-    # The classifiers never differentiate through X; a detached view (no copy) lets every route
-    # (the re-ranking's NumPy reads among them) take it.
-    X = X.detach()
-    if X.layout != torch.strided:
-        return sparse_tensor_to_csr(X)
-    if X.ndim != 2:
-        raise ValueError(f"Expected a 2-D X of shape (n_samples, n_features), got a tensor of shape {tuple(X.shape)}")
-    if not X.is_floating_point():
-        X = X.to(torch.float32)
-    if X.shape[0] < 1:
-        raise ValueError(f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is required.")
-    if bool(torch.isnan(X).any()):
-        raise ValueError("Input X contains NaN.")
-    if bool(torch.isinf(X).any()):
-        raise ValueError("Input X contains infinity.")
-    return X
-
-
-def sparse_tensor_to_csr(X: torch.Tensor) -> sp.csr_matrix:
-    """A 2-D torch sparse tensor as a scipy CSR matrix (on the host), checked as ``validate_data``
-    checks a scipy X: samples, finite stored values, float32 or float64.
-
-    Batches of a torch sparse tensor cannot be sliced by row (torch has no row indexing for
-    sparse layouts); the scipy CSR route is the one sparse route the classifiers have, and it
-    keeps the input sparse: only the stored values move, never a dense copy.
-    """
-    if X.ndim != 2 or X.dense_dim() != 0:
-        raise ValueError(
-            f"a torch sparse X must be 2-D with scalar values, shape (n_samples, n_features); got a {X.layout} "
-            f"tensor of shape {tuple(X.shape)} with {X.dense_dim()} dense dimension(s)"
-        )
-    coo = (X if X.layout == torch.sparse_coo else X.to_sparse_coo()).coalesce().cpu()
-    values = coo.values()
-    if values.dtype not in (torch.float32, torch.float64):
-        values = values.to(torch.float32)  # as check_tensor makes dense tensors floating point
-    rows, cols = coo.indices().numpy()
-    out = sp.csr_matrix((values.numpy(), (rows, cols)), shape=tuple(X.shape))
-    if out.shape[0] < 1:
-        raise ValueError(f"Found array with 0 sample(s) (shape={out.shape}) while a minimum of 1 is required.")
-    if np.isnan(out.data).any():
-        raise ValueError("Input X contains NaN.")
-    if np.isinf(out.data).any():
-        raise ValueError("Input X contains infinity.")
-    return out
 
 
 # ---------------------------------------------------------------------------- labels, continued training

@@ -70,12 +70,12 @@ from ..._version import __version__
 from ...exceptions import ModelFileError
 from ...labels._paths import check_pad_not_a_label
 from ...tree import PARTITIONS, Tree
+from .._checks import check_device
 from ..calibration._calibration import BetaCalibrator
 from ..fitting._build import build_net
 from ..networks._random import FitRandom, draws_from_fit_generator, drawing_from
 from ..fitting._config import FitConfig
 from ..fitting._params import attach_net
-from ..fitting._validation import check_device
 from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
 
 if TYPE_CHECKING:

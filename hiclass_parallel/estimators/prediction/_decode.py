@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..fitting._config import inference_batch_size
+from .._checks import inference_batch_size
 from ..prototypes._prototypes import last_nodes, rerank_order
 
 __all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of"]

@@ -21,9 +21,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from ...tree import PAD
-from ..fitting._config import inference_batch_size
-from ..fitting._guards import check_decidable
-from ..fitting._validation import check_prediction_params, warn_unprepared_terms
+from .._checks import check_decidable, check_prediction_params, inference_batch_size, warn_unprepared_terms
 from ..prototypes._prototypes import last_nodes
 from ._decode import Decoder, check_semantics, decode, decoder_of
 

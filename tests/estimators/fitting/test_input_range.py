@@ -11,7 +11,7 @@ import torch
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier
-from hiclass_parallel.estimators.fitting._validation import check_float32_range
+from hiclass_parallel.estimators._checks import check_float32_range
 
 ROUTES = {
     "dense": lambda X: X,

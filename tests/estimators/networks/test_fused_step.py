@@ -132,7 +132,7 @@ def test_sample_weights_on_the_fused_step_equal_the_torch_route_and_repeated_row
     torch route's with the same weights (dense rows and listed pairs in the bigger batch), and
     integer weights equal the unweighted step on every row repeated that many times (a zero
     weight: the row dropped, also from the in-batch level term's candidates)."""
-    from hiclass_parallel.estimators.fitting._validation import sparse_tensor_to_csr
+    from hiclass_parallel.estimators._checks import sparse_tensor_to_csr
 
     module, criterion, X, y = _case(random_tree, seed, stop, semantics, level, B=B, n=400 if B > 100 else 60, H=16)
     rng = np.random.default_rng(seed)

@@ -1,0 +1,4 @@
+"""placeholder"""
+HIDDEN_UNITS = 256
+SVM_PASSES = 1.0
+TERM_BUDGET = 0.3
