@@ -4,16 +4,18 @@ On trees of a few hundred classes one 80/20 split holds 38-235 test rows, so a r
 with the split: this script fits, per subtree and split seed, on the same TF-IDF features as
 ``bench_text`` (glosses with lemma names):
 
-- ``defaults``: ``HierarchicalClassifier(tree, semantics="terminal", random_state=seed)`` (on
-  these fits ``flat_term="auto"`` keeps the flat linear term and ``batch_size="auto"`` trains
-  in batches of 32-128: ``config_.flat_term_reason``, ``config_.batch_size_reason``);
+- ``defaults``: ``HierarchicalClassifier(tree, semantics="terminal", random_state=seed)`` (the
+  answer model: the terms within the cost budget, their weights learnt on held-out rows,
+  ``config_.terms_tried_reason``, ``config_.term_weights_reason``; ``batch_size="auto"`` trains
+  in batches of 32-128 on these fits: ``config_.batch_size_reason``);
+- ``network``: the network alone (``prototypes=None, flat_term=None``);
 - ``no-flat-term``: the same with ``flat_term=None`` (the small batches alone);
 - ``batch-256``: the same with ``batch_size=256`` (the flat term alone);
 - ``previous``: ``flat_term=None, batch_size=256``, the defaults before both;
 - ``linear-svc``: a flat ``LinearSVC()`` over the training targets.
 
-A subtree is named by its ``bench_text`` subset name or by a noun synset's first lemma
-(``tool`` is ``tool.n.01``). It prints each subtree's mean hF1 / exact over the seeds, and the
+A subtree is named by its ``bench_text`` subset name (``nouns``: every noun) or by a noun
+synset's first lemma (``tool`` is ``tool.n.01``). It prints each subtree's mean hF1 / exact over the seeds, and the
 mean over all. A fourth argument, a JSON object ``{name: parameters}``, adds candidate settings
 of the defaults as more methods (``{"flat-8": {"flat_term": 8.0}}``); a fifth, a comma-separated list of
 method names, runs only those.
@@ -38,9 +40,9 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-METHODS = ("defaults", "no-flat-term", "batch-256", "previous", "linear-svc")
-PARAMS = {"defaults": {}, "no-flat-term": {"flat_term": None}, "batch-256": {"batch_size": 256},
-          "previous": {"flat_term": None, "batch_size": 256}}
+METHODS = ("defaults", "network", "no-flat-term", "batch-256", "previous", "linear-svc")
+PARAMS = {"defaults": {}, "network": {"prototypes": None, "flat_term": None}, "no-flat-term": {"flat_term": None},
+          "batch-256": {"batch_size": 256}, "previous": {"flat_term": None, "batch_size": 256}}
 
 
 def run(subsets: list[str], seeds: list[int], candidates: dict[str, dict] | None = None,
@@ -60,7 +62,7 @@ def run(subsets: list[str], seeds: list[int], candidates: dict[str, dict] | None
     torch.set_num_threads(1)
     out = {}
     for name in subsets:
-        root = SUBSETS.get(name) or (name if "." in name else f"{name}.n.01")
+        root = SUBSETS[name] if name in SUBSETS else (name if "." in name else f"{name}.n.01")  # nouns: None
         for seed in seeds:
             d = make_text(root, seed)
             tree = Tree.from_parents(np.asarray(d["tree"].parents))  # labels are node ids

@@ -1,0 +1,119 @@
+"""Estimated costs of a fit's parts, in one unit, so that a re-ranking term is tried only within a budget.
+
+The answer model re-ranks the network's candidates with terms (the class prototypes, a flat
+linear SVM). Whether a term is tried is decided by its estimated cost against the network's own
+estimated fit (:func:`~._config.resolve_flat_term`, the budget
+:data:`~hiclass_parallel.estimators._defaults.TERM_BUDGET`). The estimates count
+multiply-adds, the work of each part's inner loops:
+
+- the network (:func:`network_cost`): every epoch, each row's non-zeros (dense: every column)
+  times the hidden width on the way in, and the columns of the softmax groups on the row's
+  target path times the hidden width on the way out (a sampled group counts its sample);
+- the flat SVM against every row (:func:`flat_svm_cost`): liblinear's one-vs-rest coordinate
+  descent passes over every non-zero once per target and pass;
+- the SVM of the candidates (:func:`candidates_svm_cost`): each target against the rows whose
+  candidates hold it, about ``candidates + 1`` passes over the non-zeros in all;
+- the least-squares SVM of dense rows (:func:`least_squares_cost`): the Gram matrix and its
+  solve;
+- the class prototypes (:func:`prototypes_cost`): one pass over the non-zeros.
+
+The liblinear passes are an effective count
+(:data:`~hiclass_parallel.estimators._defaults.SVM_PASSES`): it also folds in that one of
+liblinear's multiply-adds costs more time than one of the fused training step's, so that the
+ratio of two estimates is the ratio of the measured seconds (``docs/performance.md``, "The
+cost of the answer's terms").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._defaults import SVM_PASSES, SVM_TARGET_COST
+
+__all__ = ["candidates_svm_cost", "flat_svm_cost", "hidden_width", "input_entries", "least_squares_cost",
+           "mean_path_columns", "network_cost", "prototypes_cost"]
+
+
+def input_entries(X: Any) -> int:
+    """The entries a pass over ``X`` reads: its non-zeros if sparse, every value if dense."""
+    return int(X.nnz) if sp.issparse(X) else int(np.prod(X.shape))
+
+
+def hidden_width(estimator: Any, module: type) -> int:
+    """The network's hidden width: ``module__hidden_units`` (the sum of a sequence's), else the
+    default of ``module``'s ``hidden_units``, else the input width (a module without one)."""
+    import inspect
+
+    width = estimator._skorch_kwargs("module__").get("hidden_units")
+    if width is None:
+        try:
+            parameter = inspect.signature(module).parameters.get("hidden_units")
+        except (TypeError, ValueError):
+            parameter = None
+        width = parameter.default if parameter is not None and parameter.default is not inspect.Parameter.empty \
+            else estimator.n_features_in_
+    if isinstance(width, (list, tuple)):
+        return max(1, int(sum(width)))
+    return max(1, int(width))
+
+
+def mean_path_columns(tree: Any, ids: np.ndarray, stop: bool, sample: int = 0) -> float:
+    """The mean number of softmax columns on the sibling groups of the training rows' target
+    paths (``ids``; ``-1`` rows skipped): what path-local training scores per row. A group
+    wider than ``sample`` (> 0) counts ``sample`` columns, as the sampled softmax trains it.
+
+    Examples
+    --------
+    >>> from hiclass_parallel import Tree
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 0])  # two roots; node 0 has three children
+    >>> float(mean_path_columns(tree, np.array([2, 1]), stop=False))  # (2 + 3 and 2) / 2
+    3.5
+    """
+    parents = np.asarray(tree.parents)
+    roots = int((parents < 0).sum())
+    children = np.bincount(parents[parents >= 0], minlength=parents.size)
+    width = np.where(parents < 0, roots, children[np.maximum(parents, 0)]) + int(stop)
+    if sample > 0:
+        width = np.minimum(width, sample)
+    paths = np.asarray(tree.paths)
+    per_node = np.where(paths >= 0, width[np.maximum(paths, 0)], 0).sum(axis=1)
+    ids = np.asarray(ids)
+    labelled = ids[ids >= 0]
+    return float(per_node[labelled].mean()) if labelled.size else 0.0
+
+
+def network_cost(X: Any, columns: float, epochs: int, hidden: int) -> float:
+    """The network's fit: ``epochs x hidden x (entries of X + rows x path columns)``
+    (``columns``: :func:`mean_path_columns`)."""
+    return float(epochs) * hidden * (input_entries(X) + int(X.shape[0]) * columns)
+
+
+def flat_svm_cost(X: Any, n_targets: int) -> float:
+    """The flat SVM against every row: ``targets x (non-zeros x passes + features)`` (it
+    writes a dense weight vector per target)."""
+    return float(n_targets) * (input_entries(X) * SVM_PASSES + int(X.shape[1]))
+
+
+def candidates_svm_cost(X: Any, n_targets: int, candidates: int, columns: float, hidden: int) -> float:
+    """The SVM of the candidates: decoding every training row's ``candidates`` most probable
+    answers (``rows x candidates x path columns x hidden``), then ``(candidates + 1) x
+    non-zeros x passes``, and a fixed cost per target
+    (:data:`~hiclass_parallel.estimators._defaults.SVM_TARGET_COST`: one small ``LinearSVC``
+    fit each)."""
+    rows = int(X.shape[0])
+    return (float(rows) * candidates * columns * hidden + float(candidates + 1) * input_entries(X) * SVM_PASSES
+            + float(n_targets) * SVM_TARGET_COST)
+
+
+def least_squares_cost(X: Any, n_targets: int) -> float:
+    """The least-squares SVM of dense rows: ``features^2 x (rows + targets) + features^3``."""
+    features = int(X.shape[1])
+    return float(features) ** 2 * (int(X.shape[0]) + n_targets) + float(features) ** 3
+
+
+def prototypes_cost(X: Any) -> float:
+    """The class prototypes: one pass over the entries of ``X``."""
+    return float(input_entries(X))
