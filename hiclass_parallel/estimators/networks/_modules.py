@@ -350,7 +350,7 @@ class _ColumnScores:
         lookup of the same weight rows would add a second sparse gradient to merge at every
         step.
         """
-        if self._scored is not None and columns.numel():
+        if self._scored is not None and columns.numel() and self._scored[0].numel():
             unique, block = self._scored
             pos = torch.searchsorted(unique, columns).clamp_max(unique.numel() - 1)
             if bool((unique[pos] == columns).all()):
