@@ -1,7 +1,7 @@
 """The device step's host planner on WordNet's nouns: time per batch and the plans' shapes.
 
-The device training step (``hiclass_parallel/estimators/networks/device``) plans each batch on
-the host (:class:`~hiclass_parallel.estimators.networks.device.StepPlanner`) while the step
+The device training step (``hiclass_parallel/estimators/networks/engines/device``) plans each batch on
+the host (:class:`~hiclass_parallel.estimators.networks.engines.device.StepPlanner`) while the step
 before it runs on the GPU; with no host synchronisation in a step, the host's own work per
 batch (the loader's row gather, the planning, the launches) bounds the step rate. This times
 the planning of ``--batches`` shuffled 256-row batches of the nouns' glosses (TF-IDF, as
@@ -32,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.bench_text import make_text
-    from hiclass_parallel.estimators.networks.device import StepPlanner
+    from hiclass_parallel.estimators.networks.engines.device import StepPlanner
     from hiclass_parallel.ops.sibling_paths import sibling_plan
 
     data = make_text(None, 0, pos="n")

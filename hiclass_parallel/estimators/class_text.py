@@ -239,7 +239,7 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
         from .multilabel import MultiLabelHierarchicalClassifier
 
         module = classifier.get_params(deep=False).get("module")
-        if module is None:  # the classifier's default (fitting/_fit._default_module)
+        if module is None:  # the classifier's default (fitting/_config.resolve_module)
             dense_label_sets = isinstance(classifier, MultiLabelHierarchicalClassifier) and not sp.issparse(features)
             module = MLP if dense_label_sets else SparseMLP
         if not isinstance(module, type) or not module_capabilities(module).class_features:

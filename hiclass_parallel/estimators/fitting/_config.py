@@ -25,12 +25,15 @@ import scipy.sparse as sp
 
 from ...tree import Tree
 from .._defaults import BATCH_SIZE
+from ..networks._modules import MLP, SparseMLP
+from ..networks._net import TreeNet
+from ..networks.engines import EngineRequest, choose
 from ._capabilities import ModuleCapabilities, module_capabilities
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MANY_ROWS",
            "FLAT_MAX_DENSE_WORK", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "FLAT_MAX_WORK_MANY_ROWS",
            "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes",
-           "resolve_batch_size", "resolve_config", "resolve_flat_term", "resolve_lr", "resolve_max_epochs",
+           "resolve_batch_size", "resolve_config", "resolve_engines", "resolve_flat_term", "resolve_lr", "resolve_max_epochs", "resolve_module",
            "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads", "unit_length_rows"]
 
 #: Values of the ``training`` parameter.
@@ -353,39 +356,50 @@ def resolve_optimizer_options(estimator: Any, optimizer: type, capabilities: Mod
     return options
 
 
+def resolve_module(estimator: Any, X: Any, label_sets: bool = False) -> tuple[type, str | None]:
+    """The network class (the user's, else the default for ``X``), and why a default was
+    chosen for a dense ``X`` (``None`` otherwise), which leads ``step_engine_reason``: the
+    module decides which engines can train it (:func:`resolve_engines`).
+
+    Sparse X: :class:`SparseMLP`. Dense X whose rows all have length 1 (normalised sentence
+    embeddings): :class:`SparseMLP` too, a linear model through the 256-wide layer, which the
+    fused C step trains; on such embeddings it was more accurate than the ReLU :class:`MLP`
+    and several times faster (``docs/performance.md``). Any other dense X (numeric features,
+    unnormalised representations), dense label sets (a criterion the fused step does not
+    serve), and ``module__hidden_units`` that only MLP builds (a sequence of layers, or 0):
+    :class:`MLP`, whose ReLU layer a linear model cannot replace where classes are not
+    linear in ``X`` (``docs/classifier.md``, dense input).
+    """
+    if estimator.module is not None:
+        return estimator.module, None
+    if sp.issparse(X):
+        return SparseMLP, None
+    if not X.shape[0]:  # a stream (its rows come later, dense): MLP, as always
+        return MLP, None
+    if label_sets:
+        return MLP, "dense X with label sets: the ReLU MLP (the fused step does not serve their criterion)"
+    hidden = estimator._skorch_kwargs("module__").get("hidden_units", 256)
+    if isinstance(hidden, bool) or not isinstance(hidden, (int, np.integer)) or hidden <= 0:
+        return MLP, f"dense X with module__hidden_units={hidden!r}, which only MLP takes (several layers, or none)"
+    if unit_length_rows(X):
+        return SparseMLP, "dense X, every row of length 1 (normalised embeddings): the linear SparseMLP"
+    return MLP, ("dense X, rows not all of length 1: the ReLU MLP (normalised embeddings, or module=SparseMLP, "
+                 "get the linear model on the fused step)")
+
+
 def resolve_engines(estimator: Any, module: type, training: str, criterion: type, criterion_options: dict[str, Any],
                     optimizer: type, sparse_input: bool | None) -> tuple[str, str, str, str]:
-    """``(step_engine, why, update_engine, why)`` of the training steps."""
-    from ..networks._fused_step import fused_engine_refusal, fused_update_plan_refusal
-    from ..networks._net import TreeNet
-
-    if training != "path_local":
-        return "torch", "full training runs skorch's step", "optimizer", "the step is not fused"
-    module_args = estimator._skorch_kwargs("module__")
-    if str(estimator.device).startswith("cuda"):  # the device step, or torch
-        from ..networks.device._step import device_engine_refusal
-
-        refusal = device_engine_refusal(module, module_args, criterion,
-                                        {**criterion_options, **estimator._skorch_kwargs("criterion__")}, optimizer,
-                                        estimator.device, sparse_input)
-        refusal = refusal or fused_update_plan_refusal(optimizer, estimator.callbacks, TreeNet)
-        if refusal is None:
-            return ("device", "the default linear text model on CUDA with Triton: host-planned steps, no "
-                    "synchronisation per step", "device", "the device step updates the touched rows itself")
-        return "torch", f"on CUDA the device step cannot run: {refusal}", "optimizer", "the step is not fused"
-    refusal = fused_engine_refusal(module, module_args, criterion,
-                                   {**criterion_options, **estimator._skorch_kwargs("criterion__")},
-                                   estimator.device, sparse_input)
-    if refusal is not None:
-        return "torch", refusal, "optimizer", "the step is not fused"
-    why = {True: "the linear model (SparseMLP) on CPU sparse batches",
-           False: "the linear model (SparseMLP) on CPU dense batches, each reaching the kernel as CSR with every "
-                  "column",
-           None: "the linear model (SparseMLP) on CPU batches, sparse or dense"}[sparse_input]
-    update = fused_update_plan_refusal(optimizer, estimator.callbacks, TreeNet)
-    if update is not None:
-        return "fused", why, "optimizer", update
-    return "fused", why, "fused", "LazyAdam, no gradient readers"
+    """``(step_engine, why, update_engine, why)`` of the training steps: each engine of
+    :data:`~hiclass_parallel.estimators.networks.engines.ENGINES` asked once, in its order of
+    preference (:func:`~hiclass_parallel.estimators.networks.engines.choose`), about what is
+    known before the net is built."""
+    request = EngineRequest(
+        path_local=training == "path_local", module=module, module_args=estimator._skorch_kwargs("module__"),
+        criterion=criterion, criterion_args={**criterion_options, **estimator._skorch_kwargs("criterion__")},
+        optimizer=optimizer, device=estimator.device, sparse_input=sparse_input, callbacks=estimator.callbacks,
+        net_class=TreeNet,
+    )
+    return choose(request).as_tuple()
 
 
 def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: Tree, stop: bool) -> tuple[int, str]:
@@ -611,7 +625,7 @@ def resolve_config(
         Whether ``X`` is sparse (``None``: a stream, unknown until its batches come).
     module_reason : str, default=None
         Why ``module`` is the default for this ``X``, where the data chose it (dense ``X``:
-        ``fitting._fit._default_module``); it leads ``step_engine_reason``.
+        :func:`resolve_module`); it leads ``step_engine_reason``.
     """
     from ...ops.groups import n_outputs
 

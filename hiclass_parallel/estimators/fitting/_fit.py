@@ -43,7 +43,7 @@ from ..calibration._calibration import plan_calibration
 from ..prototypes._fit_prototypes import data_parallel_group, added_prototypes, fitted_prototypes, held_out_prototypes
 from ..prototypes._flat_margins import FlatMargins
 from ._build import build_net, net_params
-from ._config import config_changes, resolve_config, resolve_flat_term, resolve_threads, unit_length_rows
+from ._config import config_changes, resolve_config, resolve_flat_term, resolve_module, resolve_threads
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._validation import check_params, warn_if_scales_differ, warn_ignored_changes
@@ -166,41 +166,6 @@ def _draw_seed(estimator: Any) -> int | None:
     return int(check_random_state(estimator.random_state).randint(np.iinfo(np.int32).max))
 
 
-def _default_module(estimator: Any, X: Any, label_sets: bool = False) -> tuple[type, str | None]:
-    """The network class (the user's, else the default for ``X``), and why a default was
-    chosen for a dense ``X`` (``None`` otherwise), which the configuration's
-    ``step_engine_reason`` reports.
-
-    Sparse X: :class:`SparseMLP`. Dense X whose rows all have length 1 (normalised sentence
-    embeddings): :class:`SparseMLP` too, a linear model through the 256-wide layer, which the
-    fused C step trains; on such embeddings it was more accurate than the ReLU :class:`MLP`
-    and several times faster (``docs/performance.md``). Any other dense X (numeric features,
-    unnormalised representations), dense label sets (a criterion the fused step does not
-    serve), and ``module__hidden_units`` that only MLP builds (a sequence of layers, or 0):
-    :class:`MLP`, whose ReLU layer a linear model cannot replace where classes are not
-    linear in ``X`` (``docs/classifier.md``, dense input).
-    """
-    import scipy.sparse as sp
-
-    from ..networks._modules import MLP, SparseMLP
-
-    if estimator.module is not None:
-        return estimator.module, None
-    if sp.issparse(X):
-        return SparseMLP, None
-    if not X.shape[0]:  # a stream (its rows come later, dense): MLP, as always
-        return MLP, None
-    if label_sets:
-        return MLP, "dense X with label sets: the ReLU MLP (the fused step does not serve their criterion)"
-    hidden = estimator._skorch_kwargs("module__").get("hidden_units", 256)
-    if isinstance(hidden, bool) or not isinstance(hidden, (int, np.integer)) or hidden <= 0:
-        return MLP, f"dense X with module__hidden_units={hidden!r}, which only MLP takes (several layers, or none)"
-    if unit_length_rows(X):
-        return SparseMLP, "dense X, every row of length 1 (normalised embeddings): the linear SparseMLP"
-    return MLP, ("dense X, rows not all of length 1: the ReLU MLP (normalised embeddings, or module=SparseMLP, "
-                 "get the linear model on the fused step)")
-
-
 def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any:
     for attr in fitted_attributes(estimator):  # what keep_fitted_state_on_error puts back
         delattr(estimator, attr)
@@ -210,7 +175,7 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
     targets = type(estimator)._targets(estimator.tree, estimator.pad_label, type(estimator).__name__,
                                        sep=getattr(estimator, "path_sep", None))
     data.fit_targets(targets, classes)
-    module, module_reason = _default_module(estimator, data.X, targets.label_sets)
+    module, module_reason = resolve_module(estimator, data.X, targets.label_sets)
     config = resolve_config(estimator, module, targets.tree, estimator.n_features_in_,
                             data.n_rows, targets.forced_partition, label_sets=targets.label_sets,
                             sparse_input=_sparse_input(data), module_reason=module_reason)

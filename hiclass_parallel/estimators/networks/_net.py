@@ -2,10 +2,12 @@
 
 :class:`TreeNet` is a plain skorch ``NeuralNet`` (the targets are node ids scored by the tree
 loss, so ``NeuralNetClassifier``'s accuracy and stratified split do not apply) with four
-additions: it checks the module's output width, trains path-locally when asked (the module
-scores only the columns the loss asks for), :meth:`TreeNet.outputs` is the single loop over
-mini-batches that every prediction method uses, and Ctrl-C during training propagates (skorch
-would end training quietly and keep the truncated model).
+additions: it checks the module's output width, its training steps and epochs are those of one
+training engine (:mod:`~hiclass_parallel.estimators.networks.engines`: torch, the fused C step
+or the device step; validation runs through torch, path-locally when asked),
+:meth:`TreeNet.outputs` is the single loop over mini-batches that every prediction method uses,
+and Ctrl-C during training propagates (skorch would end training quietly and keep the truncated
+model).
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ from skorch.utils import to_tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from ._data import split_target
-from ._fused_step import fused_planner, fused_step, fused_step_refusal, fused_update_refusal
-from ._plan_ahead import PlanAhead
 from ._random import FitShuffle, loader_generator
+from .engines import Engine, start, torch_step
 
 __all__ = ["TreeNet", "module_kwargs"]
 
@@ -98,8 +99,9 @@ def _watching_ctrl_c() -> Iterator[list[int]]:
 
 
 class TreeNet(NeuralNet):
-    """The skorch net: a plain ``NeuralNet`` that checks the module's output width and lets
-    Ctrl-C (``KeyboardInterrupt``) out of training instead of swallowing it.
+    """The skorch net: a plain ``NeuralNet`` that checks the module's output width, trains on
+    one engine (``engine_``, set at the start of each training call) and lets Ctrl-C
+    (``KeyboardInterrupt``) out of training instead of swallowing it.
 
     Parameters
     ----------
@@ -109,6 +111,12 @@ class TreeNet(NeuralNet):
         Train and validate path-locally: the module's ``encode`` gives the hidden
         representation and its ``scorer`` is handed to the criterion, which scores only the
         groups on each labelled path.
+    step_engine : {"torch", "fused", "device"}
+        The training engine, as the configuration chose it (``FitConfig.step_engine``).
+    update_engine : {"optimizer", "fused", "device"}
+        Whether the engine's step applies the big layers' update (``FitConfig.update_engine``).
+    plan_ahead : bool
+        The fused engine plans each next batch on a thread (``FitConfig.plan_ahead``).
     softmax_sample : int
         The fused step's sampled softmax: groups wider than this many columns train on this
         many sampled candidates (0: every softmax exact; ``FitConfig.softmax_sample``).
@@ -135,107 +143,28 @@ class TreeNet(NeuralNet):
         return super().initialize_module()
 
     def on_train_begin(self, net: Any, X: Any = None, y: Any = None, **kwargs: Any) -> None:
-        """The engines of this training call, as the configuration chose them (``step_engine``,
-        ``update_engine``), reported as ``step_engine_`` and ``update_engine_``. The fused
-        update falls back to the optimizer's step when the built net refuses it
-        (:func:`~._fused_step.fused_update_refusal`: a callback set since the configuration was
-        resolved reads gradients); ``update_fallback_`` says why (``None``: no fallback).
-        ``step_fallbacks_`` counts the training batches of this call that the fused step refused
-        (:func:`~._fused_step.fused_step_refusal`) and ran through torch,
-        ``step_fallback_reason_`` the last reason, and ``update_fallbacks_`` the fused steps whose
-        update the optimizer could not hand over (:meth:`LazyAdam.fused_row_updates
-        <hiclass_parallel.estimators.networks._optim.LazyAdam.fused_row_updates>`), applied by its
-        own step instead. ``plan_ahead_`` says whether each training batch's fused step is
-        planned while the step before it runs (``plan_ahead``, as the configuration chose it,
-        and the fused engine; :meth:`run_single_epoch`)."""
+        """The engine of this training call (:func:`~.engines.start`): the one the configuration
+        chose (``step_engine``), or torch when the built net refuses it. It reports what runs:
+        ``step_engine_`` and ``update_engine_``; ``update_fallback_``, why the update is not
+        the configuration's ``update_engine`` (``None``: it is); ``step_fallbacks_``, the
+        training batches of this call the engine refused and ran through torch,
+        ``step_fallback_reason_`` the last reason (or why the built net refused the engine);
+        ``update_fallbacks_``, the fused steps whose update the optimizer could not hand over
+        (:meth:`LazyAdam.fused_row_updates
+        <hiclass_parallel.estimators.networks._optim.LazyAdam.fused_row_updates>`), applied by
+        its own step instead; ``plan_ahead_``, whether each training batch's fused step is
+        planned while the step before it runs."""
         super().on_train_begin(net, X=X, y=y, **kwargs)
-        fused = self.path_local and self.step_engine == "fused"
-        self.step_engine_ = "fused" if fused else "torch"
-        self.plan_ahead_ = bool(fused and self.plan_ahead)
-        self.update_fallback_ = fused_update_refusal(self) if fused and self.update_engine == "fused" else None
-        self.update_engine_ = "fused" if fused and self.update_engine == "fused" and self.update_fallback_ is None \
-            else "optimizer"
-        self.step_fallbacks_, self.step_fallback_reason_, self.update_fallbacks_ = 0, None, 0
-        if self.path_local and self.step_engine == "device":  # the device step, unless the built net refuses it
-            from .device._train import device_train_begin
-
-            refusal = device_train_begin(self)
-            self.step_engine_, self.update_engine_ = ("torch", "optimizer") if refusal else ("device", "device")
-            self.step_fallback_reason_ = self.update_fallback_ = refusal
-
-    def _path_local_step(self, batch: Any, training: bool) -> dict[str, Any]:
-        # The module scores only the columns the loss asks for (the groups on each labelled
-        # path), instead of producing all n_scores scores; y_pred is the hidden representation.
-        self._set_training(training)
-        if training and self.step_engine_ == "device":  # planned from the loader's CPU batch
-            from .device._train import device_train_step
-
-            step = device_train_step(self, batch)
-            if step is not None:
-                return step
-            self.step_fallbacks_ += 1
-            self.step_fallback_reason_ = "the batch is not sparse"
-        Xi, yi = unpack_data(batch)
-        X, y = to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device)
-        y, weight = split_target(y)
-        weighted = {} if weight is None else {"sample_weight": weight}
-        if training and self.step_engine_ == "fused":
-            # The configuration chose the fused step; a batch or weights it cannot take (the
-            # documented fallback: fused_step_refusal) runs through torch and is counted.
-            refusal = fused_step_refusal(self.module_, self.criterion_, X)
-            if refusal is None:
-                # the update of the big layers inside the step too, as decided at train begin
-                fuse_update = self.update_engine_ == "fused"
-                ahead = self.__dict__.get("_plans")
-                plan = ahead.plan_for(batch) if ahead is not None else None
-                step = fused_step(self.module_, self.criterion_, X, y, self.optimizer_ if fuse_update else None,
-                                  plan=plan, **weighted, **self._step_options())
-                if fuse_update and not step["fused_update"]:  # the optimizer could not hand over this step's update
-                    self.update_fallbacks_ += 1
-                return step
-            self.step_fallbacks_ += 1
-            self.step_fallback_reason_ = refusal
-        with torch.set_grad_enabled(training):
-            hidden = self.module_.encode(X)
-            loss = self.criterion_(self.module_.scorer(hidden), y, **weighted)
-        if training:
-            loss.backward()
-        return {"loss": loss, "y_pred": hidden}
-
-    def _step_options(self) -> dict[str, Any]:
-        """The fused step's options besides the batch (the same for a step and its plan): the
-        sampled softmax of wide groups (``softmax_sample``, as the configuration chose it)."""
-        return {"softmax_sample": int(self.softmax_sample)}
+        self.engine_: Engine = start(self)
 
     def run_single_epoch(self, iterator: Any, training: bool, prefix: str, step_fn: Any, **fit_params: Any) -> None:
-        """skorch's epoch; with ``plan_ahead_``, the training batches come through a
-        :class:`~._plan_ahead.PlanAhead`, which plans each next batch's fused step on a thread
-        while the step before it runs (the same batches, the same weights bit for bit). The
-        thread ends with the epoch, however the epoch ends. On the device step, the epoch of
-        :func:`~.device._train.device_epoch` (the batch losses read back once, at its end)."""
-        if training and iterator is not None and getattr(self, "step_engine_", None) == "device":
-            from .device._train import device_epoch
-
-            return device_epoch(self, iterator, prefix, step_fn, **fit_params)
-        if not (training and iterator is not None and getattr(self, "plan_ahead_", False)):
-            return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
-        plan = fused_planner(self.module_, self.criterion_, **self._step_options())
-
-        def planner(batch: Any) -> Any:  # on the training thread, one batch ahead of the step
-            Xi, yi = unpack_data(batch)
-            ids, weight = split_target(to_tensor(yi, device=self.device))
-            return plan(to_tensor(Xi, device=self.device), ids, weight)
-
-        with PlanAhead(iterator, planner) as ahead:
-            self._plans = ahead
-            try:
-                return super().run_single_epoch(ahead, training, prefix, step_fn, **fit_params)
-            finally:
-                self.__dict__.pop("_plans", None)
+        """skorch's epoch; a training epoch is the engine's (:meth:`~.engines.Engine.epoch`)."""
+        if training and iterator is not None:
+            return self.engine_.epoch(self, iterator, prefix, step_fn, **fit_params)
+        return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.pop("_plans", None)  # an epoch's planning thread (a net pickled mid-epoch, by a callback)
         state.pop("_fitting", None)
         return state
 
@@ -299,14 +228,12 @@ class TreeNet(NeuralNet):
                                sample_weight=to_tensor(weight, device=self.device))
 
     def train_step_single(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
-        if not self.path_local:
-            return super().train_step_single(batch, **fit_params)
-        return self._path_local_step(batch, training=True)
+        """The engine's step (:meth:`~.engines.Engine.step`)."""
+        return self.engine_.step(self, batch, **fit_params)
 
     def validation_step(self, batch: Any, **fit_params: Any) -> dict[str, Any]:
-        if not self.path_local:
-            return super().validation_step(batch, **fit_params)
-        return self._path_local_step(batch, training=False)
+        """Through torch, whatever the engine (:func:`~.engines.torch_step`)."""
+        return torch_step(self, batch, training=False, **fit_params)
 
     def infer(self, x: Any, **fit_params: Any) -> torch.Tensor:
         scores = super().infer(x, **fit_params)

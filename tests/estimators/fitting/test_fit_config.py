@@ -257,16 +257,16 @@ def _dag_toy():
 @pytest.mark.parametrize("route", ["sparse fused", "sparse torch (kernel off)", "dense MLP", "full softmax", "dag"])
 def test_the_engines_criterion_and_optimizer_the_config_reports_are_what_ran(data, monkeypatch, route):
     from hiclass_parallel.estimators import MultiLabelHierarchicalClassifier
-    from hiclass_parallel.estimators.networks import _net
     from hiclass_parallel.estimators.networks._optim import LazyAdam
+    from hiclass_parallel.estimators.networks.engines import _fused
     from hiclass_parallel.losses import DagCrossEntropy
 
     X, Xs, y, tree = data
     fused_calls = []
-    real = _net.fused_step
-    monkeypatch.setattr(_net, "fused_step", lambda *a, **k: fused_calls.append(1) or real(*a, **k))
+    real = _fused.fused_step
+    monkeypatch.setattr(_fused, "fused_step", lambda *a, **k: fused_calls.append(1) or real(*a, **k))
     if route == "sparse torch (kernel off)":
-        monkeypatch.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
+        monkeypatch.setattr("hiclass_parallel.estimators.networks.engines._fused.native.available", lambda: False)
     if route == "dag":
         dag, Xd, yd = _dag_toy()
         clf = MultiLabelHierarchicalClassifier(dag, semantics="terminal", max_epochs=2, random_state=0,
@@ -305,10 +305,10 @@ def test_the_engines_criterion_and_optimizer_the_config_reports_are_what_ran(dat
 
 
 def test_a_batch_the_fused_step_cannot_take_is_the_counted_fallback(data, monkeypatch):
-    from hiclass_parallel.estimators.networks import _net
+    from hiclass_parallel.estimators.networks.engines import FusedEngine
 
     _, Xs, y, tree = data
-    monkeypatch.setattr(_net, "fused_step_refusal", lambda *a: "a batch it cannot take")
+    monkeypatch.setattr(FusedEngine, "batch_refusal", staticmethod(lambda *a: "a batch it cannot take"))
     clf = HierarchicalClassifier(tree, **FAST).fit(Xs, y)
     assert clf.config_.step_engine == "fused"  # chosen once; the batches fell back, counted and named
     n_steps = sum(len(epoch["batches"]) for epoch in clf.net_.history)  # one training call (no calibration)

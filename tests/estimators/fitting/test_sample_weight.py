@@ -7,7 +7,7 @@ seed (the model, not only the loss). Bad weights are a named error; ``class_weig
 weight per class; metadata routing carries ``sample_weight`` through ``Pipeline``,
 ``GridSearchCV`` and ``cross_validate``, whose hierarchical scorers weigh the test rows.
 (The fused step's loss and gradients against the torch route and against repeated rows, per
-step: ``tests/estimators/networks/test_fused_step.py``; the criteria's: ``tests/losses/test_weighted_losses.py``.)
+step: ``tests/estimators/networks/engines/test_fused_step.py``; the criteria's: ``tests/losses/test_weighted_losses.py``.)
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 #: linear in the gradient: Adam divides each entry by its own size, which turns the rounding
 #: noise of a gradient that is nearly zero into a step of about ``lr`` (the same model, but
 #: not within a float tolerance). The fused step with LazyAdam's fused update is checked step
-#: by step in tests/estimators/networks/test_fused_step.py.
+#: by step in tests/estimators/networks/engines/test_fused_step.py.
 FULL_BATCH = {"max_epochs": 4, "batch_size": -1, "random_state": 0, "calibration": None, "lr": 0.5,
               "optimizer": torch.optim.SGD}
 
@@ -69,8 +69,8 @@ ROUTES = {
 def _fit(route: str, X, y, sample_weight=None, monkeypatch=None, **extra) -> HierarchicalClassifier:
     dense, params, fused = ROUTES[route]
     with pytest.MonkeyPatch.context() as mp:
-        if not fused:  # the torch route, as tests/estimators/networks/test_fused_step.py forces it
-            mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
+        if not fused:  # the torch route, as tests/estimators/networks/engines/test_fused_step.py forces it
+            mp.setattr("hiclass_parallel.estimators.networks.engines._fused.native.available", lambda: False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # flat_term=None: the flat term's SVM (liblinear) reaches the same optimum from weights and

@@ -1,12 +1,12 @@
-"""The fused training step: path-local training of the default text model in one native call.
+"""The fused engine: path-local training of the default text model in one native call per step.
 
-Whether path-local training steps run fused
-(:class:`~hiclass_parallel.estimators.networks._native_path_step.PathLocalStep`: forward, backward
-and coalesced sparse gradients in C) or through torch (the module's ``encode``/``scorer``, the
-criterion, autograd) is decided once per fit, by the configuration
-(:func:`~hiclass_parallel.estimators.fitting._config.resolve_config` calls
-:func:`fused_engine_refusal` and :func:`fused_update_plan_refusal`), and the net reads it. The
-fused step serves exactly the model it was written for:
+A step (:func:`fused_step`) runs forward, backward and the coalesced sparse gradients in C
+(:class:`~hiclass_parallel.estimators.networks._native_path_step.PathLocalStep`, the kernel
+``_path_step.c`` beside it, which LazyAdam's row update shares); with the fused update, LazyAdam's
+update of the big layers' touched rows too. :class:`FusedEngine` is the engine
+(:mod:`~hiclass_parallel.estimators.networks.engines`): its :meth:`~FusedEngine.refusal` is what
+the configuration asks before the net is built, :meth:`~FusedEngine.batch_refusal` what each
+training batch is checked for. The fused step serves exactly the model it was written for:
 
 - the module is :class:`~hiclass_parallel.estimators.SparseMLP` itself (not a subclass), linear
   (``activation=None`` or ``nn.Identity``) or with ``activation=nn.ReLU`` (the kernel's ``relu``;
@@ -18,18 +18,25 @@ fused step serves exactly the model it was written for:
   trainable;
 - the C kernel was built and ``HICLASS_PARALLEL_NATIVE`` is not ``0``.
 
-:func:`fused_step_refusal` checks one batch and the built module: it is the net's documented
-fallback for what the configuration cannot see (a batch that is not CSR, weights made
+:meth:`FusedEngine.batch_refusal` checks one batch and the built module: it is the engine's
+documented fallback for what the configuration cannot see (a batch that is not CSR, weights made
 non-trainable or of another dtype, a kernel missing where a saved model is loaded, a dense
-batch of another dtype); the net
-counts such batches (``TreeNet.step_fallbacks_``). Anything else trains through torch, which stays the reference the fused step is tested equal to
-(``tests/estimators/networks/test_fused_step.py``). :func:`fused_step` writes the gradients into ``p.grad`` (sparse
-COO, already coalesced, for the input and output rows) and leaves the update to the optimizer,
-so skorch's loop, callbacks that read gradients, gradient clipping, learning-rate schedules and
-data-parallel all-reduces see what they see on the torch route. The row gradients' values live
-in the step's workspace until the next step (fresh buffers each step cost page faults as long
-as the backward pass at WordNet's scale): a callback that keeps a gradient past its step copies
-it, as it would torch's in-place accumulated ``.grad``.
+batch of another dtype); such a batch runs through torch
+(:func:`~hiclass_parallel.estimators.networks.engines._torch.torch_step`) and is counted
+(``TreeNet.step_fallbacks_``). Torch stays the reference the fused step is tested equal to
+(``tests/estimators/networks/engines/test_fused_step.py``). :func:`fused_step` writes the
+gradients into ``p.grad`` (sparse COO, already coalesced, for the input and output rows) and
+leaves the update to the optimizer, so skorch's loop, callbacks that read gradients, gradient
+clipping, learning-rate schedules and data-parallel all-reduces see what they see on the torch
+route. The row gradients' values live in the step's workspace until the next step (fresh
+buffers each step cost page faults as long as the backward pass at WordNet's scale): a callback
+that keeps a gradient past its step copies it, as it would torch's in-place accumulated
+``.grad``.
+
+With ``plan_ahead_`` (the configuration's ``plan_ahead``), an epoch's training batches come
+through a :class:`~hiclass_parallel.estimators.networks._plan_ahead.PlanAhead`, which plans each
+next batch's step on a thread while the step before it runs (the same batches, the same weights
+bit for bit); the thread ends with the epoch, however the epoch ends.
 """
 
 from __future__ import annotations
@@ -40,115 +47,25 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from skorch import NeuralNet
+from skorch.dataset import unpack_data
+from skorch.utils import to_tensor
 from torch import nn
 
-from ...ops.sibling_paths import sibling_plan
-from . import _native_path_step as native
-from ._optim import LazyAdam
-from ._random import step_seed
+from ....ops.sibling_paths import sibling_plan
+from .. import _native_path_step as native
+from .._data import split_target
+from .._optim import LazyAdam
+from .._plan_ahead import PlanAhead
+from .._random import step_seed
+from ._kernel_model import built_model_refusal, model_refusal, net_update_refusal, update_refusal
+from ._protocol import FULL_TRAINING, Engine, EngineChoice, EngineRequest, report
+from ._torch import torch_step
 
-__all__ = ["FusedPlan", "built_model_refusal", "dense_csr", "fused_engine_refusal", "fused_planner", "fused_step",
-           "fused_step_refusal", "fused_update_plan_refusal", "fused_update_refusal", "kernel_model_refusal"]
+__all__ = ["FusedEngine", "FusedPlan", "dense_csr", "fused_planner", "fused_step"]
 
 #: One workspace per module (weakly held: it goes with the module).
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def kernel_model_refusal(module: type, module_args: dict[str, Any], criterion: type,
-                         criterion_args: dict[str, Any], relu: bool = False) -> str | None:
-    """Why the model is not the one the path-local kernels (the fused C step, the device step)
-    were written for, or ``None`` when it is: :class:`SparseMLP` itself, linear (``activation``
-    ``None`` or ``nn.Identity``; with ``relu``, the caller's kernel takes ``nn.ReLU`` too, and
-    no other activation), without dropout, trained with
-    :class:`~hiclass_parallel.losses.PathLocalCrossEntropy` averaged (``"mean"``); read from the
-    classes and their ``module__*`` / ``criterion__*`` arguments."""
-    import inspect
-
-    from ...losses import PathLocalCrossEntropy
-    from ._modules import SparseMLP
-
-    if module is not SparseMLP:
-        return f"the module is {getattr(module, '__name__', module)}, not SparseMLP"
-    defaults = {name: p.default for name, p in inspect.signature(SparseMLP.__init__).parameters.items()}
-    args = {**defaults, **module_args}
-    activations = (None, nn.Identity, nn.ReLU) if relu else (None, nn.Identity)
-    if not any(args["activation"] is a for a in activations) or float(args["dropout"]) > 0 \
-            or float(args["input_dropout"]) > 0:
-        return "the module has an activation or dropout"
-    reduction = criterion_args.get("reduction", "mean")
-    if criterion is not PathLocalCrossEntropy or reduction != "mean":
-        return f"the criterion is {criterion.__name__} (reduction {reduction!r})"
-    return None
-
-
-def fused_engine_refusal(module: type, module_args: dict[str, Any], criterion: type,
-                         criterion_args: dict[str, Any], device: Any, sparse_input: bool | None) -> str | None:
-    """Why the path-local steps of a fit cannot run fused, or ``None`` when they can: what the
-    configuration knows before the net is built (the module class and its ``module__*``
-    arguments, the criterion and its ``criterion__*`` ones, the device, whether ``X`` is sparse:
-    ``None`` for a stream, whose batches the net checks). Dense ``X`` does not refuse: its
-    batches reach the kernel through :func:`dense_csr`."""
-    reason = kernel_model_refusal(module, module_args, criterion, criterion_args, relu=True)
-    if reason:
-        return reason
-    if torch.device(device).type != "cpu":
-        return f"the device is {device!r}, not the CPU"
-    if not native.available():
-        return "the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)"
-    return None
-
-
-def fused_update_plan_refusal(optimizer: type, callbacks: Any, net_class: type) -> str | None:
-    """Why the fused step of a fit cannot also apply the optimizer's update of the input and
-    output layers, or ``None`` when it can (the conditions of :func:`fused_update_refusal`, read
-    from the classes before the net is built: ``callbacks`` are the user's, as given)."""
-    from skorch import NeuralNet
-    from skorch.callbacks import Callback
-
-    if optimizer is not LazyAdam:
-        return f"the optimizer is {optimizer.__name__}, not LazyAdam"
-    if net_class.on_grad_computed is not NeuralNet.on_grad_computed:
-        return f"{net_class.__name__} overrides on_grad_computed"
-    for i, item in enumerate(callbacks or []):
-        name, callback = item if isinstance(item, tuple) else (type(item).__name__, item)
-        kind = callback if isinstance(callback, type) else type(callback)
-        if kind.on_grad_computed is not Callback.on_grad_computed:
-            return f"the callback {name!r} reads gradients (on_grad_computed)"
-    return None
-
-
-def built_model_refusal(module: nn.Module, criterion: nn.Module, relu: bool = False) -> str | None:
-    """:func:`kernel_model_refusal` of a built module and criterion: why they are not the model
-    the path-local kernels serve, or ``None`` (``relu``: an ``nn.ReLU`` activation is served too)."""
-    from ...losses import PathLocalCrossEntropy
-    from ._modules import SparseMLP
-
-    if type(module) is not SparseMLP:
-        return f"the module is {type(module).__name__}, not SparseMLP"
-    activations = (nn.Identity, nn.ReLU) if relu else (nn.Identity,)
-    if type(module.activation) not in activations or module.dropout.p > 0 or module.input_dropout.p > 0:
-        return "the module has an activation or dropout"
-    if type(criterion) is not PathLocalCrossEntropy or criterion.reduction != "mean":
-        return f"the criterion is {type(criterion).__name__} (reduction {getattr(criterion, 'reduction', '?')!r})"
-    return None
-
-
-def fused_step_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
-    """Why this path-local step cannot run fused, or ``None`` when it can: the net's check of
-    each batch when the configuration chose the fused engine."""
-    reason = built_model_refusal(module, criterion, relu=True)
-    if reason:
-        return reason
-    if not isinstance(X, torch.Tensor) or X.device.type != "cpu" or not (
-            X.layout == torch.sparse_csr or (X.layout == torch.strided and X.dim() == 2 and X.dtype == torch.float32)):
-        return "the batch is neither a torch sparse CSR tensor nor a dense float32 matrix on the CPU"
-    params = _params(module) + ((module.match_weight,) if module.head.has_text else ())
-    if any(p.dtype != torch.float32 or p.device.type != "cpu" or not p.is_contiguous() or not p.requires_grad
-           for p in params):
-        return "the weights are not trainable float32 CPU tensors"
-    if not native.available():
-        return "the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)"
-    return None
 
 
 def _params(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -212,7 +129,7 @@ def _rows_grad(param: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) ->
 class FusedPlan:
     """A training batch's fused step planned ahead (:func:`fused_planner`): the batch ``X`` as
     the net hands it to the step, the CSR batch the kernel reads, the sampler setting, and the
-    planned workspace (:class:`~._native_path_step.StepPlan`)."""
+    planned workspace (:class:`~hiclass_parallel.estimators.networks._native_path_step.StepPlan`)."""
 
     __slots__ = ("X", "csr", "sample", "step")
 
@@ -227,10 +144,10 @@ class FusedPlan:
 
 def fused_planner(module: nn.Module, criterion: nn.Module,
                   softmax_sample: int | tuple[int, int] = 0) -> Callable[..., Callable[[], FusedPlan] | None]:
-    """The planner of training batches for :class:`~._plan_ahead.PlanAhead`:
+    """The planner of training batches for :class:`~hiclass_parallel.estimators.networks._plan_ahead.PlanAhead`:
     ``planner(X, y, sample_weight=None)``, called on the training thread in the batches' order,
     returns ``None`` for a batch the fused step refuses, else the job that plans its step
-    (:meth:`~._native_path_step.PathLocalStep.prepare`, on the planning thread) into a
+    (:meth:`~hiclass_parallel.estimators.networks._native_path_step.PathLocalStep.prepare`, on the planning thread) into a
     :class:`FusedPlan` for ``fused_step(..., plan=)``. The options are those of a training
     step (the level term on when ``level_contrast > 0``); the sampler's seed is drawn by the
     planner, where and as the step would draw it. Errors of a bad batch are raised by the job
@@ -240,7 +157,7 @@ def fused_planner(module: nn.Module, criterion: nn.Module,
 
     def planner(X: torch.Tensor, y: torch.Tensor, sample_weight: torch.Tensor | None = None
                 ) -> Callable[[], FusedPlan] | None:
-        if fused_step_refusal(module, criterion, X) is not None:
+        if FusedEngine.batch_refusal(module, criterion, X) is not None:
             return None
         sample = _draw_sample(workspace, softmax_sample)
 
@@ -261,7 +178,8 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     ``"fused_update"``, whether the step also applied the update of the big layers.
 
     With ``optimizer`` (the net's ``LazyAdam``, when nothing reads the gradients between the
-    backward pass and the optimizer's step: see :func:`fused_update_refusal`), the input and
+    backward pass and the optimizer's step: see
+    :func:`~._kernel_model.update_refusal`), the input and
     output layers' touched rows are updated in the step itself, each as soon as its gradient is
     complete, and their ``.grad`` stays unset; the biases get gradients, which the optimizer's
     ``step`` then applies. The weights come out as after the unfused step and ``step``.
@@ -310,22 +228,125 @@ def fused_step(module: nn.Module, criterion: nn.Module, X: torch.Tensor, y: torc
     return {"loss": torch.tensor(out.loss, dtype=torch.float32), "y_pred": out.hidden, "fused_update": bool(update)}
 
 
-def fused_update_refusal(net: Any) -> str | None:
-    """Why the fused step of ``net`` (a skorch net) cannot also apply the optimizer's update of
-    the input and output layers, or ``None`` when it can: the net's one optimizer is
-    :class:`LazyAdam` itself, and no callback (nor the net) hooks ``on_grad_computed``, the one
-    place skorch lets code read or change gradients before the update (gradient clipping,
-    gradient logging, the data-parallel all-reduce)."""
-    from skorch import NeuralNet
-    from skorch.callbacks import Callback
+class FusedEngine(Engine):
+    """The fused C step of the default text model on the CPU (see the module's docstring).
 
-    if list(getattr(net, "_optimizers", ["optimizer"])) != ["optimizer"]:
-        return "the net has more than one optimizer"
-    if type(getattr(net, "optimizer_", None)) is not LazyAdam:
-        return f"the optimizer is {type(getattr(net, 'optimizer_', None)).__name__}, not LazyAdam"
-    if type(net).on_grad_computed is not NeuralNet.on_grad_computed:
-        return f"{type(net).__name__} overrides on_grad_computed"
-    for name, callback in getattr(net, "callbacks_", ()):
-        if type(callback).on_grad_computed is not Callback.on_grad_computed:
-            return f"the callback {name!r} reads gradients (on_grad_computed)"
-    return None
+    Examples
+    --------
+    >>> from hiclass_parallel.estimators import LazyAdam, SparseMLP
+    >>> from hiclass_parallel.losses import PathLocalCrossEntropy
+    >>> from hiclass_parallel.estimators.networks.engines import EngineRequest
+    >>> request = EngineRequest(True, SparseMLP, {}, PathLocalCrossEntropy, {}, LazyAdam, "cuda", True)
+    >>> FusedEngine.refusal(request)
+    "the device is 'cuda', not the CPU"
+    """
+
+    name = "fused"
+    #: The epoch's batches, each next one planned on a thread (while an epoch plans ahead).
+    _plans: PlanAhead | None = None
+
+    @classmethod
+    def refusal(cls, request: EngineRequest) -> str | None:
+        """Why the path-local steps of a fit cannot run fused, read before the net is built.
+        Dense ``X`` does not refuse: its batches reach the kernel through :func:`dense_csr`; a
+        stream's batches (``sparse_input=None``) are checked one by one (:meth:`batch_refusal`)."""
+        if not request.path_local:
+            return FULL_TRAINING
+        reason = model_refusal(request.module, request.module_args, request.criterion, request.criterion_args,
+                               relu=True)
+        if reason:
+            return reason
+        if torch.device(request.device).type != "cpu":
+            return f"the device is {request.device!r}, not the CPU"
+        if not native.available():
+            return "the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)"
+        return None
+
+    @classmethod
+    def choice(cls, request: EngineRequest, refusals: dict[str, str]) -> EngineChoice:
+        """The fused step, and its update of the big layers unless the optimizer or a gradient
+        reader refuses it (:func:`~._kernel_model.update_refusal`)."""
+        why = {True: "the linear model (SparseMLP) on CPU sparse batches",
+               False: "the linear model (SparseMLP) on CPU dense batches, each reaching the kernel as CSR with "
+                      "every column",
+               None: "the linear model (SparseMLP) on CPU batches, sparse or dense"}[request.sparse_input]
+        update = update_refusal(request.optimizer, request.net_class, request.named_callbacks())
+        if update is not None:
+            return EngineChoice("fused", why, "optimizer", update)
+        return EngineChoice("fused", why, "fused", "LazyAdam, no gradient readers")
+
+    @staticmethod
+    def batch_refusal(module: nn.Module, criterion: nn.Module, X: Any) -> str | None:
+        """Why this path-local training batch cannot run fused, or ``None`` when it can: the
+        built model (:func:`~._kernel_model.built_model_refusal`), the batch ``X`` (a tensor as
+        the step gets it) and the weights."""
+        reason = built_model_refusal(module, criterion, relu=True)
+        if reason:
+            return reason
+        if not isinstance(X, torch.Tensor) or X.device.type != "cpu" or not (
+                X.layout == torch.sparse_csr
+                or (X.layout == torch.strided and X.dim() == 2 and X.dtype == torch.float32)):
+            return "the batch is neither a torch sparse CSR tensor nor a dense float32 matrix on the CPU"
+        params = _params(module) + ((module.match_weight,) if module.head.has_text else ())
+        if any(p.dtype != torch.float32 or p.device.type != "cpu" or not p.is_contiguous() or not p.requires_grad
+               for p in params):
+            return "the weights are not trainable float32 CPU tensors"
+        if not native.available():
+            return "the C kernel was not built (or HICLASS_PARALLEL_NATIVE=0)"
+        return None
+
+    def begin(self, net: Any) -> str | None:
+        """The fused step, whatever the built net: the update falls back to the optimizer's
+        step when a gradient reader was added since the configuration was resolved
+        (``update_fallback_`` says why); each epoch plans ahead when ``net.plan_ahead``."""
+        fallback = net_update_refusal(net) if net.update_engine == "fused" else None
+        update = "fused" if net.update_engine == "fused" and fallback is None else "optimizer"
+        report(net, self.name, update, plan_ahead=net.plan_ahead, update_fallback=fallback)
+        return None
+
+    def step(self, net: Any, batch: Any, **fit_params: Any) -> dict[str, Any]:
+        """The fused step of ``batch`` (its plan made ahead when the epoch plans ahead), or, for a
+        batch :meth:`batch_refusal` refuses, the torch step, counted in ``step_fallbacks_``
+        (the last reason in ``step_fallback_reason_``); a fused step whose update the optimizer
+        could not hand over is counted in ``update_fallbacks_``."""
+        net._set_training(True)
+        Xi, yi = unpack_data(batch)
+        X, y = to_tensor(Xi, device=net.device), to_tensor(yi, device=net.device)
+        refusal = self.batch_refusal(net.module_, net.criterion_, X)
+        if refusal is not None:
+            net.step_fallbacks_ += 1
+            net.step_fallback_reason_ = refusal
+            return torch_step(net, batch, training=True)
+        y, weight = split_target(y)
+        weighted = {} if weight is None else {"sample_weight": weight}
+        fuse_update = net.update_engine_ == "fused"
+        plan = self._plans.plan_for(batch) if self._plans is not None else None
+        step = fused_step(net.module_, net.criterion_, X, y, net.optimizer_ if fuse_update else None, plan=plan,
+                          **weighted, **self._options(net))
+        if fuse_update and not step["fused_update"]:
+            net.update_fallbacks_ += 1
+        return step
+
+    def epoch(self, net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_params: Any) -> None:
+        """skorch's epoch; with ``net.plan_ahead_``, over a :class:`PlanAhead` of the batches."""
+        if not net.plan_ahead_:
+            return super().epoch(net, iterator, prefix, step_fn, **fit_params)
+        plan = fused_planner(net.module_, net.criterion_, **self._options(net))
+
+        def planner(batch: Any) -> Any:  # on the training thread, one batch ahead of the step
+            Xi, yi = unpack_data(batch)
+            ids, weight = split_target(to_tensor(yi, device=net.device))
+            return plan(to_tensor(Xi, device=net.device), ids, weight)
+
+        with PlanAhead(iterator, planner) as ahead:
+            self._plans = ahead
+            try:
+                return NeuralNet.run_single_epoch(net, ahead, True, prefix, step_fn, **fit_params)
+            finally:
+                self._plans = None
+
+    @staticmethod
+    def _options(net: Any) -> dict[str, Any]:
+        """The step's options besides the batch (the same for a step and its plan): the sampled
+        softmax of wide groups (``net.softmax_sample``, as the configuration chose it)."""
+        return {"softmax_sample": int(net.softmax_sample)}

@@ -28,7 +28,7 @@ if DEVICE == "cpu":
 
 from hiclass_parallel.estimators import LazyAdam, SparseMLP
 from hiclass_parallel.estimators.networks._data import csr_tensor
-from hiclass_parallel.estimators.networks.device import StepPlanner
+from hiclass_parallel.estimators.networks.engines.device import StepPlanner
 from hiclass_parallel.losses import PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import expand_rows, path_rows, sibling_plan
@@ -103,7 +103,7 @@ CASES = [  # (seed, stop, semantics, level contrast, weighted, steps, class text
 @pytest.mark.parametrize("seed, stop, semantics, level, weighted, steps, text", CASES)
 def test_loss_gradients_and_updated_rows_equal_the_torch_route(random_tree, seed, stop, semantics, level, weighted,
                                                                steps, text):
-    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+    from hiclass_parallel.estimators.networks.engines.device._step import DeviceStep
 
     rng, tree, module, criterion = _model(random_tree, seed, stop, semantics, level, text=text)
     reference = copy.deepcopy(module)
@@ -146,7 +146,7 @@ def test_loss_gradients_and_updated_rows_equal_the_torch_route(random_tree, seed
 
 @needs_triton
 def test_weight_decay_and_the_step_loop_equal_the_torch_route(random_tree):
-    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+    from hiclass_parallel.estimators.networks.engines.device._step import DeviceStep
 
     rng, tree, module, criterion = _model(random_tree, 7, True, "terminal", 0.1)
     reference = copy.deepcopy(module)
@@ -166,7 +166,7 @@ def test_weight_decay_and_the_step_loop_equal_the_torch_route(random_tree):
 @needs_triton
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's NaN arithmetic, on purpose
 def test_a_non_finite_loss_sets_the_flag_and_stops_the_updates(random_tree):
-    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+    from hiclass_parallel.estimators.networks.engines.device._step import DeviceStep
 
     rng, tree, module, criterion = _model(random_tree, 8, False, "partial", 0.0)
     opt = _optimizer(module)
@@ -228,7 +228,7 @@ def test_plan_shapes_follow_buckets_and_bad_labels_are_refused(random_tree):
 @needs_triton
 @pytest.mark.parametrize("graph", [False, True])
 def test_steps_after_the_first_never_synchronise(random_tree, graph):
-    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+    from hiclass_parallel.estimators.networks.engines.device._step import DeviceStep
 
     rng, tree, module, criterion = _model(random_tree, 9, True, "terminal", 0.1, device="cuda")
     step = DeviceStep(module, criterion, _optimizer(module), batch_rows=32)
@@ -277,13 +277,11 @@ def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoc
                                reference.history[-1, "batches", :, "train_loss"], rtol=1e-4)
     step = device.optimizer_.state[device.module_.head.weight.weight]["step"]
     assert float(step) == 4  # written back from the device at the end of each epoch
-    from hiclass_parallel.estimators.networks.device._train import _STEPS
-
-    assert _STEPS[device].planned_ahead == 4  # every batch planned on a planning thread
+    assert device.engine_.device_step.planned_ahead == 4  # every batch planned on a planning thread
 
 
 def test_plan_threads_follow_the_cores_and_the_variable(monkeypatch):
-    from hiclass_parallel.estimators.networks.device import _train
+    from hiclass_parallel.estimators.networks.engines.device import _engine as _train
 
     monkeypatch.delenv("HICLASS_PARALLEL_PLAN_THREADS", raising=False)
     monkeypatch.setattr(_train.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
@@ -303,7 +301,7 @@ def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_wh
     from skorch.callbacks import Callback
 
     from hiclass_parallel.estimators.fitting import _config
-    from hiclass_parallel.estimators.networks.device import _step
+    from hiclass_parallel.estimators.networks.engines.device import _step
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the choice only: nothing runs on CUDA
     monkeypatch.setattr(_step, "triton_available", lambda: True)
@@ -345,7 +343,7 @@ def test_the_configuration_picks_the_device_step_on_cuda_with_triton_and_says_wh
 def test_a_net_on_the_cpu_refuses_the_device_step_without_the_interpreter(random_tree, monkeypatch):
     """A model trained on a GPU and continued on the CPU trains through torch (Triton's compiled
     kernels take CUDA tensors only)."""
-    from hiclass_parallel.estimators.networks.device._step import device_step_refusal
+    from hiclass_parallel.estimators.networks.engines.device._step import device_step_refusal
 
     _, _, module, criterion = _model(random_tree, 10, False, "partial", 0.0, device="cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
@@ -459,7 +457,7 @@ def test_a_sampled_plan_keeps_the_batch_targets_and_draws_the_rest_of_a_wide_gro
 @needs_triton
 @pytest.mark.parametrize("stop, semantics, level", [(True, "terminal", 0.1), (False, "partial", 0.0)])
 def test_a_sampled_step_equals_the_dense_reference_of_its_plan(stop, semantics, level):
-    from hiclass_parallel.estimators.networks.device._step import DeviceStep
+    from hiclass_parallel.estimators.networks.engines.device._step import DeviceStep
 
     tree = _wide_tree(3)
     torch.manual_seed(3)

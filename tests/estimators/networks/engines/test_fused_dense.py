@@ -18,7 +18,7 @@ import torch
 
 from hiclass_parallel.estimators import MLP, HierarchicalClassifier, LazyAdam, SparseMLP
 from hiclass_parallel.estimators.networks import _native_path_step
-from hiclass_parallel.estimators.networks._fused_step import dense_csr, fused_step, fused_step_refusal
+from hiclass_parallel.estimators.networks.engines._fused import FusedEngine, dense_csr, fused_step
 from hiclass_parallel.losses import PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
 
@@ -71,7 +71,7 @@ def test_dense_batches_on_the_fused_step_equal_the_torch_route(random_tree, seed
     module, criterion, X, y, weight = _case(random_tree, seed, stop, semantics, level, B=B, n=n,
                                             activation=activation)
     kwargs = {"sample_weight": weight} if weighted else {}
-    assert fused_step_refusal(module, criterion, X) is None
+    assert FusedEngine.batch_refusal(module, criterion, X) is None
     if activation is not None:  # the ReLU's mask does something
         assert 0.1 < float((module.encode(X) > 0).float().mean()) < 0.9
     loss = criterion(module.scorer(module.encode(X)), y, **kwargs)
@@ -154,7 +154,7 @@ def _fused_and_torch_fits(tree, X, y, **params):
         with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
             warnings.simplefilter("ignore")
             if not available:
-                mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
+                mp.setattr("hiclass_parallel.estimators.networks.engines._fused.native.available", lambda: False)
             fits.append(HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64, **params).fit(X, y))
     return tuple(fits)
 

@@ -17,7 +17,7 @@ import torch
 
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
 from hiclass_parallel.estimators.networks._data import csr_tensor
-from hiclass_parallel.estimators.networks._fused_step import fused_step, fused_step_refusal
+from hiclass_parallel.estimators.networks.engines._fused import FusedEngine, fused_step
 from hiclass_parallel.losses import PathLocalCrossEntropy
 from hiclass_parallel.estimators.networks import _native_path_step
 from hiclass_parallel.ops.groups import n_outputs
@@ -72,7 +72,7 @@ def _assert_fused_equals_torch(module, criterion, X, y, weight=None) -> dict[str
 @pytest.mark.parametrize("level", [0.0, 0.3])
 def test_fused_step_equals_the_torch_route(random_tree, seed, stop, semantics, level):
     module, criterion, X, y = _case(random_tree, seed, stop, semantics, level)
-    assert fused_step_refusal(module, criterion, X) is None
+    assert FusedEngine.batch_refusal(module, criterion, X) is None
     _assert_fused_equals_torch(module, criterion, X, y)
     # the sparse gradients come out coalesced: distinct rows, ascending
     for p in (module.input.embedding.weight, module.head.weight.weight):
@@ -117,7 +117,7 @@ def test_class_text_on_the_fused_step_equals_the_torch_route(random_tree, seed, 
     pairs in the bigger batch)."""
     module, criterion, X, y = _case(random_tree, seed, stop, semantics, level, B=B, n=400 if B > 100 else 60,
                                     H=16, text=True)
-    assert fused_step_refusal(module, criterion, X) is None
+    assert FusedEngine.batch_refusal(module, criterion, X) is None
     reference = _assert_fused_equals_torch(module, criterion, X, y)
     assert float(reference["match_weight"].abs().max()) > 0  # the match is trained, not only scored
 
@@ -165,7 +165,7 @@ def test_a_relu_hidden_layer_on_the_fused_step_equals_the_torch_route(random_tre
                                     activation=torch.nn.ReLU)
     with torch.no_grad():
         module.input.bias.normal_(std=0.3)  # some hidden units off for some rows, on for others
-    assert fused_step_refusal(module, criterion, X) is None
+    assert FusedEngine.batch_refusal(module, criterion, X) is None
     hidden = module.encode(X).detach()
     assert 0.1 < float((hidden > 0).float().mean()) < 0.9  # the mask does something
     weight = torch.as_tensor(np.random.default_rng(seed).uniform(0.0, 2.0, B), dtype=torch.float32) if weighted \
@@ -217,7 +217,7 @@ def test_the_fused_update_of_a_relu_model_equals_the_torch_route_then_the_optimi
 def test_only_relu_joins_the_linear_model_on_the_fused_step(random_tree):
     """The fused step takes ``activation`` None, ``nn.Identity`` and ``nn.ReLU``, nothing else
     (not even a subclass of ``nn.ReLU``); the device step's kernels stay linear only."""
-    from hiclass_parallel.estimators.networks._fused_step import built_model_refusal, kernel_model_refusal
+    from hiclass_parallel.estimators.networks.engines._kernel_model import built_model_refusal, model_refusal
 
     module, criterion, X, _y = _case(random_tree, 2, True, "terminal", 0.3)
 
@@ -226,19 +226,19 @@ def test_only_relu_joins_the_linear_model_on_the_fused_step(random_tree):
 
     for activation in (None, torch.nn.Identity, torch.nn.ReLU):
         mlp = SparseMLP(30, module.n_outputs, activation=activation)
-        assert fused_step_refusal(mlp, criterion, X) is None
+        assert FusedEngine.batch_refusal(mlp, criterion, X) is None
         args = {"activation": activation}
-        assert kernel_model_refusal(SparseMLP, args, PathLocalCrossEntropy, {}, relu=True) is None
+        assert model_refusal(SparseMLP, args, PathLocalCrossEntropy, {}, relu=True) is None
     for activation in (torch.nn.Tanh, torch.nn.GELU, LeakyReLU):
         mlp = SparseMLP(30, module.n_outputs, activation=activation)
-        assert "activation" in fused_step_refusal(mlp, criterion, X)
-        assert "activation" in kernel_model_refusal(SparseMLP, {"activation": activation}, PathLocalCrossEntropy, {},
-                                                    relu=True)
+        assert "activation" in FusedEngine.batch_refusal(mlp, criterion, X)
+        assert "activation" in model_refusal(SparseMLP, {"activation": activation}, PathLocalCrossEntropy, {},
+                                             relu=True)
     relu = SparseMLP(30, module.n_outputs, activation=torch.nn.ReLU)
     assert "activation" in built_model_refusal(relu, criterion)  # the device step's check
-    assert "activation" in kernel_model_refusal(SparseMLP, {"activation": torch.nn.ReLU}, PathLocalCrossEntropy, {})
-    assert "dropout" in fused_step_refusal(SparseMLP(30, module.n_outputs, activation=torch.nn.ReLU, dropout=0.5),
-                                           criterion, X)
+    assert "activation" in model_refusal(SparseMLP, {"activation": torch.nn.ReLU}, PathLocalCrossEntropy, {})
+    assert "dropout" in FusedEngine.batch_refusal(
+        SparseMLP(30, module.n_outputs, activation=torch.nn.ReLU, dropout=0.5), criterion, X)
 
 
 def test_a_batch_without_labels_has_zero_loss_and_gradients(random_tree):
@@ -257,11 +257,11 @@ def test_out_of_range_targets_are_a_named_error(random_tree):
 
 def test_the_fused_step_refuses_what_it_was_not_written_for(random_tree):
     module, criterion, X, _y = _case(random_tree, 2, True, "terminal", 0.3)
-    assert "dropout" in fused_step_refusal(SparseMLP(30, module.n_outputs, dropout=0.5), criterion, X)
+    assert "dropout" in FusedEngine.batch_refusal(SparseMLP(30, module.n_outputs, dropout=0.5), criterion, X)
     dense = X.to_dense().double()  # a dense float32 batch is taken (tests/estimators/networks/test_fused_dense.py)
-    assert "sparse CSR" in fused_step_refusal(module, criterion, dense)
+    assert "sparse CSR" in FusedEngine.batch_refusal(module, criterion, dense)
     summed = PathLocalCrossEntropy(criterion.tree, stop=True, reduction="sum")
-    assert "reduction 'sum'" in fused_step_refusal(module, summed, X)
+    assert "reduction 'sum'" in FusedEngine.batch_refusal(module, summed, X)
 
 
 def test_the_classifier_trains_fused_and_reports_it():
@@ -276,7 +276,7 @@ def test_the_classifier_trains_fused_and_reports_it():
         with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
             warnings.simplefilter("ignore")
             if native == "0":
-                mp.setattr("hiclass_parallel.estimators.networks._fused_step.native.available", lambda: False)
+                mp.setattr("hiclass_parallel.estimators.networks.engines._fused.native.available", lambda: False)
             clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, batch_size=64).fit(X, y)
         runs[native] = clf
     assert runs["1"].net_.step_engine_ == "fused"
@@ -371,7 +371,7 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
     from skorch.callbacks import Callback
 
     from hiclass_parallel import Tree
-    from hiclass_parallel.estimators.networks._fused_step import fused_update_refusal
+    from hiclass_parallel.estimators.networks.engines._kernel_model import net_update_refusal
 
     class Spy(Callback):
         seen = 0
@@ -389,9 +389,9 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
         spied = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=64, callbacks=[Spy()]).fit(X, y)
         other_opt = HierarchicalClassifier(tree, max_epochs=2, random_state=0, batch_size=64,
                                            optimizer=torch.optim.SGD).fit(X, y)
-    assert plain.net_.update_engine_ == "fused" and fused_update_refusal(plain.net_) is None
+    assert plain.net_.update_engine_ == "fused" and net_update_refusal(plain.net_) is None
     assert spied.net_.update_engine_ == "optimizer" and other_opt.net_.update_engine_ == "optimizer"
-    assert "'Spy'" in fused_update_refusal(spied.net_) and "SGD" in fused_update_refusal(other_opt.net_)
+    assert "'Spy'" in net_update_refusal(spied.net_) and "SGD" in net_update_refusal(other_opt.net_)
     assert Spy.seen > 0  # the callback saw the big layers' gradients
     # the same training either way
     np.testing.assert_allclose(spied.net_.history[:, "train_loss"], plain.net_.history[:, "train_loss"], rtol=1e-4)

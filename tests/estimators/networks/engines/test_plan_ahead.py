@@ -24,7 +24,7 @@ import torch
 from hiclass_parallel import HierarchicalClassifier
 from hiclass_parallel.estimators.networks import _native_path_step as native
 from hiclass_parallel.estimators.networks._data import csr_tensor
-from hiclass_parallel.estimators.networks._fused_step import fused_planner, fused_step
+from hiclass_parallel.estimators.networks.engines._fused import fused_planner, fused_step
 from hiclass_parallel.estimators.networks._plan_ahead import PlanAhead
 from hiclass_parallel.estimators.networks._modules import SparseMLP
 from hiclass_parallel.losses import PathLocalCrossEntropy

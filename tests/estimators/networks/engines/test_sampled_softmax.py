@@ -18,7 +18,7 @@ import torch
 
 from hiclass_parallel.estimators import SparseMLP
 from hiclass_parallel.estimators.networks import _native_path_step
-from hiclass_parallel.estimators.networks._fused_step import _workspace, fused_step
+from hiclass_parallel.estimators.networks.engines._fused import _workspace, fused_step
 from hiclass_parallel.losses import PathLocalCrossEntropy
 from hiclass_parallel.ops.groups import n_outputs
 from hiclass_parallel.ops.sibling_paths import sibling_plan

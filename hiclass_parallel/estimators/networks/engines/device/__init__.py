@@ -1,4 +1,5 @@
-"""The device-resident training step of the default text model (Triton; tested under its interpreter).
+"""The device engine: the device-resident training step of the default text model (Triton; tested
+under its interpreter).
 
 - :mod:`._plan`: :class:`StepPlanner`, a plain callable that turns a batch into a
   :class:`StepPlan` of fixed-shape, padded index tensors on the host (no Triton, no device);
@@ -7,13 +8,15 @@
   (Triton is imported only when a step runs);
 - :mod:`._kernels`: the kernels themselves (imports Triton at the top; imported only when a step
   runs);
-- :mod:`._train`: the step inside skorch's loop (:class:`~hiclass_parallel.estimators.networks._net.TreeNet`
-  calls it when the fit configuration chose ``step_engine="device"``).
+- :mod:`._engine`: :class:`DeviceEngine`, the step inside skorch's loop (the engine
+  :class:`~hiclass_parallel.estimators.networks._net.TreeNet` holds when the fit configuration
+  chose ``step_engine="device"``).
 
 ``docs/gpu.md`` describes the design and what has (and has not) been measured.
 """
 
+from ._engine import DeviceEngine
 from ._plan import StepPlan, StepPlanner
 from ._step import DeviceStep
 
-__all__ = ["DeviceStep", "StepPlan", "StepPlanner"]
+__all__ = ["DeviceEngine", "DeviceStep", "StepPlan", "StepPlanner"]

@@ -1,14 +1,17 @@
-"""The device step inside skorch's loop: what :class:`~hiclass_parallel.estimators.networks._net.TreeNet`
-calls when the configuration chose ``step_engine="device"``.
+"""The device engine: the device step inside skorch's loop.
 
-- :func:`device_train_begin`: at the start of a training call, the built net's check
+:class:`DeviceEngine` is the engine (:mod:`~hiclass_parallel.estimators.networks.engines`) the
+configuration chooses on CUDA with Triton for the default linear text model:
+
+- :meth:`DeviceEngine.refusal`: what the configuration asks before the net is built;
+- :meth:`DeviceEngine.begin`: at the start of a training call, the built net's check
   (:func:`~._step.device_step_refusal`, and no callback reading gradients: the device step never
-  writes ``.grad``); the net falls back to torch with the reason when it refuses;
-- :func:`device_train_step`: one training batch, planned on the host from the loader's CPU batch
-  (before anything goes to the device), stepped on the device; ``None`` for a batch it cannot take
-  (not sparse), which the net then runs through torch and counts;
-- :func:`device_epoch`: skorch's epoch loop for the device route, each next batch planned on a
-  thread while the step before it is launched
+  writes ``.grad``); the net trains through torch with the reason when it refuses;
+- :meth:`DeviceEngine.step`: one training batch, planned on the host from the loader's CPU batch
+  (before anything goes to the device), stepped on the device; a batch it cannot take (not
+  sparse) runs through torch and is counted;
+- :meth:`DeviceEngine.epoch`: skorch's epoch loop for the device route, each next batch planned
+  on a thread while the step before it is launched
   (:class:`~hiclass_parallel.estimators.networks._plan_ahead.PlanAhead`). Per-batch callbacks
   get ``loss=None`` (reading it would cost a synchronisation per step; ``y_pred`` is the hidden
   batch, on the device); the batch losses are read back once, at the end of the epoch, into the
@@ -28,31 +31,32 @@ from __future__ import annotations
 
 import math
 import os
-import weakref
 from typing import Any
 
+import scipy.sparse as sp
 import torch
+from skorch.dataset import get_len, unpack_data
 
-__all__ = ["device_epoch", "device_train_begin", "device_train_step", "plan_threads"]
+from .....exceptions import NonFiniteLossError
+from ..._data import split_target
+from ..._optim import LazyAdam
+from ..._plan_ahead import PlanAhead
+from .._kernel_model import model_refusal, net_update_refusal, update_refusal
+from .._protocol import FULL_TRAINING, Engine, EngineChoice, EngineRequest, report
+from .._torch import torch_step
+from . import _step
+from ._step import DeviceStep
+
+__all__ = ["DeviceEngine", "plan_threads"]
 
 #: The most threads planning the device step's batches at once: enough to keep ahead of the
 #: device on a few free cores, few enough to leave the training thread its share of the GIL.
 MAX_PLAN_THREADS = 4
 
-#: The device step of each net (weakly held: it goes with the net, and is never pickled).
-_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: The epoch's batches of each net, each next one planned on a thread (a PlanAhead).
-_AHEAD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 def _parts(batch: Any) -> tuple[Any, Any, Any] | None:
     """``(X, ids, sample weights)`` of a loader batch on the host, or ``None`` when ``X`` is not
     sparse (the device step's plans read sparse batches)."""
-    import scipy.sparse as sp
-    from skorch.dataset import unpack_data
-
-    from .._data import split_target
-
     Xi, yi = unpack_data(batch)
     if not ((isinstance(Xi, torch.Tensor) and Xi.layout == torch.sparse_csr) or sp.issparse(Xi)):
         return None
@@ -72,70 +76,114 @@ def plan_threads() -> int:
     return max(1, min(MAX_PLAN_THREADS, cores - 1))
 
 
-def device_train_begin(net: Any) -> str | None:
-    """Build the net's :class:`~._step.DeviceStep` for this training call, or return why the built
-    net cannot train on it (the net then trains through torch)."""
-    from .._fused_step import fused_update_refusal
-    from ._step import DeviceStep, device_step_refusal
+class DeviceEngine(Engine):
+    """The device step of the default linear text model on CUDA (see the module's docstring).
 
-    _STEPS.pop(net, None)
-    refusal = device_step_refusal(net.module_, net.criterion_, getattr(net, "optimizer_", None)) \
-        or fused_update_refusal(net)
-    if refusal is None:
-        _STEPS[net] = DeviceStep(net.module_, net.criterion_, net.optimizer_, batch_rows=net.batch_size,
-                                 softmax_sample=int(getattr(net, "softmax_sample", 0)))
-    return refusal
+    Examples
+    --------
+    >>> from hiclass_parallel.estimators import LazyAdam, SparseMLP
+    >>> from hiclass_parallel.losses import PathLocalCrossEntropy
+    >>> from hiclass_parallel.estimators.networks.engines import EngineRequest
+    >>> request = EngineRequest(True, SparseMLP, {}, PathLocalCrossEntropy, {}, LazyAdam, "cpu", True)
+    >>> DeviceEngine.refusal(request)
+    "the device is 'cpu', not CUDA"
+    """
 
+    name = "device"
+    #: The training call's device step (built by :meth:`begin`; never pickled).
+    device_step: DeviceStep | None = None
+    #: The epoch's batches, each next one planned on a thread (while an epoch runs).
+    _ahead: PlanAhead | None = None
 
-def device_train_step(net: Any, batch: Any) -> dict[str, Any] | None:
-    """One training step of ``batch`` on the device, or ``None`` when the batch is not sparse.
-    Its plan comes from the epoch's planning thread when it is ready (:meth:`PlanAhead.plan_for
-    <hiclass_parallel.estimators.networks._plan_ahead.PlanAhead.plan_for>`), else is made here."""
-    step = _STEPS.get(net)
-    parts = _parts(batch)
-    if step is None or parts is None:
+    @classmethod
+    def refusal(cls, request: EngineRequest) -> str | None:
+        """Why the path-local steps of a fit cannot run on the device step, read before the net
+        is built: the device, CUDA, Triton, the model (linear only), LazyAdam, sparse ``X`` (a
+        stream's batches are checked one by one) and no reader of gradients (the device step
+        never writes ``.grad``)."""
+        if not request.path_local:
+            return FULL_TRAINING
+        if not str(request.device).startswith("cuda") or torch.device(request.device).type != "cuda":
+            return f"the device is {request.device!r}, not CUDA"
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        if not _step.triton_available():
+            return "Triton is not installed (or HICLASS_PARALLEL_TRITON=0)"
+        reason = model_refusal(request.module, request.module_args, request.criterion, request.criterion_args)
+        if reason:
+            return reason
+        if request.optimizer is not LazyAdam:
+            return f"the optimizer is {request.optimizer.__name__}, not LazyAdam"
+        if request.sparse_input is False:
+            return "X is not sparse"
+        return update_refusal(request.optimizer, request.net_class, request.named_callbacks())
+
+    @classmethod
+    def choice(cls, request: EngineRequest, refusals: dict[str, str]) -> EngineChoice:
+        return EngineChoice("device", "the default linear text model on CUDA with Triton: host-planned steps, no "
+                            "synchronisation per step", "device", "the device step updates the touched rows itself")
+
+    def begin(self, net: Any) -> str | None:
+        """Build the net's :class:`~._step.DeviceStep` for this training call, or return why the
+        built net cannot train on it (:func:`~._step.device_step_refusal`, or a reader of
+        gradients added since the configuration was resolved)."""
+        self.device_step = None
+        refusal = _step.device_step_refusal(net.module_, net.criterion_, getattr(net, "optimizer_", None)) \
+            or net_update_refusal(net)
+        if refusal is not None:
+            return refusal
+        self.device_step = DeviceStep(net.module_, net.criterion_, net.optimizer_, batch_rows=net.batch_size,
+                                      softmax_sample=int(getattr(net, "softmax_sample", 0)))
+        report(net, self.name, "device")
         return None
-    ahead = _AHEAD.get(net)
-    plan = ahead.plan_for(batch) if ahead is not None else None
-    if plan is None:
-        plan = step.planner(*parts, seed=step.draw_seed())
-    else:
-        step.planned_ahead += 1
-    loss = step.step(plan, graph=os.environ.get("HICLASS_PARALLEL_CUDA_GRAPH", "0") == "1")
-    return {"loss": loss.clone(), "y_pred": step._work(plan)["h"]}
 
-
-def device_epoch(net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_params: Any) -> None:
-    """skorch's ``run_single_epoch`` for training on the device step: each next batch planned on a
-    thread (:class:`~hiclass_parallel.estimators.networks._plan_ahead.PlanAhead`) while the step
-    before it is launched; the batch losses read back once, at the end (see the module's
-    docstring)."""
-    from .._plan_ahead import PlanAhead
-
-    device_step = _STEPS.get(net)
-
-    def planner(batch: Any) -> Any:  # on the training thread; the job runs on the planning thread
+    def step(self, net: Any, batch: Any, **fit_params: Any) -> dict[str, Any]:
+        """One training step of ``batch`` on the device. Its plan comes from the epoch's planning
+        thread when it is ready (:meth:`PlanAhead.plan_for
+        <hiclass_parallel.estimators.networks._plan_ahead.PlanAhead.plan_for>`), else is made
+        here. A batch that is not sparse runs through torch and is counted (``step_fallbacks_``)."""
+        net._set_training(True)
         parts = _parts(batch)
-        if device_step is None or parts is None:
-            return None
-        seed = device_step.draw_seed()  # here, in the batches' order: the job draws nothing
-        return lambda: device_step.planner(*parts, seed=seed).pinned()
+        if parts is None:
+            net.step_fallbacks_ += 1
+            net.step_fallback_reason_ = "the batch is not sparse"
+            return torch_step(net, batch, training=True)
+        step = self.device_step
+        plan = self._ahead.plan_for(batch) if self._ahead is not None else None
+        if plan is None:
+            plan = step.planner(*parts, seed=step.draw_seed())
+        else:
+            step.planned_ahead += 1
+        loss = step.step(plan, graph=os.environ.get("HICLASS_PARALLEL_CUDA_GRAPH", "0") == "1")
+        return {"loss": loss.clone(), "y_pred": step._work(plan)["h"]}
 
-    with PlanAhead(iterator, planner, depth=plan_threads()) as ahead:
-        _AHEAD[net] = ahead
-        try:
-            losses, rows = _epoch(net, ahead, prefix, step_fn, **fit_params)
-        finally:
-            _AHEAD.pop(net, None)
-    values = [float(v) for v in torch.stack([v.reshape(()) for v in losses]).tolist()] if losses else []
-    _finish_epoch(net, prefix, rows, values)
+    def epoch(self, net: Any, iterator: Any, prefix: str, step_fn: Any, **fit_params: Any) -> None:
+        """skorch's ``run_single_epoch`` for training on the device step: each next batch planned
+        on a thread (:class:`~hiclass_parallel.estimators.networks._plan_ahead.PlanAhead`) while the
+        step before it is launched; the batch losses read back once, at the end (see the module's
+        docstring)."""
+        device_step = self.device_step
+
+        def planner(batch: Any) -> Any:  # on the training thread; the job runs on the planning thread
+            parts = _parts(batch)
+            if parts is None:
+                return None
+            seed = device_step.draw_seed()  # here, in the batches' order: the job draws nothing
+            return lambda: device_step.planner(*parts, seed=seed).pinned()
+
+        with PlanAhead(iterator, planner, depth=plan_threads()) as ahead:
+            self._ahead = ahead
+            try:
+                losses, rows = _epoch(net, ahead, prefix, step_fn, **fit_params)
+            finally:
+                self._ahead = None
+        values = [float(v) for v in torch.stack([v.reshape(()) for v in losses]).tolist()] if losses else []
+        _finish_epoch(net, prefix, rows, values, device_step)
 
 
 def _epoch(net: Any, batches: Any, prefix: str, step_fn: Any, **fit_params: Any) -> tuple[list, list]:
     """skorch's loop over the epoch's batches, except that per-batch callbacks get no loss: the
     steps' losses (device tensors) and the history's batch rows, to fill at the end."""
-    from skorch.dataset import get_len
-
     losses, rows = [], []
     for batch in batches:
         net.notify("on_batch_begin", batch=batch, training=True)
@@ -149,13 +197,10 @@ def _epoch(net: Any, batches: Any, prefix: str, step_fn: Any, **fit_params: Any)
     return losses, rows
 
 
-def _finish_epoch(net: Any, prefix: str, rows: list, values: list) -> None:
+def _finish_epoch(net: Any, prefix: str, rows: list, values: list, device_step: DeviceStep | None) -> None:
     """The batch losses into the history; the non-finite flag and losses checked."""
-    from ....exceptions import NonFiniteLossError
-
     for row, value in zip(rows, values):
         row[prefix + "_loss"] = value
-    device_step = _STEPS.get(net)
     bad = device_step.read()[1] if device_step is not None else False
     first = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
     if bad or first is not None:

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ....ops.sibling_paths import SiblingPlan
-from ....tree import PAD
+from .....ops.sibling_paths import SiblingPlan
+from .....tree import PAD
 
 __all__ = ["StepPlan", "StepPlanner", "bucket"]
 
@@ -63,7 +63,7 @@ def bucket(n: int, floor: int = 16) -> int:
 
     Examples
     --------
-    >>> from hiclass_parallel.estimators.networks.device import _plan
+    >>> from hiclass_parallel.estimators.networks.engines.device import _plan
     >>> _plan.bucket(3), _plan.bucket(17), _plan.bucket(64)
     (16, 32, 64)
     """
@@ -174,7 +174,7 @@ class StepPlanner:
     >>> import numpy as np, scipy.sparse as sp
     >>> from hiclass_parallel import Tree
     >>> from hiclass_parallel.ops.sibling_paths import sibling_plan
-    >>> from hiclass_parallel.estimators.networks.device import StepPlanner
+    >>> from hiclass_parallel.estimators.networks.engines.device import StepPlanner
     >>> tree = Tree.from_parents([-1, -1, 0, 0, 1, 1, 3, 3, 3])
     >>> planner = StepPlanner(sibling_plan(tree, stop=False), terminal=False)
     >>> step = planner(sp.csr_matrix(np.eye(2, 5, dtype=np.float32)), np.array([6, -1]))

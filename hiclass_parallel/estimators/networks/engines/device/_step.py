@@ -31,11 +31,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ....ops.sibling_paths import sibling_plan
-from .._random import step_seed
+from .....ops.sibling_paths import sibling_plan
+from ..._optim import LazyAdam
+from ..._random import step_seed
+from .._kernel_model import built_model_refusal
 from ._plan import StepPlan, StepPlanner
 
-__all__ = ["DeviceStep", "device_engine_refusal", "device_step_refusal", "triton_available"]
+__all__ = ["DeviceStep", "device_step_refusal", "triton_available"]
 
 _BLOCK_K = 16
 _BLOCK_R = 16  # rows per program of the row update
@@ -53,39 +55,14 @@ def triton_available() -> bool:
 
 
 def _kernels() -> Any:
-    from . import _kernels
+    from . import _kernels  # imports Triton: only when a step runs
 
     return _kernels
 
 
-def device_engine_refusal(module: type, module_args: dict[str, Any], criterion: type, criterion_args: dict[str, Any],
-                          optimizer: type, device: Any, sparse_input: bool | None) -> str | None:
-    """Why the path-local steps of a fit cannot run on the device step, or ``None`` when they can:
-    what the configuration knows before the net is built."""
-    from .._fused_step import kernel_model_refusal
-    from .._optim import LazyAdam
-
-    if torch.device(device).type != "cuda":
-        return f"the device is {device!r}, not CUDA"
-    if not torch.cuda.is_available():
-        return "CUDA is not available"
-    if not triton_available():
-        return "Triton is not installed (or HICLASS_PARALLEL_TRITON=0)"
-    reason = kernel_model_refusal(module, module_args, criterion, criterion_args)
-    if reason:
-        return reason
-    if optimizer is not LazyAdam:
-        return f"the optimizer is {optimizer.__name__}, not LazyAdam"
-    if sparse_input is False:
-        return "X is not sparse"
-    return None
-
-
 def device_step_refusal(module: nn.Module, criterion: nn.Module, optimizer: Any) -> str | None:
-    """Why :class:`DeviceStep` cannot train this built module, criterion and optimizer, or ``None``."""
-    from .._fused_step import built_model_refusal
-    from .._optim import LazyAdam
-
+    """Why :class:`DeviceStep` cannot train this built module, criterion and optimizer, or ``None``
+    (what :meth:`~._engine.DeviceEngine.begin` checks)."""
     reason = built_model_refusal(module, criterion)
     if reason:
         return reason
