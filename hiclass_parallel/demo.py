@@ -245,7 +245,7 @@ def _span(low: float, high: float) -> str:
 
 def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str, wide: float = 0.0) -> str:
     """What is about to be trained, and for how long, printed before training starts."""
-    from .estimators.calibration._calibration import MIN_AUTO_ROWS, held_out_size, rejoins
+    from .estimators.answer._calibration import MIN_AUTO_ROWS, held_out_size, rejoins
 
     planned = _planned_epochs(n_rows, epochs)
     which = "" if epochs is not None else " (the classifier's default for this many rows)"
@@ -268,7 +268,7 @@ def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str, wide: fl
 def _mean_confidence(pipe: Any, clf: Any, X: Any) -> float | None:
     """Mean calibrated probability that the answers are right (``None`` when the fit did not
     calibrate: too few rows)."""
-    if clf.calibrator_ is None:
+    if clf.answer_.calibrator is None:
         return None
     return float(clf.predict_confidence(pipe[:-1].transform(X)).mean())
 
@@ -411,7 +411,7 @@ def run_demo(root: str | None = None, epochs: int | None = None, device: str = "
     confidence = _mean_confidence(pipe, clf, X_test)
     if confidence is not None:
         say(f"predict_confidence: {confidence:.3f} on average, for an exact accuracy of {exact:.3f} "
-            f"(calibrated on {clf.calibrator_.n_rows:,} training rows held out: docs/calibration.md)")
+            f"(calibrated on {clf.answer_.calibrator.n_rows:,} training rows held out: docs/calibration.md)")
 
     if n_examples:
         say("\nExamples (gloss -> predicted path | true parent):")

@@ -80,17 +80,17 @@ def warn_unprepared_terms(estimator: Any) -> None:
     that would build it.
 
     ``prototypes`` and ``flat_term`` may change after fit, but only the weight of a term the
-    fit built: without ``prototypes_`` (a fit with ``prototypes=None``) or ``flat_term_`` (a
-    fit that kept no flat term) a number would change nothing, silently. ``"auto"`` stands for
+    fit built: without the answer model's (``answer_``) class prototypes (a fit with
+    ``prototypes=None``) or flat term (a fit that kept none) a number would change nothing,
+    silently. ``"auto"`` stands for
     the fit's choice, none included, and ``None`` or 0 ask for no term: neither warns.
     """
     if not getattr(type(estimator), "_reranks", False):
         return
-    terms = (("prototypes", "prototypes_", "the fit built no class prototypes"),
-             ("flat_term", "flat_term_", "the fit kept no flat term"))
-    for name, fitted, missing in terms:
+    terms = (("prototypes", "the fit built no class prototypes"), ("flat_term", "the fit kept no flat term"))
+    for name, missing in terms:
         value = getattr(estimator, name, None)
-        if value is None or isinstance(value, str) or value == 0 or getattr(estimator, fitted, None) is not None:
+        if value is None or isinstance(value, str) or value == 0 or estimator.answer_.term(name) is not None:
             continue
         reason = getattr(estimator.config_, "flat_term_reason", "") if name == "flat_term" else ""
         # The predict methods reach here from different depths: point at the user's line.

@@ -41,6 +41,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..ops.groups import stop_columns
+from .answer._prototypes import last_nodes
+from .networks._modules import MLP, SparseMLP
+from .prediction import host_rows, decode
+
 __all__ = ["ClassExplanation", "Explanation", "explain_classes", "explain_predictions"]
 
 #: Rows explained per chunk: bounds the ``(rows, scores)`` arrays of the rival search.
@@ -258,8 +263,6 @@ def explain_predictions(estimator: Any, X: Any, *, top: int = 5, feature_names: 
         raise ValueError(f"top must be a positive int, got {top!r}")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    from .prediction._decode import _host_rows, decode
-    from .prototypes._prototypes import last_nodes
 
     decoder = clf._decoder()
     X = decoder.rows(X)
@@ -268,7 +271,7 @@ def explain_predictions(estimator: Any, X: Any, *, top: int = 5, feature_names: 
     terms = {"log_prob": log_prob.astype(np.float32)}
     zero = np.zeros(len(answer), dtype=np.float32)
     if decoder.reranking is not None and decoder.decoding != "threshold":
-        similarity = (decoder.prototypes.similarity(_host_rows(X), answer[:, None])[:, 0]
+        similarity = (decoder.prototypes.score(host_rows(X), answer[:, None])[:, 0]
                       if decoder.weight else zero)
         terms["prototypes"] = np.float32(decoder.weight or 0.0) * similarity
         terms["flat"] = np.asarray(decoder.flat_prior(X, paths[:, None, :]), dtype=np.float32).reshape(-1) \
@@ -412,8 +415,6 @@ def _column_groups(clf: Any) -> np.ndarray:
 
 def _column_names(clf: Any) -> np.ndarray:
     """A readable name per score column."""
-    from ..ops.groups import stop_columns
-
     tree = clf.tree_
     labels = tree.labels
     names = np.empty(clf.n_scores_, dtype=object)
@@ -433,8 +434,6 @@ def _column_names(clf: Any) -> np.ndarray:
 def _step_columns(clf: Any, paths: np.ndarray, answer: np.ndarray) -> np.ndarray:
     """The columns each row's steps explain: its path's nodes, then the stop that ends an
     answer at an internal node (terminal semantics)."""
-    from ..ops.groups import stop_columns
-
     columns = paths.astype(np.int64)
     if clf.stop_ and clf.semantics == "terminal":
         stop_col = stop_columns(clf.tree_, clf.partition_)
@@ -508,7 +507,6 @@ def _linear_parts(module: Any) -> _Linear | None:
     """The module's weights where it is linear up to its scores (``None`` otherwise)."""
     from torch import nn
 
-    from .networks._modules import MLP, SparseMLP
 
     if isinstance(module, SparseMLP) and isinstance(module.activation, nn.Identity):
         head = module.head

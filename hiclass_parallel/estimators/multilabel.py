@@ -31,10 +31,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..dag import Dag, UnrolledDag
 from ..labels._sets import write_label_sets
+from ..metrics import hierarchical_f1_score_dag
+from ..ops.groups import node_log_probs
 from ..tree import Tree
 from ._checks import check_decidable
 from .classifier import HierarchicalClassifier
-from .fitting._targets import LabelSetTargets
+from .fitting import LabelSetTargets
 
 __all__ = ["MultiLabelHierarchicalClassifier"]
 
@@ -69,11 +71,11 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
     calibration : {"auto"} or None, default="auto"
         Nothing is calibrated here (a set of labels has no one answer whose probability a
         map could correct): ``"auto"`` and ``None`` both train on every row, and
-        ``calibration="beta"`` is refused. ``calibrator_`` is ``None`` and there is no
+        ``calibration="beta"`` is refused. ``answer_.calibrator`` is ``None`` and there is no
         ``predict_confidence``.
     prototypes : "auto", float or None, default="auto"
         Not used here (class prototypes re-rank one answer per sample; a set of labels is
-        thresholded instead): ``prototypes_`` is ``None``.
+        thresholded instead): ``answer_`` holds no term.
     class_weight : dict, "balanced" or None, default=None
         As in :class:`HierarchicalClassifier`, over the (sample, label) training pairs: a
         pair's weight is its row's ``sample_weight`` times its label's class weight, and
@@ -163,8 +165,6 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
         of a descendant reached through another parent counts too, since a ``d`` that is a
         ``b`` and a ``c`` lies under both whichever path the model takes. Summing only the
         class's own copies would leave out those paths and break ``P(parent) >= P(child)``."""
-        from ..ops.groups import node_log_probs
-
         kwargs = self._decode_kwargs()
         proba = torch.exp(node_log_probs(scores, self.tree_, **kwargs))
         if self.semantics == "partial":
@@ -304,8 +304,6 @@ class MultiLabelHierarchicalClassifier(HierarchicalClassifier):
             :func:`~hiclass_parallel.metrics.hierarchical_f1_score_dag` of the label sets
             (each sample's node set is the union of its labels' ancestor sets).
         """
-        from ..metrics import hierarchical_f1_score_dag
-
         check_is_fitted(self)
         pred = self._predict_indicator(X)
         return float(hierarchical_f1_score_dag(y, pred, self.hierarchy_, sample_weight=sample_weight))

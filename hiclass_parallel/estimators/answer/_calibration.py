@@ -49,27 +49,17 @@ from scipy.special import expit
 
 from ...exceptions import caller_stacklevel
 
+from .._defaults import CALIBRATION_CLIP as CLIP
+from .._defaults import CALIBRATION_MIN_AUTO_ROWS as MIN_AUTO_ROWS
+from .._defaults import CALIBRATION_MIN_ROWS as MIN_ROWS
+from .._defaults import CALIBRATION_REJOIN_EPOCHS as REJOIN_MIN_EPOCHS
+
 __all__ = ["BetaCalibrator", "CalibrationPlan", "held_out_size", "plan_calibration", "rejoins", "held_out_view",
            "answer_correct", "effective_rows"]
 
 #: ``calibration_size="auto"``: 5% of the rows, at most 1,000 (enough for three parameters;
 #: beyond, rows held out cost accuracy and buy nothing: ``docs/calibration.md``).
 AUTO_FRACTION, AUTO_MAX_ROWS = 0.05, 1000
-
-#: ``calibration="auto"`` calibrates only with at least this many held-out rows (2,000 rows at
-#: the default size): with 195 of them the gloss benchmark's ECE still fell from 0.13 to
-#: 0.04 (animal.n.01, ``docs/calibration.md``); fewer fit three parameters to noise.
-MIN_AUTO_ROWS = 100
-
-#: With at least this many epochs a text module's held-out rows join the last one (the
-#: docstring says why).
-REJOIN_MIN_EPOCHS = 5
-
-#: An explicit ``calibration="beta"`` needs at least this many.
-MIN_ROWS = 20
-
-#: Probabilities are clipped to [CLIP, 1 - CLIP] before the logs (the serving module too).
-CLIP = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)

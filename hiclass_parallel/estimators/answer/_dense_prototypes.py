@@ -37,42 +37,36 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["GaussianPrototypes"]
+from .._defaults import GAUSSIAN_MAX_WEIGHT, GAUSSIAN_START_WEIGHT
+from .._defaults import GAUSSIAN_SHRINKAGE as SHRINKAGE
 
-#: Pseudo-rows of the parent's mean in each class's mean. On the dense benchmarks with few rows
-#: per class, one pseudo-row gains over no shrinkage; more gains within the noise, and a stronger
-#: pull towards the parent would blur the classes that have many rows.
-SHRINKAGE = 1.0
+__all__ = ["GaussianPrototypes"]
 
 
 @dataclasses.dataclass
 class GaussianPrototypes:
     """Per-class sums of dense training rows (``sums``, ``(n_classes, n_features)`` float64),
     their counts, the sum of every row's squares per feature (for the pooled variance), the
-    tree's ``parents`` and ``depth`` (for the shrinkage, top-down) and the weight of the
-    log-likelihood in the re-ranked score."""
+    tree's ``parents`` and ``depth`` (for the shrinkage, top-down)."""
 
     sums: np.ndarray
     counts: np.ndarray
     squares: np.ndarray
     parents: np.ndarray
     depth: np.ndarray
-    weight: float
-    #: The log-probabilities' coefficient in the fitted conditional logit (as for the cosine kind).
-    scale: float = 1.0
 
     #: The kind's name in a saved model's ``prototypes.npz``.
     KIND: ClassVar[str] = "gaussian"
     #: The largest weight ``prototypes="auto"`` fits: a log-likelihood is in nats, and on the
     #: synthetic benchmarks the weights fitted were 4-420 (the network's log-probabilities of
     #: overfitted classes count for little beside it).
-    MAX_WEIGHT: ClassVar[float] = 1024.0
+    MAX_WEIGHT: ClassVar[float] = GAUSSIAN_MAX_WEIGHT
     #: Without held-out rows: the log-likelihood added to the model's log-probability as it is,
     #: the model's distribution as the prior of Bayes' rule.
-    DEFAULT_WEIGHT: ClassVar[float] = 1.0
+    DEFAULT_WEIGHT: ClassVar[float] = GAUSSIAN_START_WEIGHT
 
     @classmethod
-    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0,
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any,
                   sample_weight: np.ndarray | None = None) -> GaussianPrototypes:
         """The statistics of the rows of dense ``X`` per node id in ``ids`` (``-1``:
         unlabelled, skipped) of ``tree``'s classes, each row counted ``sample_weight`` times
@@ -91,8 +85,7 @@ class GaussianPrototypes:
         counts = np.bincount(ids[rows], weights=times, minlength=n_classes).astype(np.float64)
         squares = np.einsum("ij,ij->j", X, X) if sample_weight is None else np.einsum("i,ij,ij->j", times, X, X)
         return cls(sums=sums, counts=counts, squares=squares,
-                   parents=np.asarray(tree.parents, dtype=np.int64), depth=np.asarray(tree.depth),
-                   weight=float(weight))
+                   parents=np.asarray(tree.parents, dtype=np.int64), depth=np.asarray(tree.depth))
 
     def add(self, other: GaussianPrototypes) -> None:
         """Add another set of rows' statistics (more training rows, of the same classes)."""
@@ -125,7 +118,7 @@ class GaussianPrototypes:
         return np.maximum(within, floor)
 
     def centre(self) -> np.ndarray:
-        """The mean of all rows (float64, ``(n_features,)``); :meth:`similarity` centres rows and
+        """The mean of all rows (float64, ``(n_features,)``); :meth:`score` centres rows and
         class means by it, rounded to float32, before the float32 products."""
         return self.sums.sum(axis=0) / max(self.counts.sum(), 1.0)
 
@@ -153,12 +146,12 @@ class GaussianPrototypes:
         return scaled
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """What an exported model needs to compute :meth:`similarity` (``_export.PrototypeReranker``)
+        """What an exported model needs to compute :meth:`score` (``_export.PrototypeReranker``)
         from rows already centred (:meth:`centre`, rounded to float32): ``m_c / var`` and ``m_c . m_c / (2 var)``
         per class, ``m_c = mu_c - centre``."""
         return self._scaled_means()[:2]
 
-    def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+    def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """The log-likelihood of each row ``i`` under each candidate ``c = nodes[i, j]``, up to a
         constant of the row, ``(n, k)`` float32; 0 for ``-1``."""
         X = _host_dense(X)
@@ -185,7 +178,7 @@ class GaussianPrototypes:
         return {"kind": np.asarray(self.KIND), "sums": self.sums, "counts": self.counts, "squares": self.squares}
 
     @classmethod
-    def from_arrays(cls, arrays: Any, weight: float, tree: Any, n_features: int) -> GaussianPrototypes:
+    def from_arrays(cls, arrays: Any, tree: Any, n_features: int) -> GaussianPrototypes:
         """The inverse of :meth:`to_arrays`, checked against the model it belongs to."""
         missing = {"sums", "counts", "squares"} - set(arrays)
         if missing:
@@ -203,8 +196,7 @@ class GaussianPrototypes:
         if (counts < 0).any() or (squares < 0).any():
             raise ValueError("the saved class prototypes hold negative counts or squares")
         return cls(sums=sums.astype(np.float64), counts=counts.astype(np.float64), squares=squares.astype(np.float64),
-                   parents=np.asarray(tree.parents, dtype=np.int64), depth=np.asarray(tree.depth),
-                   weight=float(weight))
+                   parents=np.asarray(tree.parents, dtype=np.int64), depth=np.asarray(tree.depth))
 
 
 def _host_dense(X: Any) -> np.ndarray:

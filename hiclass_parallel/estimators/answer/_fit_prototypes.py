@@ -7,8 +7,8 @@ The fit pipeline (:mod:`..fitting._fit`) calls three functions:
   the model trained on so far (a held-out row never meets its own contribution), with
   ``prototypes="auto"``'s weight and scale chosen on the held-out rows
   (:func:`~._prototypes.choose_weight_and_scale`, agreed over the ranks of a data-parallel fit);
-- :func:`fitted_prototypes`, at the end of a fresh fit: the prototypes of every training row,
-  with the weight and scale chosen on the held-out rows, else the fixed weight;
+- :func:`fitted_prototypes`, at the end of a fresh fit: the prototypes of every training row
+  (their weight, chosen on the held-out rows or :func:`rules_weight`, is the answer model's);
 - :func:`added_prototypes`, when training continues: a copy of the fitted prototypes with the
   call's rows added.
 
@@ -26,7 +26,8 @@ import torch
 
 from ._prototypes import Prototypes, choose_weight_and_scale, prototypes_kind
 
-__all__ = ["added_prototypes", "data_parallel_group", "fitted_prototypes", "held_out_prototypes", "wants_prototypes"]
+__all__ = ["added_prototypes", "data_parallel_group", "fitted_prototypes", "held_out_prototypes", "rules_weight",
+           "wants_prototypes"]
 
 Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -44,10 +45,11 @@ def held_out_prototypes(estimator: Any, targets: Any, X: Any, ids: np.ndarray, p
                         candidates_of: Callable[[Prototypes], Candidates],
                         sample_weight: np.ndarray | None = None,
                         prior: Callable[[np.ndarray], np.ndarray | float] | None = None,
-                        ) -> tuple[Prototypes | None, Candidates | None]:
+                        ) -> tuple[Prototypes | None, tuple[float, float], Candidates | None]:
     """The prototypes of the calibration ``plan``'s fit rows of ``X`` (``ids``: every row's node
-    id; each row counted with its ``sample_weight``), and the held-out rows' candidates to
-    re-rank (``decoding="best"``; ``None`` otherwise); ``(None, None)`` without prototypes.
+    id; each row counted with its ``sample_weight``), their ``(weight, scale)`` and the held-out
+    rows' candidates to re-rank (``decoding="best"``; ``None`` otherwise); ``(None, (0, 1),
+    None)`` without prototypes.
 
     ``candidates_of(prototypes)`` decodes the held-out rows with those prototypes (the model's
     paths as trained so far, their log-probabilities and similarities), once: for the weight
@@ -56,10 +58,10 @@ def held_out_prototypes(estimator: Any, targets: Any, X: Any, ids: np.ndarray, p
     none).
     """
     if not wants_prototypes(estimator, X):
-        return None, None
+        return None, (0.0, 1.0), None
     fit_weight = None if sample_weight is None else sample_weight[plan.fit_rows]
-    prototypes = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows], _fixed_weight(estimator, X),
-                                sample_weight=fit_weight)
+    prototypes = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows], sample_weight=fit_weight)
+    weight_and_scale = (rules_weight(estimator, X), 1.0)
     fitting, reranking = isinstance(estimator.prototypes, str), estimator.decoding == "best"
     candidates = candidates_of(prototypes) if fitting or reranking else None
     if fitting:
@@ -67,23 +69,18 @@ def held_out_prototypes(estimator: Any, targets: Any, X: Any, ids: np.ndarray, p
         paths, log_prob, similarity = candidates
         scored = (paths, log_prob + (0.0 if prior is None else prior(paths)), similarity)
         fitted = _choose_weight(estimator, scored, ids[plan.held_rows], type(prototypes), held_weight)
-        prototypes.weight, prototypes.scale = _agreed(estimator, fitted)
-    return prototypes, candidates if reranking else None
+        weight_and_scale = _agreed(estimator, fitted)
+    return prototypes, weight_and_scale, candidates if reranking else None
 
 
-def fitted_prototypes(estimator: Any, targets: Any, X: Any, dataset: Any, sample_weight: np.ndarray | None,
-                      held_out: tuple[float, float] | None) -> Prototypes | None:
+def fitted_prototypes(estimator: Any, targets: Any, X: Any, dataset: Any,
+                      sample_weight: np.ndarray | None) -> Prototypes | None:
     """The prototypes of a fresh fit's rows ``X`` (``None``: streamed; node ids the ``y`` of
-    the training ``dataset``, read only when the rows keep prototypes), with the weight and
-    scale ``held_out`` chose (``None``: the fixed weight); ``None`` when the estimator keeps
-    none."""
+    the training ``dataset``, read only when the rows keep prototypes); ``None`` when the
+    estimator keeps none."""
     if not wants_prototypes(estimator, X):
         return None
-    prototypes = _prototypes_of(estimator, targets, X, np.asarray(dataset.y), _fixed_weight(estimator, X),
-                                sample_weight=sample_weight)
-    if held_out is not None:  # the weight and scale chosen on the held-out rows
-        prototypes.weight, prototypes.scale = held_out
-    return prototypes
+    return _prototypes_of(estimator, targets, X, np.asarray(dataset.y), sample_weight=sample_weight)
 
 
 def added_prototypes(estimator: Any, targets: Any, prototypes: Prototypes | None, X: Any, dataset: Any,
@@ -96,20 +93,20 @@ def added_prototypes(estimator: Any, targets: Any, prototypes: Prototypes | None
     if prototypes is None or not wants_prototypes(estimator, X):
         return prototypes
     prototypes = copy.copy(prototypes)
-    prototypes.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), 0.0, class_text=False,
+    prototypes.add(_prototypes_of(estimator, targets, X, np.asarray(dataset.y), class_text=False,
                                   sample_weight=sample_weight))
     return prototypes
 
 
-def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, weight: float,
-                   class_text: bool = True, sample_weight: np.ndarray | None = None) -> Prototypes:
+def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, class_text: bool = True,
+                   sample_weight: np.ndarray | None = None) -> Prototypes:
     """The class prototypes of the rows ``X`` (node ids ``ids``; each row counted with its
     ``sample_weight``), with each class's text (``module__class_features``, in the space of
     ``X``; unless ``class_text=False``, for rows added to prototypes that have it) as one more
     row of its class, summed over the ranks of a data-parallel fit."""
     import scipy.sparse as sp
 
-    prototypes = prototypes_kind(X).from_rows(X, ids, targets.tree, weight, sample_weight=sample_weight)
+    prototypes = prototypes_kind(X).from_rows(X, ids, targets.tree, sample_weight=sample_weight)
     text = estimator._skorch_kwargs("module__").get("class_features") if class_text else None
     if sp.issparse(X) and sp.issparse(text) and text.shape == (len(targets.classes), X.shape[1]):
         # A class no training row has gets its name as its prototype (a class seen in training
@@ -133,7 +130,7 @@ def data_parallel_group(estimator: Any) -> tuple[Any] | None:
     return None
 
 
-def _fixed_weight(estimator: Any, X: Any) -> float:
+def rules_weight(estimator: Any, X: Any) -> float:
     """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the
     default of the prototypes of rows like ``X``."""
     return prototypes_kind(X).DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)
@@ -157,7 +154,7 @@ def _choose_weight(estimator: Any, candidates: Candidates, true: np.ndarray, kin
     """``prototypes="auto"``: the weight and scale fitted on the held-out rows' ``candidates``
     (the model's paths as trained so far, their log-probabilities and similarities) and node
     ids ``true`` (weighted by ``sample_weight``), within the bounds of the prototypes' ``kind``."""
-    from ..calibration._calibration import answer_correct
+    from ._calibration import answer_correct
 
     paths, log_prob, similarity = candidates
     n, k, depth = paths.shape

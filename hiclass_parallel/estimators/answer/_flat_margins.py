@@ -15,7 +15,7 @@ closed form (one ``(features, features)`` system for every class at once: liblin
 coordinate descent over dense rows costs minutes where this costs a fraction of the network's
 fit). A candidate that was no training target gets :data:`NO_TARGET_MARGIN`, the margin every
 negative class is trained to, so it is neither favoured nor ruled out. The weight is in nats per
-unit of margin (:data:`DEFAULT_WEIGHT`).
+unit of margin, learnt on held-out rows (``flat_term="auto"``) or given.
 
 The SVM against every row costs one weight per target and feature and a pass over all rows per
 target. Where that is too much, the SVM of the candidates (:meth:`FlatMargins.fit_on_candidates`)
@@ -23,9 +23,9 @@ trains each target only where the re-ranking will compare it: against the traini
 ``prototype_candidates`` most probable answers of the trained network hold it (its hard
 negatives), over the features its own rows hold (a sparse weight vector). Its cost is about
 ``candidates + 1`` passes over the training rows in all, whatever the number of targets, and its
-weights are at most the non-zeros of the training rows (``"auto"`` weighs it by
-:data:`CANDIDATES_WEIGHT`). Which of the two a fit keeps, if any, is
-decided with the rest of the configuration (:func:`~..fitting._config.resolve_flat_term`).
+weights are at most the non-zeros of the training rows. Which of the two a fit tries, if any, is
+decided with the rest of the configuration, by their estimated costs against the budget
+(:func:`~..fitting._config.resolve_flat_term`).
 
 Only the answer changes, as with the prototypes: probabilities and scores are the network's.
 """
@@ -40,21 +40,9 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-__all__ = ["CANDIDATES_WEIGHT", "DEFAULT_WEIGHT", "NO_TARGET_MARGIN", "FlatMargins"]
+from .._defaults import LEAST_SQUARES_PENALTY, NO_TARGET_MARGIN
 
-#: ``flat_term="auto"``'s weight, in nats per unit of margin: on the WordNet gloss subtrees of a
-#: few hundred classes, re-ranking with both terms was most accurate with a weight in 8-32
-#: (docs/performance.md, "Small taxonomies").
-DEFAULT_WEIGHT = 16.0
-
-#: ``flat_term="auto"``'s weight for the SVM of the candidates: its margins are trained against
-#: the rivals the re-ranking compares, and on the many-rows gloss benchmarks half the weight of
-#: the SVM against every row was the more accurate (docs/performance.md, "Many rows per class").
-CANDIDATES_WEIGHT = 8.0
-
-#: The margin of a candidate that was no training target: the hinge loss's target for every
-#: negative class.
-NO_TARGET_MARGIN = -1.0
+__all__ = ["NO_TARGET_MARGIN", "FlatMargins"]
 
 
 @dataclasses.dataclass
@@ -80,7 +68,7 @@ class FlatMargins:
     >>> flat = FlatMargins.fit(X, np.array([2, 2, 4, 4]), n_classes=5)
     >>> flat.classes.tolist()
     [2, 4]
-    >>> m = flat.margins(X[:1], np.array([[2, 4, 0]]))
+    >>> m = flat.score(X[:1], np.array([[2, 4, 0]]))
     >>> bool(m[0, 0] > 0 > m[0, 1]), float(m[0, 2])
     (True, -1.0)
 
@@ -89,7 +77,7 @@ class FlatMargins:
     >>> import scipy.sparse as sp
     >>> rivals = np.array([[4], [4], [2], [2]])
     >>> flat = FlatMargins.fit_on_candidates(sp.csr_matrix(X), np.array([2, 2, 4, 4]), rivals, n_classes=5)
-    >>> sp.issparse(flat.coef), bool(flat.margins(sp.csr_matrix(X[:1]), np.array([[2, 4]]))[0, 0] > 0)
+    >>> sp.issparse(flat.coef), bool(flat.score(sp.csr_matrix(X[:1]), np.array([[2, 4]]))[0, 0] > 0)
     (True, True)
     """
 
@@ -144,7 +132,7 @@ class FlatMargins:
         row[self.classes] = np.arange(self.classes.size)
         return row[np.where(nodes >= 0, nodes, self.n_classes)]
 
-    def margins(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+    def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """``(n, k)`` float32: the margin of row ``i`` for candidate class ``nodes[i, j]``;
         :data:`NO_TARGET_MARGIN` for a node that was no training target and for ``-1``."""
         nodes = np.asarray(nodes)
@@ -173,9 +161,10 @@ class FlatMargins:
         return {"classes": self.classes, "coef": self.coef, "intercept": self.intercept}
 
     @classmethod
-    def from_arrays(cls, arrays: Any, n_classes: int, n_features: int) -> FlatMargins:
-        """The inverse of :meth:`to_arrays`, checked against the model it belongs to (a
-        ``ValueError`` naming what does not fit)."""
+    def from_arrays(cls, arrays: Any, tree: Any, n_features: int) -> FlatMargins:
+        """The inverse of :meth:`to_arrays`, checked against the model it belongs to (its
+        ``tree`` and ``n_features``; a ``ValueError`` naming what does not fit)."""
+        n_classes = tree.n_classes
         dense, sparse = {"classes", "coef", "intercept"}, {"classes", "coef_data", "coef_indices", "coef_indptr",
                                                            "intercept"}
         if set(arrays) not in (dense, sparse):
@@ -244,7 +233,7 @@ def _host_matrix(X: Any) -> Any:
         return X
     if X.layout == torch.strided:
         return X.detach().cpu().numpy()
-    from ..fitting._validation import sparse_tensor_to_csr
+    from .._checks import sparse_tensor_to_csr
 
     return sparse_tensor_to_csr(X)
 
@@ -301,11 +290,6 @@ def _ignore_target_type_warning() -> None:
     construction; the warning would reach the user from a model they never made."""
     warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%", category=UserWarning)
 
-
-#: The least-squares SVM's ridge penalty: ``LinearSVC``'s ``C=1`` (its objective
-#: ``||w||^2 / 2 + C * loss`` is the ridge objective ``loss + penalty * ||w||^2`` divided by
-#: ``2 * penalty``).
-LEAST_SQUARES_PENALTY = 0.5
 
 
 def _linear_svm(X: Any, ids: np.ndarray, classes: np.ndarray, weight: np.ndarray | None,

@@ -33,21 +33,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .._defaults import JOINT_MIN_ROWS as MIN_ROWS
+from .._defaults import MIN_GAIN, PENALTY
+
 __all__ = ["MIN_GAIN", "MIN_ROWS", "PENALTY", "TermWeights", "fit_term_weights"]
-
-#: A term is kept only if dropping it (and refitting the others) loses at least this many nats
-#: of held-out log-likelihood in all: the likelihood-ratio test of one parameter at the 5%
-#: level (3.84 / 2).
-MIN_GAIN = 1.92
-
-#: The L2 penalty ``PENALTY / 2 * b^2`` on each term's coefficient on its standardised score: a
-#: unit Gaussian prior, under which one standard deviation of a term's score moving the log-odds
-#: of an answer by a nat or so is ordinary and tens of nats are not.
-PENALTY = 1.0
-
-#: Fewer usable rows (as their weights count them: rows whose right answer is a candidate)
-#: than this fit no weights: the caller keeps its fixed ones and says so.
-MIN_ROWS = 20
 
 
 @dataclasses.dataclass
@@ -128,7 +117,7 @@ def fit_term_weights(log_prob: np.ndarray, scores: Mapping[str, np.ndarray], cor
     from scipy.optimize import minimize
     from scipy.special import logsumexp, softmax
 
-    from ..calibration._calibration import effective_rows
+    from ._calibration import effective_rows
 
     log_prob = np.asarray(log_prob, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)

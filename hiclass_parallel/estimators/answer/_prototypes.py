@@ -34,35 +34,23 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
+from .._defaults import PROTOTYPE_FEATURES as FEATURES
+from .._defaults import PROTOTYPES_MAX_WEIGHT as MAX_WEIGHT
+from .._defaults import PROTOTYPES_MIN_ROWS as MIN_ROWS
+from .._defaults import PROTOTYPES_START_WEIGHT as DEFAULT_WEIGHT
+
 __all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "Prototypes", "choose_weight", "choose_weight_and_scale",
            "last_nodes", "prototypes_from_arrays", "prototypes_kind", "rerank_order"]
-
-#: Each class's prototype keeps its largest this many feature sums: it bounds the memory and
-#: the cost of comparing a row with every prototype; on the gloss benchmarks 32 answered as
-#: well as all of them.
-FEATURES = 32
-
-#: The largest weight ``prototypes="auto"`` fits (nats per unit of cosine).
-MAX_WEIGHT = 64.0
-
-#: ``prototypes="auto"`` fits the weight on at least this many held-out rows whose right
-#: answer is among the candidates (as their ``sample_weight`` counts them), else takes
-#: :data:`DEFAULT_WEIGHT`.
-MIN_ROWS = 20
-
-#: ``prototypes="auto"`` without held-out rows (``calibration=None``, a validation split, too
-#: few rows). On the WordNet gloss benchmarks 16 lies within the range of the weights chosen on
-#: held-out rows and gains exact accuracy on every subset measured.
-DEFAULT_WEIGHT = 16.0
 
 
 @runtime_checkable
 class Prototypes(Protocol):
-    """What the estimator asks of its class prototypes (``prototypes_``), of either kind.
+    """What the estimator asks of its class prototypes (the ``"prototypes"`` term of ``answer_``),
+    of either kind: the answer model's term protocol (:class:`~._terms.Term`) and more.
 
-    A kind holds per-class statistics of the training rows, the ``weight`` of its similarity
-    in the re-ranked score ``log p(answer) + weight * similarity`` and the ``scale`` of the
-    conditional logit that ``decoding="hf1"`` weighs the candidates by. Two kinds implement
+    A kind holds per-class statistics of the training rows; the weight of its similarity in
+    the re-ranked score ``log p(answer) + weight * similarity`` is the answer model's
+    (:class:`~._model.AnswerModel`), not the kind's. Two kinds implement
     it: :class:`ClassPrototypes` (sparse rows, cosine) and
     :class:`~._dense_prototypes.GaussianPrototypes` (dense rows, Gaussian log-likelihood);
     :func:`prototypes_kind` picks one for the training rows, :func:`prototypes_from_arrays`
@@ -77,14 +65,9 @@ class Prototypes(Protocol):
     MAX_WEIGHT: ClassVar[float]
     #: The weight ``prototypes="auto"`` takes without held-out rows to fit it on.
     DEFAULT_WEIGHT: ClassVar[float]
-    #: The similarity's weight in the re-ranked score (nats per unit of similarity).
-    weight: float
-    #: The log-probabilities' coefficient in the fitted conditional logit (1 unless fitted).
-    scale: float
 
     @classmethod
-    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0,
-                  sample_weight: np.ndarray | None = None) -> Prototypes:
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, sample_weight: np.ndarray | None = None) -> Prototypes:
         """The statistics of the rows of ``X`` per node id in ``ids`` (``-1``: unlabelled,
         skipped) of ``tree``'s classes, each row counted ``sample_weight`` times (``None``: once)."""
         ...
@@ -97,13 +80,13 @@ class Prototypes(Protocol):
         """Data-parallel training: every rank's statistics added up, alike on every rank."""
         ...
 
-    def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+    def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """``(n, k)`` float32: the similarity of each row ``i`` to each candidate class
         ``nodes[i, j]``; 0 for ``-1``."""
         ...
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """The two per-class arrays an exported model computes :meth:`similarity` from
+        """The two per-class arrays an exported model computes :meth:`score` from
         (``_export.PrototypeReranker``)."""
         ...
 
@@ -113,7 +96,7 @@ class Prototypes(Protocol):
         ...
 
     @classmethod
-    def from_arrays(cls, arrays: Any, weight: float, tree: Any, n_features: int) -> Prototypes:
+    def from_arrays(cls, arrays: Any, tree: Any, n_features: int) -> Prototypes:
         """The inverse of :meth:`to_arrays`, checked against the model it belongs to
         (a ``ValueError`` naming what does not fit)."""
         ...
@@ -121,14 +104,10 @@ class Prototypes(Protocol):
 
 @dataclasses.dataclass
 class ClassPrototypes:
-    """Per-class sums of training rows (``sums``, sparse ``(n_classes, n_features)``) and the
-    weight of their cosine in the re-ranked score."""
+    """Per-class sums of training rows (``sums``, sparse ``(n_classes, n_features)``), scored
+    by the cosine of a row and a class's unit prototype."""
 
     sums: sp.csr_matrix
-    weight: float
-    #: The log-probabilities' coefficient in the fitted conditional logit (1 unless fitted):
-    #: ``decoding="hf1"`` weighs the candidates by ``softmax(scale * (log p + weight * similarity))``.
-    scale: float = 1.0
 
     #: The kind's name in a saved model's ``prototypes.npz``.
     KIND: ClassVar[str] = "cosine"
@@ -136,8 +115,7 @@ class ClassPrototypes:
     DEFAULT_WEIGHT: ClassVar[float] = DEFAULT_WEIGHT
 
     @classmethod
-    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, weight: float = 0.0,
-                  sample_weight: np.ndarray | None = None) -> ClassPrototypes:
+    def from_rows(cls, X: Any, ids: np.ndarray, tree: Any, sample_weight: np.ndarray | None = None) -> ClassPrototypes:
         """The sums of the rows of sparse ``X`` per node id in ``ids`` (``-1``: unlabelled,
         skipped) of ``tree``'s classes, each row times its ``sample_weight`` (``None``: 1)."""
         ids = np.asarray(ids)
@@ -146,7 +124,7 @@ class ClassPrototypes:
         times = np.ones(rows.size, dtype=np.float32) if sample_weight is None else \
             np.asarray(sample_weight, dtype=np.float32)[rows]
         member = sp.csr_matrix((times, (ids[rows], rows)), shape=(n_classes, X.shape[0]))
-        return cls(sums=sp.csr_matrix(member @ sp.csr_matrix(X, dtype=np.float32), dtype=np.float32), weight=weight)
+        return cls(sums=sp.csr_matrix(member @ sp.csr_matrix(X, dtype=np.float32), dtype=np.float32))
 
     def add(self, other: ClassPrototypes) -> None:
         """Add another set of rows' sums (more training rows, of the same classes)."""
@@ -193,11 +171,11 @@ class ClassPrototypes:
         return unit
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """What an exported model needs to compute :meth:`similarity` (``_export.PrototypeReranker``):
+        """What an exported model needs to compute :meth:`score` (``_export.PrototypeReranker``):
         each class's kept feature ids (``-1`` pads) and unit values."""
         return self._unit_rows()
 
-    def similarity(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+    def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """``x_i . u_c`` for each row ``i`` and candidate ``c = nodes[i, j]``, ``(n, k)`` float32,
         where ``u_c`` is the class's unit prototype: the cosine for unit-norm rows (as a
         vectorizer gives them); 0 for ``-1`` and classes without rows."""
@@ -238,7 +216,7 @@ class ClassPrototypes:
                 "indptr": self.sums.indptr, "shape": np.asarray(self.sums.shape, dtype=np.int64)}
 
     @classmethod
-    def from_arrays(cls, arrays: Any, weight: float, tree: Any, n_features: int) -> ClassPrototypes:
+    def from_arrays(cls, arrays: Any, tree: Any, n_features: int) -> ClassPrototypes:
         """The inverse of :meth:`to_arrays`, checked against the model it belongs to."""
         missing = {"data", "indices", "indptr", "shape"} - set(arrays)
         if missing:
@@ -266,7 +244,7 @@ class ClassPrototypes:
             sums.check_format(full_check=True)
         except (ValueError, TypeError, IndexError) as exc:
             raise ValueError(f"the saved class prototypes are not a valid sparse matrix: {exc}") from None
-        return cls(sums=sp.csr_matrix(sums, dtype=np.float32), weight=float(weight))
+        return cls(sums=sp.csr_matrix(sums, dtype=np.float32))
 
 
 def prototypes_kind(X: Any) -> type[Prototypes]:
@@ -277,7 +255,7 @@ def prototypes_kind(X: Any) -> type[Prototypes]:
     return ClassPrototypes if sp.issparse(X) else GaussianPrototypes
 
 
-def prototypes_from_arrays(arrays: Any, weight: float, tree: Any, n_features: int) -> Prototypes:
+def prototypes_from_arrays(arrays: Any, tree: Any, n_features: int) -> Prototypes:
     """A saved model's prototypes, of the kind its arrays name (an allow-list), checked by the
     kind (dtypes, shapes against ``tree`` and ``n_features``, finite values) and then as a
     whole: the per-class arrays they are scored with must be finite in float32 (statistics that
@@ -293,7 +271,7 @@ def prototypes_from_arrays(arrays: Any, weight: float, tree: Any, n_features: in
     name = str(kind)
     if name not in kinds:
         raise ValueError(f"names an unknown kind of class prototypes {name!r}; known: {sorted(kinds)}")
-    prototypes = kinds[name].from_arrays(arrays, weight, tree, n_features)
+    prototypes = kinds[name].from_arrays(arrays, tree, n_features)
     with np.errstate(all="ignore"):  # on a copy: the check leaves no cache behind
         scored_with = copy.copy(prototypes).export_arrays()
     if not all(np.isfinite(part).all() for part in scored_with):
@@ -369,14 +347,14 @@ def choose_weight_and_scale(log_prob: np.ndarray, similarity: np.ndarray, correc
     with fewer than :data:`MIN_ROWS` usable rows. Where the weight is clipped to
     ``max_weight``, ``a`` is still the fit's. ``sample_weight`` (one per row; ``None``: 1)
     weighs each row's likelihood, and the minimum counts what the usable rows' weights are
-    worth (:func:`~..calibration._calibration.effective_rows`): a zero-weight row is not a
+    worth (:func:`~._calibration.effective_rows`): a zero-weight row is not a
     usable one, and one heavy row among light ones is about one row."""
     from scipy.optimize import minimize
     from scipy.special import logsumexp, softmax
 
     valid = np.isfinite(log_prob)
     rows = (correct & valid).any(axis=1)
-    from ..calibration._calibration import effective_rows
+    from ._calibration import effective_rows
 
     if sample_weight is not None:
         rows &= np.asarray(sample_weight) > 0

@@ -1,44 +1,77 @@
-"""The re-ranking terms, as the joint fit of their weights reads them.
+"""The answer model's terms: the one protocol every re-ranking term follows.
 
-A term scores candidate answers: given rows ``X`` (as the fit holds them: a scipy sparse
-matrix or a NumPy array) and ``nodes``, an ``(n_rows, k)`` array of candidate node ids
-(``-1``: no candidate), it returns an ``(n_rows, k)`` float32 array, higher for a likelier
-answer, that does not depend on the other candidates. The fitted terms already follow this
-protocol under their own method names:
+A candidate answer ``c`` of a row ``x`` scores ``log p(c | x) + sum_i w_i * term_i(x, c)``
+(:class:`~._model.AnswerModel`). A term is a fitted object that
 
-- the class prototypes (``Prototypes.similarity``, :mod:`..prototypes._prototypes`): the cosine
-  of the row and the candidate's prototype (sparse rows), or the Gaussian log-likelihood of the
-  row under the candidate's mean (dense rows);
-- the flat linear term (``FlatMargins.margins``, :mod:`..prototypes._flat_margins`): the
-  one-vs-rest margin of the candidate, of whichever SVM was fitted (against every row, of the
-  candidates, or least-squares).
+- was fitted on training rows (its own constructor: ``from_rows``, ``fit``,
+  ``fit_on_candidates``);
+- scores candidates: :meth:`Term.score` of rows ``X`` (as the fit holds them: a scipy sparse
+  matrix or a NumPy array) and ``nodes``, an ``(n_rows, k)`` array of candidate node ids
+  (``-1``: no candidate), is an ``(n_rows, k)`` float32 array, higher for a likelier answer,
+  that does not depend on the other candidates;
+- gives its arrays for saving (:meth:`Term.to_arrays`) and is read back from them, checked
+  against the model it belongs to (:meth:`Term.from_arrays`, through :func:`term_from_arrays`);
+- gives the arrays an exported model scores it with (its kind's buffers of
+  ``io._export.PrototypeReranker``).
 
-:data:`SCORES` names each term's method; :func:`term_scores` scores all of them at once.
+The terms (:data:`TERMS`): ``"prototypes"``, the class prototypes
+(:class:`~._prototypes.ClassPrototypes`: the cosine of the row and the candidate's prototype,
+sparse rows; :class:`~._dense_prototypes.GaussianPrototypes`: the Gaussian log-likelihood of
+the row under the candidate's mean, dense rows), and ``"flat_term"``, the flat linear term
+(:class:`~._flat_margins.FlatMargins`: the one-vs-rest margin of the candidate, of whichever
+SVM was fitted: against every row, of the candidates, or least-squares).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["SCORES", "TermScorer", "term_scores"]
+__all__ = ["TERMS", "Term", "term_from_arrays", "term_scores"]
 
-#: Each re-ranking term (as the estimator names it) and the method that scores ``(X, nodes)``.
-SCORES = {"prototypes": "similarity", "flat_term": "margins"}
+#: Every term's name, as the estimator's parameter and the answer model name it, in the order
+#: the re-ranked score adds them.
+TERMS = ("prototypes", "flat_term")
 
 
-class TermScorer(Protocol):
-    """What the joint fit calls on a term: ``(n_rows, k)`` scores of candidate ``nodes``."""
+@runtime_checkable
+class Term(Protocol):
+    """What the answer model asks of a fitted term."""
 
-    def __call__(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+    def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
+        """``(n_rows, k)`` float32 scores of the candidate ``nodes`` of rows ``X``; higher:
+        likelier."""
         ...
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted term as plain arrays, for saving without pickle."""
+        ...
+
+    @classmethod
+    def from_arrays(cls, arrays: Any, tree: Any, n_features: int) -> Term:
+        """The inverse of :meth:`to_arrays`, checked against the model's ``tree`` and feature
+        count (a ``ValueError`` naming what does not fit)."""
+        ...
+
+
+def term_from_arrays(name: str, arrays: Any, tree: Any, n_features: int) -> Term:
+    """The saved term ``name`` (one of :data:`TERMS`) from its arrays, checked (a
+    ``ValueError`` naming what does not fit)."""
+    from ._flat_margins import FlatMargins
+    from ._prototypes import prototypes_from_arrays
+
+    if name == "prototypes":  # of the kind its arrays name
+        return prototypes_from_arrays(arrays, tree, n_features)
+    if name == "flat_term":
+        return FlatMargins.from_arrays(arrays, tree, n_features)
+    raise ValueError(f"unknown term {name!r}; known: {list(TERMS)}")
 
 
 def term_scores(terms: Mapping[str, Any], X: Any, nodes: np.ndarray) -> dict[str, np.ndarray]:
     """Each fitted term's ``(n_rows, k)`` scores of the candidate ``nodes`` of rows ``X``
-    (``terms``: name in :data:`SCORES` to the fitted object; ``None`` values skipped).
+    (``terms``: name in :data:`TERMS` to the fitted term; ``None`` values skipped).
 
     Examples
     --------
@@ -49,8 +82,8 @@ def term_scores(terms: Mapping[str, Any], X: Any, nodes: np.ndarray) -> dict[str
     >>> list(scores), scores["flat_term"].shape, bool(scores["flat_term"][0, 0] > scores["flat_term"][0, 1])
     (['flat_term'], (1, 2), True)
     """
-    unknown = set(terms) - set(SCORES)
+    unknown = set(terms) - set(TERMS)
     if unknown:
-        raise ValueError(f"unknown re-ranking terms {sorted(unknown)}; known: {sorted(SCORES)}")
-    return {name: np.asarray(getattr(term, SCORES[name])(X, nodes), dtype=np.float32)
-            for name, term in terms.items() if term is not None}
+        raise ValueError(f"unknown re-ranking terms {sorted(unknown)}; known: {list(TERMS)}")
+    return {name: np.asarray(term.score(X, nodes), dtype=np.float32) for name, term in terms.items()
+            if term is not None}

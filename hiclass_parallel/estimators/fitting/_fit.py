@@ -38,14 +38,24 @@ from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
 from .._checks import validate_X
-from ..answer._held_out import learn_by_cross_fitting, learn_on_held_out, learns_weights
-from ..calibration._calibration import plan_calibration
-from ..prototypes._fit_prototypes import data_parallel_group, added_prototypes, fitted_prototypes, held_out_prototypes
-from ..prototypes._flat_margins import FlatMargins
+from ..answer._calibration import plan_calibration
+from ..answer._fit_prototypes import added_prototypes, data_parallel_group
+from ..networks._random import FitRandom, drawing_from, draws_from_fit_generator
+from ._answer_fit import drop_stale, fit_flat_term, fit_on_held_out, fitted_answer, learn_by_cross_fitting
 from ._build import build_net, net_params
-from ._config import config_changes, resolve_config, resolve_flat_term, resolve_module, resolve_threads
+from ._config import (
+    config_changes,
+    resolve_batch_size,
+    resolve_config,
+    resolve_flat_term,
+    resolve_lr,
+    resolve_max_epochs,
+    resolve_module,
+    resolve_threads,
+)
 from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error, mean_loss, warn_if_worse
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
+from ._streaming import StreamInput, is_dataset
 from ._validation import check_params, warn_if_scales_differ, warn_ignored_changes
 from ._weights import check_fit_sample_weight, item_weights
 
@@ -117,8 +127,6 @@ def seeded(estimator: Any, seed: int | None, module: Any = None) -> Iterator[Non
     lock that keeps such fits in several threads from drawing from one another's stream (the
     other threads' own draws from it are not protected).
     """
-    from ..networks._random import FitRandom, draws_from_fit_generator, drawing_from
-
     if estimator.random_state is None:
         yield
         return
@@ -186,36 +194,35 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                             sparse_module=config.capabilities.accepts_sparse, sample_weight=_row_weights(data))
     # a stream's labels come with its batches; label sets are no node ids
     ids = np.asarray(dataset.y) if isinstance(data, ArrayInput) and type(estimator)._reranks else None
-    flat_weight, flat_why, flat_on_candidates = resolve_flat_term(
+    flat_weight, flat_why, flat_on_candidates, tried = resolve_flat_term(
         estimator, targets.tree, ids, _rows_of(data), partial=epochs is not None,
-        data_parallel=data_parallel_group(estimator) is not None, sample_weight=_row_weights(data))
-    config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why)
-    calibrator, held_out, flat = None, None, None
+        data_parallel=data_parallel_group(estimator) is not None, sample_weight=_row_weights(data), config=config)
+    config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why, terms_tried_reason=tried)
+    held_out, flat = None, None
     with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed, module=config.module_class):
             net.initialize()
             if plan is None:
                 net.partial_fit(dataset, None, epochs=epochs)
-                flat = _fit_flat_term(estimator, net, targets, config, data, ids, None, flat_on_candidates, seed)
+                flat = fit_flat_term(estimator, net, targets, config, _rows_of(data), ids, _row_weights(data), None,
+                                     flat_on_candidates, seed)
             else:
                 # Without the held-out rows; with enough epochs they join the last one, after the
                 # map is fitted (_calibration's docstring says when and why).
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
-                flat = _fit_flat_term(estimator, net, targets, config, data, ids, plan, flat_on_candidates, seed)
-                calibrator, held_out, config = _fit_calibrator(estimator, net, targets, config, data.X, dataset.y, plan,
-                                                       _row_weights(data), flat=flat)
+                flat = fit_flat_term(estimator, net, targets, config, data.X, ids, _row_weights(data), plan,
+                                     flat_on_candidates, seed)
+                held_out, config = fit_on_held_out(estimator, net, targets, config, data.X, dataset.y, plan,
+                                                   _row_weights(data), flat=flat)
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
-    prototypes = fitted_prototypes(estimator, targets, _rows_of(data), dataset, _row_weights(data),
-                                   held_out)
-    flat = flat if config.flat_term else None  # a learnt weight of 0 drops the term
-    if plan is None and ids is not None:  # term_weights="learnt" on a fit that held no rows out
-        config, flat = learn_by_cross_fitting(estimator, data.X, data.y, ids, _row_weights(data), targets, config,
-                                              prototypes, flat, seed, partial=epochs is not None)
-    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=calibrator,
-                           prototypes_=prototypes, flat_term_=flat)
+    answer = fitted_answer(estimator, targets, config, _rows_of(data), dataset, _row_weights(data), flat, held_out)
+    if plan is None and ids is not None:  # weights left at "auto" on a fit that held no rows out
+        config, answer = learn_by_cross_fitting(estimator, data.X, data.y, ids, _row_weights(data), targets, config,
+                                                answer, seed, partial=epochs is not None)
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, answer_=answer)
     attach_net(estimator, net)
     return estimator
 
@@ -243,98 +250,6 @@ def _rows_of(data: Any) -> Any:
     return data.X if isinstance(data, ArrayInput) else None
 
 
-def _fit_flat_term(estimator: Any, net: Any, targets: Any, config: Any, data: Any, ids: np.ndarray | None,
-                   plan: Any, on_candidates: bool, seed: int) -> FlatMargins | None:
-    """The flat term's SVM (``None`` where ``config.flat_term`` is 0), of the rows the network
-    has trained on so far: every row without calibration, the calibration ``plan``'s held-out
-    rows counting as unlabelled. Predict keeps this one model, which lacks only the held-out
-    rows (a few percent), so the calibrator sees the very term predict adds; it is fitted once,
-    not twice.
-
-    ``on_candidates``: the SVM of the candidates, each target trained against the rows whose
-    ``prototype_candidates`` most probable answers of the network as trained so far hold it
-    (the answers the re-ranking will compare); else the SVM against every row."""
-    if not config.flat_term:
-        return None
-    fit_ids, weights = _without(ids, plan), _row_weights(data)
-    if weights is not None:  # a row of weight 0 is no row: a target only such rows name is none
-        fit_ids = np.where(weights > 0, fit_ids, -1)
-    if not on_candidates:
-        return FlatMargins.fit(data.X, fit_ids, targets.tree.n_classes, weights, random_state=seed)
-    from ..prediction._decode import decoder_of
-    from ..prototypes._prototypes import last_nodes
-
-    decoder = decoder_of(estimator, net, targets, config, None, rows=_checked)
-    # (its inference loader draws from a throwaway generator: the fit's stream stays as it is)
-    paths, _, _ = decoder.model_paths(data.X, min(decoder.prototype_candidates, decoder.n_candidates))
-    return FlatMargins.fit_on_candidates(data.X, fit_ids, last_nodes(paths), targets.tree.n_classes, weights,
-                                         random_state=seed)
-
-
-def _fit_calibrator(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray,
-                    plan: Any, sample_weight: np.ndarray | None = None,
-                    flat: FlatMargins | None = None) -> tuple[Any, tuple[float, float] | None, Any]:
-    """The answer calibrator of the held-out rows (``ids``: every row's node id; each row
-    counted with its ``sample_weight``), decoded by the net as trained so far, and the class
-    prototypes' weight and scale (chosen on the same rows first for ``prototypes="auto"``;
-    ``None`` without prototypes). With the flat term ``flat`` (fitted on the rows the net
-    trained on so far), the answers are re-ranked with it too: the weight, the scale and the
-    calibrator are then fitted on the answers ``predict`` will give. With
-    ``term_weights="learnt"`` the weights are learnt jointly on these rows
-    (:func:`~..answer._held_out.learn_on_held_out`), and the configuration returned third
-    carries the flat term's.
-
-    The rows are decoded by a :class:`~..prediction._decode.Decoder` of ``net`` (the
-    dispatcher :func:`~..prediction._decode.decode` that ``predict`` runs), so the answers are
-    those ``predict`` will give; the estimator is not touched (it is marked fitted once, at the
-    end of the fit)."""
-    from ..calibration._calibration import BetaCalibrator, answer_correct, held_out_view
-    from ..prediction._decode import decode, decoder_of
-
-    ids = np.asarray(ids)
-    true = ids[plan.held_rows]
-    held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
-    view = held_out_view(X, plan.fit_rows, plan.held_rows)
-
-    def decoder_with(prototypes: Any) -> Any:
-        return decoder_of(estimator, net, targets, config, prototypes, rows=_checked, flat=flat)
-
-    # The prototypes of the rows the model trained on so far (their weight and scale chosen
-    # on the held-out rows, beside the flat term's margins), and those rows' candidates
-    # decoded with them (the loaders draw from throwaway generators: the fit's stream stays).
-    prototypes, candidates = held_out_prototypes(
-        estimator, targets, X, ids, plan, lambda p: decoder_with(p).candidates(view), sample_weight,
-        prior=lambda paths: decoder_with(None).flat_prior(view, paths))
-    if learns_weights(estimator):  # term_weights="learnt": every "auto" weight at once, on these rows
-        config = learn_on_held_out(estimator, config, prototypes, flat,
-                                   candidates or decoder_with(prototypes).candidates(view), view, true, held_weight)
-        flat = flat if config.flat_term else None
-    decoder = decoder_with(prototypes)
-    if decoder.weight is None:
-        candidates = None  # no re-ranking: the model's own answers
-    paths, log_prob, _ = decode(decoder, view, candidates=candidates)  # the answers predict will give
-    labelled = true >= 0
-    correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
-    held_out = None if prototypes is None else (prototypes.weight, prototypes.scale)
-    return BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct,
-                              sample_weight=None if held_weight is None else held_weight[labelled]), held_out, config
-
-
-def _without(ids: np.ndarray, plan: Any) -> np.ndarray:
-    """The node ids ``ids`` with the calibration ``plan``'s held-out rows unlabelled (``-1``);
-    ``ids`` as they are without a plan."""
-    if plan is None:
-        return ids
-    ids = ids.copy()
-    ids[plan.held_rows] = -1
-    return ids
-
-
-def _checked(X: Any) -> Any:
-    """Rows the fit already checked (``validate_X``), as they are."""
-    return X
-
-
 def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     check_is_fitted(estimator)
     config, targets = estimator.config_, estimator.targets_
@@ -352,8 +267,8 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
     net = estimator.net_
     X = _rows_of(data)
     # A copy with the call's rows added, set only once training succeeded.
-    prototypes = added_prototypes(estimator, targets, getattr(estimator, "prototypes_", None), X,
-                                  dataset, _row_weights(data))
+    answer = estimator.answer_
+    prototypes = added_prototypes(estimator, targets, answer.term("prototypes"), X, dataset, _row_weights(data))
     # The net trains in place: a failed call (an error, a callback's, Ctrl-C) puts it back as it
     # was, up to the last line (keep_fitted_state_on_error puts back the attributes set here).
     with keep_net_on_error(net):
@@ -364,32 +279,11 @@ def _continue(estimator: Any, data: Any, epochs: int | None) -> Any:
                 net.partial_fit(dataset, None, epochs=epochs)
             check_trained_scores(net, dataset)
             after = None if before is None else mean_loss(net, dataset)
-        _drop_stale(estimator)
-        estimator.prototypes_ = prototypes
+        if prototypes is not None:
+            answer = answer.replace(terms={**answer.terms, "prototypes": prototypes})
+        estimator.answer_, estimator.config_ = drop_stale(estimator, answer)
         warn_if_worse(before, after, getattr(net, "lr", None))
     return estimator
-
-
-#: What continuing training drops, why (each was fitted for the weights or the rows before), and
-#: the configuration's record of it.
-_STALE_ON_CONTINUE = {
-    "calibrator_": ("it was fitted for the weights before this epoch, on rows held out of them. predict_confidence "
-                    "now gives the model's own probability; fit afresh to calibrate again", {}),
-    "flat_term_": ("its linear SVM was fitted on the earlier rows only and cannot add this call's. The answers are "
-                   "now re-ranked without it; fit afresh to keep it",
-                   {"flat_term": 0.0, "flat_term_reason": "dropped when training continued"}),
-}
-
-
-def _drop_stale(estimator: Any) -> None:
-    """Training on makes the answer calibrator a map fitted for other weights, and the flat
-    term's SVM a model of the rows before: each goes, said once, and ``config_`` records it."""
-    for name, (why, config_fields) in _STALE_ON_CONTINUE.items():
-        if getattr(estimator, name, None) is None:
-            continue
-        warnings.warn(f"continuing training drops {name}: {why}", UserWarning, stacklevel=4)
-        setattr(estimator, name, None)
-        estimator.config_ = dataclasses.replace(estimator.config_, **config_fields)
 
 
 def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names: list[str]) -> None:
@@ -404,7 +298,6 @@ def _hand_over(estimator: Any, net: Any, config: Any, n_rows: int | None, names:
     """
     from dataclasses import replace
 
-    from ._config import resolve_batch_size, resolve_lr, resolve_max_epochs
 
     batch_size = config.batch_size if "batch_size" not in names else resolve_batch_size(
         estimator.batch_size, config.capabilities, n_rows)[0]
@@ -436,8 +329,6 @@ def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool
     sample_weight : array-like of shape (n_samples,), default=None
         The rows' weights (:mod:`._weights`); a streamed data set yields its own.
     """
-    from ._streaming import StreamInput, is_dataset
-
     check_params(estimator)
     class_weight = getattr(estimator, "class_weight", None)
     if partial and isinstance(class_weight, str):

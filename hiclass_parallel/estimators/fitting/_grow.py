@@ -41,12 +41,16 @@ import scipy.sparse as sp
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from ...exceptions import TreeError
+from ...exceptions import TreeError, caller_stacklevel
+from ...losses import PathLocalCrossEntropy
 from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
 from .._checks import validate_X
-from ..prototypes._fit_prototypes import wants_prototypes
-from ..prototypes._prototypes import prototypes_kind
+from ..answer._dense_prototypes import GaussianPrototypes
+from ..answer._fit_prototypes import wants_prototypes
+from ..answer._prototypes import ClassPrototypes, prototypes_kind
+from ..networks._data import split_target
+from ..networks._modules import MLP, SparseMLP
 from ._build import build_net
 from ._config import resolve_batch_size, resolve_max_epochs, resolve_softmax_sample
 from ._fit import _draw_seed, seeded, training_threads
@@ -227,8 +231,6 @@ def carry_moments(old_net: Any, new_net: Any, maps: dict[str, np.ndarray]) -> No
 def _output_layer(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(weight (n_scores, width), bias (n_scores,))`` views of the module's output layer, or
     ``None`` for a module whose output layer this does not know."""
-    from ..networks._modules import MLP, SparseMLP
-
     if isinstance(module, SparseMLP):
         return module.head.weight.weight, module.head.bias.weight[:, 0]
     if isinstance(module, MLP):
@@ -313,8 +315,6 @@ def initial_rows(module: torch.nn.Module, tree: Tree, partition: str, stop: bool
 # ---------------------------------------------------------------------------- 4. training the new rows
 def _full_scores(module: torch.nn.Module, h: Any) -> torch.Tensor:
     """Every score of the hidden rows ``h`` (the output layer of :class:`MLP` or :class:`SparseMLP`)."""
-    from ..networks._modules import SparseMLP
-
     return module.head(h) if isinstance(module, SparseMLP) else module.layers[-1](h)
 
 
@@ -359,9 +359,6 @@ def unseen_features(module: torch.nn.Module, prototypes: Any, X: Any) -> np.ndar
     class) is empty. Empty unless the module has a sparse input layer (:class:`SparseMLP`),
     the fit kept :class:`ClassPrototypes` (without them what the fit saw is unknown) and ``X``
     is sparse."""
-    from ..networks._modules import SparseMLP
-    from ..prototypes._prototypes import ClassPrototypes
-
     if not (isinstance(module, SparseMLP) and isinstance(prototypes, ClassPrototypes) and sp.issparse(X)):
         return np.zeros(0, dtype=np.int64)
     seen = np.zeros(module.n_features, dtype=bool)
@@ -395,8 +392,6 @@ def train_new_rows(net: Any, config: Any, tree: Tree, dataset: Any, new_columns:
     stay as they were on every row without such a feature."""
     import torch.nn.functional as F
 
-    from ...losses import PathLocalCrossEntropy
-    from ..networks._data import split_target
 
     module = net.module_
     weight, bias = _output_layer(module)
@@ -544,9 +539,6 @@ def _prototype_rows(prototypes: Any, classes: list[int] | np.ndarray) -> Any:
     """One pseudo-row per class (old node ids) from the fitted prototypes: the cosine kind's
     sums scaled to unit length (a row of a vectorizer's kind), the Gaussian kind's means;
     ``None`` without prototypes or classes."""
-    from ..prototypes._dense_prototypes import GaussianPrototypes
-    from ..prototypes._prototypes import ClassPrototypes
-
     classes = np.asarray(classes, dtype=np.int64)
     if prototypes is None or classes.size == 0:
         return None
@@ -593,16 +585,12 @@ def replay_rows(prototypes: Any, new_tree: Tree, ids_old_to_new: np.ndarray, new
 def _grown_prototypes(prototypes: Any, ids: np.ndarray, new_tree: Tree) -> Any:
     """The fitted prototypes with every old class's statistics at its new node id (a new
     object; new classes start empty)."""
-    from ..prototypes._dense_prototypes import GaussianPrototypes
-    from ..prototypes._prototypes import ClassPrototypes
-
     if prototypes is None:
         return None
     if isinstance(prototypes, ClassPrototypes):
         move = sp.csr_matrix((np.ones(ids.size, dtype=np.float32), (ids, np.arange(ids.size))),
                              shape=(new_tree.n_classes, ids.size))
-        return ClassPrototypes(sums=sp.csr_matrix(move @ prototypes.sums, dtype=np.float32),
-                               weight=prototypes.weight, scale=prototypes.scale)
+        return ClassPrototypes(sums=sp.csr_matrix(move @ prototypes.sums, dtype=np.float32))
     if isinstance(prototypes, GaussianPrototypes):
         sums = np.zeros((new_tree.n_classes, prototypes.sums.shape[1]), dtype=prototypes.sums.dtype)
         counts = np.zeros(new_tree.n_classes, dtype=np.asarray(prototypes.counts).dtype)
@@ -639,13 +627,13 @@ def _class_text(estimator: Any, given: Any, ids: np.ndarray, new_tree: Tree) -> 
     return sp.csr_matrix(move @ fitted, dtype=np.float32), True
 
 
-#: What growing drops, and why.
+#: What growing drops from the answer model, and why.
 _DROPPED_ON_GROWTH = {
-    "calibrator_": ("it was fitted for the weights before and knew none of the new classes. predict_confidence now "
+    "calibrator": ("it was fitted for the weights before and knew none of the new classes. predict_confidence now "
                     "gives the model's own probability; fit afresh to calibrate again"),
     # Kept, its SVM would give every new class the margin of a class that was no target while
     # the old classes near it keep theirs: the re-ranking would pass over the new classes.
-    "flat_term_": ("its linear SVM was fitted on the earlier classes' rows and knows none of the new classes, which "
+    "flat_term": ("its linear SVM was fitted on the earlier classes' rows and knows none of the new classes, which "
                    "it would rank below their old neighbours. The answers are now re-ranked without it; fit afresh "
                    "to keep it"),
 }
@@ -716,7 +704,8 @@ def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: 
     sparse = config.capabilities.accepts_sparse
     seed = _draw_seed(estimator)
     rng = np.random.default_rng(seed)
-    prototypes = getattr(estimator, "prototypes_", None)
+    answer = estimator.answer_
+    prototypes = answer.term("prototypes")
     is_new = np.ones(config.n_scores, dtype=bool)
     is_new[columns] = False
     new_columns = np.flatnonzero(is_new)
@@ -767,18 +756,21 @@ def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: 
             check_trained_scores(net, dataset)
     grown = _grown_prototypes(prototypes, ids, tree)
     if grown is not None and X is not None and wants_prototypes(estimator, X):
-        grown.add(prototypes_kind(X).from_rows(X, row_ids, tree, 0.0, sample_weight=weights))
+        grown.add(prototypes_kind(X).from_rows(X, row_ids, tree, sample_weight=weights))
     if grown is not None and text is not None and hasattr(grown, "add_sums"):
         fresh = np.zeros(tree.n_classes, dtype=np.float32)
         fresh[new_columns[new_columns < tree.n_classes]] = 1.0  # the old classes have theirs already
         grown.add_sums(sp.diags(fresh) @ text)
-    for name, why in _DROPPED_ON_GROWTH.items():
-        if getattr(estimator, name, None) is not None:
-            warnings.warn(f"grow drops {name}: {why}", UserWarning, stacklevel=3)
-    if getattr(estimator, "flat_term_", None) is not None:
-        config = dataclasses.replace(config, flat_term=0.0, flat_term_reason="dropped when the tree grew")
-    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, calibrator_=None,
-                           prototypes_=grown, flat_term_=None)
+    for part, why in _DROPPED_ON_GROWTH.items():
+        if (answer.calibrator if part == "calibrator" else answer.term(part)) is not None:
+            warnings.warn(f"grow drops the answer model's {part.replace('_', ' ')}: {why}", UserWarning,
+                          stacklevel=caller_stacklevel())
+    if answer.term("flat_term") is not None:
+        config = dataclasses.replace(config, flat_term_reason="dropped when the tree grew")
+    answer = answer.without("flat_term").replace(calibrator=None)
+    if grown is not None:
+        answer = answer.replace(terms={**answer.terms, "prototypes": grown})
+    vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, answer_=answer)
     estimator.grown_ = {"new_classes": tree.labels[new_columns[new_columns < tree.n_classes]],
                         "initialised_from": counts, "epochs": epochs, "unseen_features": int(inputs.size),
                         "replayed": int(0 if pseudo is None else pseudo_ids.size)}

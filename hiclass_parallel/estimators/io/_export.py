@@ -41,13 +41,17 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from ...ops.engine._engine import check_partition, check_semantics
+from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
-from ..calibration._calibration import CLIP as _CLIP
-from ..prototypes._flat_margins import NO_TARGET_MARGIN
+from ..answer._calibration import CLIP as _CLIP
+from ..answer._flat_margins import NO_TARGET_MARGIN
+from ..classifier import HierarchicalClassifier
+from ..multilabel import MultiLabelHierarchicalClassifier
 
 if TYPE_CHECKING:
-    from ..prototypes._flat_margins import FlatMargins
-    from ..prototypes._prototypes import Prototypes
+    from ..answer._flat_margins import FlatMargins
+    from ..answer._prototypes import Prototypes
 
 __all__ = ["TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
 
@@ -78,8 +82,6 @@ class TreeDecoder(nn.Module):
 
     def __init__(self, tree: Tree, partition: str = "level", stop: bool = False, semantics: str = "partial"):
         super().__init__()
-        from ...ops.engine._engine import check_partition, check_semantics
-        from ...ops.groups import n_outputs, stop_columns
 
         check_partition(partition)
         check_semantics(semantics, stop)
@@ -183,14 +185,14 @@ class PrototypeReranker(nn.Module):
     Parameters
     ----------
     prototypes : Prototypes or None
-        A fitted classifier's ``prototypes_``, of either kind (``ClassPrototypes`` or
-        ``GaussianPrototypes``); ``None``: no similarity term.
+        The class prototypes of a fitted classifier's answer model (``answer_``), of either kind
+        (``ClassPrototypes`` or ``GaussianPrototypes``); ``None``: no similarity term.
     weight : float or None
         The weight of the similarity (``clf``'s, as ``predict`` uses it).
     k : int
         How many of the model's most probable answers are re-ranked.
     flat : FlatMargins or None, default=None
-        A fitted classifier's ``flat_term_``; ``None``: no flat term.
+        The flat term of a fitted classifier's answer model; ``None``: no flat term.
     flat_weight : float or None, default=None
         The weight of its margin (``clf``'s, as ``predict`` uses it).
 
@@ -337,12 +339,23 @@ class ServingModule(nn.Module):
         return paths, log_prob, torch.sigmoid(a * torch.log(p) - b * torch.log1p(-p) + c)
 
 
-def _calibration(clf: Any, confidence: bool) -> tuple[float, float, float] | None:
-    """The serving module's map: the classifier's calibrator, the identity without one."""
+def _answer_parts(clf: Any, decoder: TreeDecoder, confidence: bool
+                  ) -> tuple[PrototypeReranker | None, tuple[float, float, float] | None]:
+    """The serving module's parts of the classifier's answer model, the one place export reads
+    it: the re-ranking, with the terms and weights ``predict`` uses (its decoder's; ``None``
+    where nothing re-ranks), and the calibrator's map (the identity without one; ``None``
+    without ``confidence``)."""
+    reranking = clf._decoder()  # the re-ranking terms and weights predict uses
+    reranker = None
+    if reranking.reranking is not None:
+        n_candidates = int(decoder.candidate.sum())
+        reranker = PrototypeReranker(reranking.prototypes, reranking.weight,
+                                     min(reranking.prototype_candidates, n_candidates), flat=reranking.flat,
+                                     flat_weight=reranking.flat_weight)
     if not confidence:
-        return None
-    cal = getattr(clf, "calibrator_", None)
-    return (1.0, 1.0, 0.0) if cal is None else (cal.a, cal.b, cal.c)
+        return reranker, None
+    cal = clf.answer_.calibrator
+    return reranker, (1.0, 1.0, 0.0) if cal is None else (cal.a, cal.b, cal.c)
 
 
 def serving_module(clf: Any, semantics: str | None = None, confidence: bool = False) -> ServingModule:
@@ -356,7 +369,7 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
         ``None``: the classifier's ``semantics``.
     confidence : bool, default=False
         Also return each answer's calibrated confidence, as ``clf.predict_confidence`` gives it
-        (float32; the model's own probability when ``clf.calibrator_`` is None).
+        (float32; the model's own probability when ``clf.answer_.calibrator`` is None).
 
     Returns
     -------
@@ -380,8 +393,8 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
 
     Notes
     -----
-    Where the class prototypes or the flat term re-rank the answer (``prototypes_`` or
-    ``flat_term_`` with a weight above 0), the module re-ranks the same way
+    Where the answer model's class prototypes or flat term re-rank the answer (``answer_``,
+    a term with a weight above 0), the module re-ranks the same way
     (:class:`PrototypeReranker`; the flat term's SVM weights as a buffer): the model's
     ``prototype_candidates`` most probable answers, scored exhaustively, and the prototypes'
     per-class arrays as buffers (a float32 row per class for dense input; 32 features per class
@@ -402,14 +415,8 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     semantics = _check_exportable(clf, semantics)
     module = copy.deepcopy(clf.net_.module_).to("cpu").eval()
     decoder = TreeDecoder(clf.tree_, clf.partition_, clf.stop_, semantics)
-    reranking = clf._decoder()  # the re-ranking terms and weights predict uses
-    reranker = None
-    if reranking.reranking is not None:
-        n_candidates = int(decoder.candidate.sum())
-        reranker = PrototypeReranker(reranking.prototypes, reranking.weight,
-                                     min(reranking.prototype_candidates, n_candidates), flat=reranking.flat,
-                                     flat_weight=reranking.flat_weight)
-    return ServingModule(module, decoder, _calibration(clf, confidence), reranker).eval()
+    reranker, calibration = _answer_parts(clf, decoder, confidence)
+    return ServingModule(module, decoder, calibration, reranker).eval()
 
 
 def _check_exportable(clf: Any, semantics: str | None) -> str:
@@ -419,8 +426,6 @@ def _check_exportable(clf: Any, semantics: str | None) -> str:
     estimator no route exports is refused by name rather than by a missing exporter package."""
     from sklearn.utils.validation import check_is_fitted
 
-    from ..classifier import HierarchicalClassifier
-    from ..multilabel import MultiLabelHierarchicalClassifier
 
     if isinstance(clf, MultiLabelHierarchicalClassifier):
         raise TypeError(

@@ -7,10 +7,11 @@ format here is data only, and loading it executes nothing from the files:
   and a JSON header; loading parses them, it never unpickles);
 - ``tree.npz``: the class tree, through :meth:`~hiclass_parallel.Tree.save`
   (``np.load(..., allow_pickle=False)``);
-- ``prototypes.npz``: the class prototypes' statistics, where the model has them;
-- ``flat_term.npz``: the flat linear term's SVM (``flat_term_``), where the model has one;
-- ``config.json``: the estimator's parameters, fitted scalars and the answer calibrator's
-  three numbers (``calibrator_``), and a SHA-256 digest of the
+- one ``.npz`` per term of the answer model (``answer_``), where it has the term:
+  ``prototypes.npz``, the class prototypes' statistics; ``flat_term.npz``, the flat linear
+  term's SVM;
+- ``config.json``: the estimator's parameters, fitted scalars and the answer model's terms,
+  weights, scale and calibrator (its three numbers), and a SHA-256 digest of the
   other files and of its own content, so that pieces of different models (or an edited
   file) are a named error at load time, never a silent mix.
 
@@ -61,7 +62,7 @@ import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,38 +70,41 @@ import torch
 from ..._version import __version__
 from ...exceptions import ModelFileError
 from ...labels._paths import check_pad_not_a_label
+from ...ops.groups import n_outputs
 from ...tree import PARTITIONS, Tree
 from .._checks import check_device
-from ..calibration._calibration import BetaCalibrator
-from ..fitting._build import build_net
+from ..answer._calibration import BetaCalibrator
+from ..answer._model import AnswerModel
+from ..answer._terms import TERMS, term_from_arrays
+from ..classifier import HierarchicalClassifier
+from ..fitting import FitConfig, attach_net, build_net, module_capabilities
 from ..networks._random import FitRandom, draws_from_fit_generator, drawing_from
-from ..fitting._config import FitConfig
-from ..fitting._params import attach_net
 from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
-
-if TYPE_CHECKING:
-    from ..prototypes._flat_margins import FlatMargins
-    from ..prototypes._prototypes import Prototypes
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]
 
 #: Version of the on-disk layout, written into every saved ``config.json``:
 #: :func:`load_classifier` reads this version only, and names an older or a newer one.
-FORMAT_VERSION = 3
+#: Version 4: the answer model as one entry (``answer_``) in place of the separate class
+#: prototypes, flat term and calibrator.
+FORMAT_VERSION = 4
 
 #: Packages whose classes (defined in them or their submodules) load without ``trusted=True``.
 ALLOWED_MODULES = ("hiclass_parallel", "torch.nn", "torch.optim")
 
 WEIGHTS, TREE, CONFIG = "weights.safetensors", "tree.npz", "config.json"
 
-#: The class prototypes' statistics (``prototypes_``), where the model has them: plain arrays
-#: (CSR parts of the cosine kind's sums; the Gaussian kind's sums, counts and squares) and the
-#: kind's name, in an ``.npz`` read with ``allow_pickle=False``.
+#: The answer model's class prototypes, where it has them: plain arrays (CSR parts of the
+#: cosine kind's sums; the Gaussian kind's sums, counts and squares) and the kind's name, in an
+#: ``.npz`` read with ``allow_pickle=False``.
 PROTOTYPES = "prototypes.npz"
 
-#: The flat linear term's SVM (``flat_term_``), where the model has one: its target node ids,
-#: weights and intercepts, in an ``.npz`` read with ``allow_pickle=False``.
+#: The answer model's flat linear term, where it has one: its SVM's target node ids, weights
+#: and intercepts, in an ``.npz`` read with ``allow_pickle=False``.
 FLAT_TERM = "flat_term.npz"
+
+#: The file of each term of the answer model (its ``to_arrays``).
+TERM_FILES = {"prototypes": PROTOTYPES, "flat_term": FLAT_TERM}
 
 #: Every file a saved model's folder may hold: :func:`save_classifier` replaces a folder holding
 #: only these, and refuses one holding anything else.
@@ -110,8 +114,8 @@ MODEL_FILES = (CONFIG, TREE, WEIGHTS, PROTOTYPES, FLAT_TERM)
 FORMAT = "hiclass_parallel.HierarchicalClassifier"
 
 #: Fitted attributes stored as JSON scalars besides the resolved configuration (``config_``,
-#: saved whole), the answer calibrator and the class prototypes' weight and scale (``None``
-#: where the model has none), the tree and the weights.
+#: saved whole), the answer model (``answer_``: its terms' names, their weights, the scale and
+#: the calibrator; the terms' arrays in :data:`TERM_FILES`), the tree and the weights.
 _FITTED = ("n_features_in_", "pad_label_")
 
 
@@ -288,8 +292,6 @@ _KINDS = {
 
 
 def _estimator_base() -> type:
-    from ..classifier import HierarchicalClassifier
-
     return HierarchicalClassifier
 
 
@@ -384,13 +386,7 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     fitted["config_"] = {"__dict__": {k: _encode(v, k) for k, v in clf.config_.fields().items()}}
     if hasattr(clf, "feature_names_in_"):
         fitted["feature_names_in_"] = [str(v) for v in clf.feature_names_in_]
-    calibrator = getattr(clf, "calibrator_", None)
-    fitted["calibrator_"] = None if calibrator is None else _encode(calibrator.to_dict(), "calibrator_")
-    prototypes = getattr(clf, "prototypes_", None)
-    fitted["prototypes_"] = None if prototypes is None else {
-        "__dict__": {"weight": float(prototypes.weight), "scale": float(prototypes.scale)}}
-    flat = getattr(clf, "flat_term_", None)
-    fitted["flat_term_"] = flat is not None
+    fitted["answer_"], term_files = _answer_to_save(clf.answer_)
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -411,14 +407,7 @@ def save_classifier(clf: Any, path: str | os.PathLike) -> Path:
     state = {k: v.detach().to("cpu").contiguous() for k, v in clf.net_.module_.state_dict().items()}
     # Shared tensors (tied weights) must be stored once: safetensors refuses aliases.
     files[WEIGHTS] = st.save(_untie(state), metadata={"format_version": str(FORMAT_VERSION)})
-    if prototypes is not None:
-        prototypes_file = io.BytesIO()
-        np.savez(prototypes_file, **prototypes.to_arrays())
-        files[PROTOTYPES] = prototypes_file.getvalue()
-    if flat is not None:
-        flat_file = io.BytesIO()
-        np.savez(flat_file, **flat.to_arrays())
-        files[FLAT_TERM] = flat_file.getvalue()
+    files.update(term_files)
     config["digests"] = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     config["digests"][CONFIG] = _config_digest(config)
     files[CONFIG] = (json.dumps(config, indent=1, sort_keys=True, allow_nan=True) + "\n").encode("utf-8")
@@ -514,7 +503,7 @@ def load_classifier(
     cls = _resolve_class(config["class"], "the estimator class", trusted, allowed, _kind("the estimator class"))
     params = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "params", dict).items()}
     fitted = {k: _decode(v, k, trusted, allowed) for k, v in _field(config, "fitted", dict).items()}
-    missing = [name for name in _FITTED + ("config_", "calibrator_", "prototypes_") if name not in fitted]
+    missing = [name for name in _FITTED + ("config_", "answer_") if name not in fitted]
     if missing:
         raise ModelFileError(f"{folder / CONFIG} is incomplete: its 'fitted' section lacks {', '.join(missing)}")
     tree_file = io.BytesIO(data[TREE])
@@ -537,15 +526,7 @@ def load_classifier(
                      n_features_in_=fitted["n_features_in_"])
     if "feature_names_in_" in fitted:
         clf.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
-    saved_calibrator = fitted["calibrator_"]
-    try:
-        clf.calibrator_ = None if saved_calibrator is None else BetaCalibrator.from_dict(saved_calibrator)
-    except ValueError as exc:
-        raise ModelFileError(f"{folder / CONFIG}: {exc}") from None
-    clf.prototypes_ = _load_prototypes(folder, fitted["prototypes_"], tree, fitted["n_features_in_"],
-                                       data.get(PROTOTYPES))
-    clf.flat_term_ = _load_flat_term(folder, fitted.get("flat_term_", False), tree, fitted["n_features_in_"],
-                                     data.get(FLAT_TERM))
+    clf.answer_ = _answer_from_saved(folder, fitted["answer_"], tree, fitted["n_features_in_"], data)
     try:
         state = _safetensors().load(data[WEIGHTS])
     except Exception as exc:  # noqa: BLE001 - safetensors' own SafetensorError, and others on damage
@@ -586,11 +567,9 @@ def _read_model(folder: Path, reader: FolderReader) -> tuple[dict[str, Any], dic
         raise FileNotFoundError(errno.ENOENT, f"no {CONFIG} in the folder: not a model saved by save_classifier",
                                 str(folder)) from None
     names = (TREE, WEIGHTS)
-    fitted = config.get("fitted")
-    if PROTOTYPES in config.get("digests", {}) or (isinstance(fitted, dict) and fitted.get("prototypes_") is not None):
-        names += (PROTOTYPES,)
-    if FLAT_TERM in config.get("digests", {}) or (isinstance(fitted, dict) and fitted.get("flat_term_") is True):
-        names += (FLAT_TERM,)
+    digests = config.get("digests") if isinstance(config.get("digests"), dict) else {}
+    saved_terms = _saved_term_names(config.get("fitted"))
+    names += tuple(file for term, file in TERM_FILES.items() if file in digests or term in saved_terms)
     data = {}
     for name in names:
         try:
@@ -632,7 +611,7 @@ def _check_digests(folder: Path, config: dict[str, Any], data: dict[str, bytes])
             f"{folder / CONFIG} was modified after it was saved (its content does not match its digest); "
             "refusing to load it"
         )
-    for name in (TREE, WEIGHTS) + ((PROTOTYPES,) if PROTOTYPES in digests else ()):
+    for name in data:  # the tree, the weights and every term's file read
         if digests.get(name) != hashlib.sha256(data[name]).hexdigest():
             raise ModelFileError(
                 f"{folder / name} is not the file saved with {folder / CONFIG} (its SHA-256 differs): "
@@ -640,63 +619,69 @@ def _check_digests(folder: Path, config: dict[str, Any], data: dict[str, bytes])
             )
 
 
-def _load_prototypes(folder: Path, saved: Any, tree: Any, n_features: int, data: bytes | None) -> Prototypes | None:
-    """``prototypes_`` from :data:`PROTOTYPES` (``data``: its bytes) and its weight and scale in
-    ``config.json`` (``None``: the model had none). Every array is checked (kind, dtype,
-    shape against the tree and the feature count, finite values, finite statistics in float32)
-    before the prototypes are used."""
-    from ..prototypes._prototypes import prototypes_from_arrays
+def _answer_to_save(answer: AnswerModel) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The answer model as ``config.json`` holds it (its terms' names, their weights, the scale
+    and the calibrator's numbers) and each term's file (:data:`TERM_FILES`): the one place a
+    save reads ``answer_``."""
+    files = {}
+    for name, term in answer.terms.items():
+        buffer = io.BytesIO()
+        np.savez(buffer, **term.to_arrays())
+        files[TERM_FILES[name]] = buffer.getvalue()
+    record = {"terms": sorted(answer.terms), "weights": {k: float(v) for k, v in answer.weights.items()},
+              "scale": float(answer.scale),
+              "calibrator": None if answer.calibrator is None else answer.calibrator.to_dict()}
+    return _encode(record, "answer_"), files
 
-    if saved is None:
-        return None
-    weight = saved.get("weight") if isinstance(saved, dict) else None
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not np.isfinite(weight) or weight < 0:
-        raise ModelFileError(f"{folder / CONFIG}: prototypes_ must hold a weight >= 0, got {saved!r}")
-    scale = saved.get("scale") if isinstance(saved, dict) else None
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
-        raise ModelFileError(f"{folder / CONFIG}: prototypes_ must hold a scale > 0, got {saved!r}")
-    if data is None:
-        raise ModelFileError(f"{folder / PROTOTYPES} is missing: {folder / CONFIG} describes class prototypes")
-    # No array of a model's prototypes is larger than (classes + 1) x (features + 1) float64s.
-    limit = 8 * (tree.n_classes + 1) * (n_features + 1) + 1024
-    arrays = read_npz(data, folder / PROTOTYPES, limit)
+
+def _saved_term_names(fitted: Any) -> set[str]:
+    """The term names a parsed ``config.json``'s ``fitted`` section lists (unchecked: the files
+    to read; :func:`_answer_from_saved` checks them)."""
+    saved = fitted.get("answer_") if isinstance(fitted, dict) else None
+    inner = saved.get("__dict__") if isinstance(saved, dict) else None
+    terms = inner.get("terms") if isinstance(inner, dict) else None
+    return {name for name in terms if isinstance(name, str)} if isinstance(terms, list) else set()
+
+
+def _answer_from_saved(folder: Path, saved: Any, tree: Any, n_features: int, data: dict[str, bytes]) -> AnswerModel:
+    """The answer model from ``config.json``'s ``answer_`` entry (decoded) and its terms' files
+    (``data``: their bytes), the one place a load builds ``answer_``. Every part is checked
+    before it is used: the entry's fields and values, each term's arrays (kind, dtype, shape
+    against the tree and the feature count, finite values; the class prototypes' statistics
+    finite in float32), no term file without its term; a named :class:`ModelFileError`
+    otherwise."""
+    where = f"{folder / CONFIG}: answer_"
+    fields = {"terms", "weights", "scale", "calibrator"}
+    if not isinstance(saved, dict) or set(saved) != fields:
+        raise ModelFileError(f"{where} must hold exactly {sorted(fields)}, got {saved!r}")
+    names = saved["terms"]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in TERMS for n in names) \
+            or len(set(names)) != len(names):
+        raise ModelFileError(f"{where}: terms must be distinct names of {list(TERMS)}, got {names!r}")
+    for name, file in TERM_FILES.items():
+        if name not in names and file in data:
+            raise ModelFileError(f"{folder / file} is there but {folder / CONFIG} describes no {name} term")
+    terms = {}
+    for name in names:
+        if TERM_FILES[name] not in data:
+            raise ModelFileError(f"{folder / TERM_FILES[name]} is missing: {folder / CONFIG} describes a {name} term")
+        # No array of a term is larger than (classes + 1) x (features + 1) float64s.
+        limit = 8 * (tree.n_classes + 1) * (n_features + 1) + 1024
+        arrays = read_npz(data[TERM_FILES[name]], folder / TERM_FILES[name], limit)
+        try:
+            terms[name] = term_from_arrays(name, arrays, tree, n_features)
+        except (ValueError, TypeError) as exc:
+            raise ModelFileError(f"{folder / TERM_FILES[name]}: {exc}") from None
     try:
-        prototypes = prototypes_from_arrays(arrays, weight, tree, n_features)
+        calibrator = None if saved["calibrator"] is None else BetaCalibrator.from_dict(saved["calibrator"])
+        return AnswerModel(terms=terms, weights=saved["weights"], scale=saved["scale"], calibrator=calibrator)
     except (ValueError, TypeError) as exc:
-        raise ModelFileError(f"{folder / PROTOTYPES}: {exc}") from None
-    prototypes.scale = float(scale)
-    return prototypes
-
-
-def _load_flat_term(folder: Path, saved: Any, tree: Any, n_features: int, data: bytes | None) -> FlatMargins | None:
-    """``flat_term_`` from :data:`FLAT_TERM` (``data``: its bytes) where ``config.json`` says the
-    model has one (``saved``: ``True``; a model saved before the term existed has no entry:
-    ``False``). Every array is checked (dtype, shape against the tree and the feature count,
-    ascending node ids of the tree, finite values) before it is used."""
-    from ..prototypes._flat_margins import FlatMargins
-
-    if not isinstance(saved, bool):
-        raise ModelFileError(f"{folder / CONFIG}: flat_term_ must be true or false, got {saved!r}")
-    if not saved:
-        if data is not None:
-            raise ModelFileError(f"{folder / FLAT_TERM} is there but {folder / CONFIG} describes no flat term")
-        return None
-    if data is None:
-        raise ModelFileError(f"{folder / FLAT_TERM} is missing: {folder / CONFIG} describes a flat term")
-    # No array of the term is larger than (classes + 1) x (features + 1) float32s or int64s.
-    arrays = read_npz(data, folder / FLAT_TERM, 8 * (tree.n_classes + 1) * (n_features + 1) + 1024)
-    try:
-        return FlatMargins.from_arrays(arrays, tree.n_classes, n_features)
-    except (ValueError, TypeError) as exc:
-        raise ModelFileError(f"{folder / FLAT_TERM}: {exc}") from None
+        raise ModelFileError(f"{where}: {exc}") from None
 
 
 def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     """The saved :class:`FitConfig`, checked: its fields agree with each other, with the module
     class as it is now and with the tree."""
-    from ...ops.groups import n_outputs
-    from ..fitting._capabilities import module_capabilities
-
     saved = fitted["config_"]
     fields = {f.name for f in dataclasses.fields(FitConfig)}
     # fields with a default (added since the format's version) may be missing
@@ -718,9 +703,6 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
     flat_term = saved.get("flat_term", 0.0)
     if isinstance(flat_term, bool) or not isinstance(flat_term, (int, float)) or not 0 <= flat_term < float("inf"):
         problems.append(f"flat_term={flat_term!r} is not a weight >= 0")
-    elif bool(flat_term) != bool(fitted.get("flat_term_", False)):
-        problems.append(f"flat_term={flat_term!r} but the model {'has' if fitted.get('flat_term_') else 'has no'} "
-                        "flat term's SVM")
     capabilities = module_capabilities(saved["module_class"])
     saved_capabilities = saved["capabilities"]
     if saved_capabilities != dict(vars(capabilities)):

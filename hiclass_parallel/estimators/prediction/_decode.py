@@ -5,11 +5,10 @@ A decoded answer goes through four stages, each decided here and nowhere else:
 1. **model paths**: the model's own best path, or its ``n`` best, from
    :func:`~hiclass_parallel.ops.decode.decoding_route`'s route (best-first from the hidden rows
    for path-locally trained models on the CPU, exhaustive over every score otherwise);
-2. **re-ranking** (optional): the order of those candidates by
-   ``log p + weight * similarity + flat_weight * margin``, the class prototypes'
-   (:mod:`..prototypes._prototypes`) similarity and the flat linear term's margin
-   (:mod:`..prototypes._flat_margins`), when the model has either with a positive weight
-   (``decoding`` "best" and "hf1", and top-``k``; never "threshold");
+2. **re-ranking** (optional): the order of those candidates by the answer model's score
+   ``log p + weight * similarity + flat_weight * margin`` (:mod:`..answer._model`), the class
+   prototypes' similarity and the flat linear term's margin, when the model has either with a
+   positive weight (``decoding`` "best" and "hf1", and top-``k``; never "threshold");
 3. **decoding rule**: ``"best"`` (the first path), ``"threshold"`` (the deepest path whose
    nodes pass the threshold), ``"hf1"`` (the path of highest expected hierarchical F1 among
    the ``top_k`` candidates and their ancestors) or ``"top_k"`` (the first ``k``);
@@ -19,7 +18,9 @@ A decoded answer goes through four stages, each decided here and nowhere else:
 :func:`decode` reads a :class:`Decoder`: the trained net, the tree and the prediction settings.
 The fitted estimator makes one of its state (``PredictMixin._decoder``); the fit makes one of
 the net it has just trained to fit the answer calibrator on held-out rows, before the
-estimator is fitted. Each call returns the :class:`Route` it took.
+estimator is fitted. Either way :func:`decoder_of` reads the answer model
+(:class:`~..answer._model.AnswerModel`), the one place decoding reads it. Each call returns
+the :class:`Route` it took.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ...ops.best_first import best_first_paths
+from ...ops.decode import best_paths, decoding_route, expected_hf1_paths, topk_paths
 from .._checks import inference_batch_size
-from ..prototypes._prototypes import last_nodes, rerank_order
+from ..answer._model import AnswerModel
+from ..answer._prototypes import last_nodes, rerank_order
 
-__all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of"]
+__all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of", "host_rows"]
 
 
 def check_semantics(semantics: str, stop: bool) -> None:
@@ -162,17 +166,12 @@ class Decoder:
     def model_route(self) -> str:
         """:func:`~hiclass_parallel.ops.decode.decoding_route`'s route for this model and
         ``decoding`` (threshold decoding reads every score)."""
-        from ...ops.decode import decoding_route
-
         threshold = self.threshold if self.decoding == "threshold" else None
         return decoding_route(self.partition, on_demand=self.path_local, threshold=threshold, device=self.net.device)
 
     def model_paths(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray, str]:
         """Stage 1: the model's best (``k=None``) or ``k`` best paths of the checked rows ``X``,
         their log-probabilities and the route (``"best_first"`` or ``"exhaustive"``)."""
-        from ...ops.best_first import best_first_paths
-        from ...ops.decode import best_paths, topk_paths
-
         self.check_semantics()
         kwargs = {"partition": self.partition, "stop": self.stop, "semantics": self.semantics}
         threshold = self.threshold if self.decoding == "threshold" else None
@@ -195,36 +194,38 @@ class Decoder:
         paths, log_prob, _ = self.model_paths(X, min(max(self.prototype_candidates, k), self.n_candidates))
         if self.prototypes is None:
             return paths, log_prob, np.zeros(log_prob.shape, dtype=np.float32)
-        return paths, log_prob, self.prototypes.similarity(_host_rows(X), last_nodes(paths))
+        return paths, log_prob, self.prototypes.score(host_rows(X), last_nodes(paths))
 
     def flat_prior(self, X: Any, paths: np.ndarray) -> np.ndarray | float:
         """``flat_weight * margin`` of each candidate path's answer (``(n, k)``), the flat term's
         part of the re-ranked score; 0 without the term."""
         if not self.flat_weight:
             return 0.0
-        return np.float32(self.flat_weight) * self.flat.margins(_host_rows(X), last_nodes(paths))
+        return np.float32(self.flat_weight) * self.flat.score(host_rows(X), last_nodes(paths))
 
 
-def _host_rows(X: Any) -> Any:
+def host_rows(X: Any) -> Any:
     """Rows as the re-ranking terms compare them: on the host (scipy, NumPy)."""
     if isinstance(X, torch.Tensor):
         return (X if X.layout == torch.strided else X.to_dense()).cpu().numpy()
     return X
 
 
-def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: Any,
-               rows: Callable[[Any], Any], flat: Any = None) -> Decoder:
-    """The :class:`Decoder` of ``net`` trained with ``config`` on ``targets``, with the class
-    ``prototypes`` and the flat term's SVM ``flat`` (``None``: none), and the estimator's
-    prediction settings as they are now (``flat_term="auto"``: the weight the fit chose).
+def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, answer: AnswerModel,
+               rows: Callable[[Any], Any]) -> Decoder:
+    """The :class:`Decoder` of ``net`` trained with ``config`` on ``targets``, with the terms,
+    weights and scale of the ``answer`` model, and the estimator's prediction settings as they
+    are now (a term's weight: the number given, else the fitted one for ``"auto"``; the scale
+    applies to fitted weights only).
 
     The fitted estimator makes one of its fitted state; the fit makes one of the net it has
     just trained, to fit the answer calibrator on held-out rows (``rows``: the identity for rows
     the fit already checked), without marking the estimator fitted before it is.
     """
-    weight = None if prototypes is None else _weight_at_prediction(estimator.prototypes, prototypes.weight)
+    prototypes, flat = answer.term("prototypes"), answer.term("flat_term")
+    weight = None if prototypes is None else _weight_at_prediction(estimator.prototypes, answer.weight("prototypes"))
     flat_weight = None if flat is None else _weight_at_prediction(getattr(estimator, "flat_term", None),
-                                                                  config.flat_term)
+                                                                  answer.weight("flat_term"))
     accepts_sparse = config.capabilities.accepts_sparse
     return Decoder(
         net=net, tree=targets.tree, partition=config.partition, stop=config.stop, path_local=config.path_local,
@@ -232,7 +233,7 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, prototypes: 
         top_k=estimator.top_k, prototype_candidates=estimator.prototype_candidates,
         batch_size=inference_batch_size(estimator.batch_size),
         prototypes=prototypes, weight=weight,
-        scale=prototypes.scale if weight is not None and isinstance(estimator.prototypes, str) else 1.0,
+        scale=answer.scale if weight is not None and isinstance(estimator.prototypes, str) else 1.0,
         rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse), flat=flat, flat_weight=flat_weight,
     )
 
@@ -286,7 +287,6 @@ def decode(decoder: Decoder, X: Any, k: int | None = None,
     rerank = decoder.reranking is not None and rule != "threshold"
     if not rerank:
         if rule == "hf1":  # the top_k best paths, then the rule
-            from ...ops.decode import expected_hf1_paths
 
             n_model = min(decoder.top_k, decoder.n_candidates)
             paths, log_prob, model = decoder.model_paths(X, n_model)
@@ -301,7 +301,6 @@ def decode(decoder: Decoder, X: Any, k: int | None = None,
         # max(top_k, prototype_candidates) best) and their ancestors, the candidates weighed by
         # softmax(scale * (log p + weight * similarity + flat term)) (the conditional logit
         # fitted with the weight), and the model's log-probability of the chosen path.
-        from ...ops.decode import expected_hf1_paths
 
         paths, log_prob, similarity = decoder.candidates(X, min(decoder.top_k, decoder.n_candidates))
         with np.errstate(invalid="ignore"):  # NaN rows stay NaN: expected_hf1_paths gives them the empty path

@@ -20,9 +20,12 @@ import torch
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
+from ...metrics import hierarchical_f1_score
+from ...metrics._paths import tree_label_paths
+from ...ops.groups import group_log_softmax, node_log_probs
 from ...tree import PAD
 from .._checks import check_decidable, check_prediction_params, inference_batch_size, warn_unprepared_terms
-from ..prototypes._prototypes import last_nodes
+from ..answer._prototypes import last_nodes
 from ._decode import Decoder, check_semantics, decode, decoder_of
 
 __all__ = ["PredictMixin"]
@@ -63,8 +66,8 @@ class PredictMixin:
         check_prediction_params(self)
         self._decode_kwargs()  # fitted, the settings valid, the semantics possible
         warn_unprepared_terms(self)
-        return decoder_of(self, self.net_, self.targets_, self.config_, getattr(self, "prototypes_", None),
-                          rows=lambda X: self._validate_X(X, reset=False), flat=getattr(self, "flat_term_", None))
+        return decoder_of(self, self.net_, self.targets_, self.config_, self.answer_,
+                          rows=lambda X: self._validate_X(X, reset=False))
 
     def _decode(self, X: Any, k: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Best (``k=None``: one path, ``decoding`` applies) or top-``k`` paths of node ids and
@@ -111,8 +114,6 @@ class PredictMixin:
         -------
         log_proba : ndarray of float32 of shape (n_samples, n_classes)
         """
-        from ...ops.groups import group_log_softmax
-
         check_is_fitted(self)
         C = self.tree_.n_classes
         return self._per_batch(
@@ -164,8 +165,6 @@ class PredictMixin:
             ``n``". ``hiclass_parallel.ops.groups.stop_columns(tree_, partition_) - n_classes``
             gives each internal node's column.
         """
-        from ...ops.groups import group_log_softmax
-
         check_is_fitted(self)
         if not self.stop_:
             raise ValueError("this model has no stop scores: fit it with stop=True (or semantics='terminal')")
@@ -195,8 +194,6 @@ class PredictMixin:
         proba : ndarray of float32 of shape (n_samples, n_classes)
             Columns follow ``classes_``; each row sums to 1.
         """
-        from ...ops.groups import node_log_probs
-
         kwargs = self._decode_kwargs()
         candidate = np.ones(self.tree_.n_classes, dtype=bool) if self.semantics == "terminal" else self.tree_.is_leaf
         (logp,) = self._per_batch(X, lambda s: node_log_probs(s, self.tree_, **kwargs))
@@ -210,8 +207,9 @@ class PredictMixin:
         """Probability that the answer :meth:`predict` gives is right.
 
         The model's probability of the decoded path (its joint probability, the stop term
-        included under ``semantics="terminal"``), mapped by ``calibrator_`` when the fit was
-        calibrated (``calibration``), else as the model gives it. Right means: the path ends
+        included under ``semantics="terminal"``), mapped by the answer model's calibrator
+        (``answer_.calibrator``) when the fit was calibrated (``calibration``), else as the
+        model gives it. Right means: the path ends
         at the true class (``"terminal"``), or passes through it (``"partial"``, where a label
         above the leaves leaves the finer class open). With ``decoding="hf1"`` the answer may
         be an ancestor of the most probable path; its probability here is that of the path it
@@ -234,7 +232,7 @@ class PredictMixin:
         >>> X, y, tree = make_hierarchical_classification(
         ...     n_samples=2500, n_features=8, branching=3, depth=2, random_state=0)
         >>> clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
-        >>> clf.calibrator_.n_rows   # 5% of the rows, held out of training (3 epochs)
+        >>> clf.answer_.calibrator.n_rows   # 5% of the rows, held out of training (3 epochs)
         125
         >>> conf = clf.predict_confidence(X[:5])
         >>> conf.shape, bool(((conf >= 0) & (conf <= 1)).all())
@@ -243,7 +241,7 @@ class PredictMixin:
         paths, log_prob = self._decode(X, None)
         check_decidable(int(np.isnan(log_prob).sum()), paths.shape[0], self.net_.lr)
         probability = np.exp(log_prob.astype(np.float64))
-        calibrator = self.calibrator_
+        calibrator = self.answer_.calibrator
         return probability if calibrator is None else calibrator(probability)
 
     def _predict_ids(self, X: Any) -> np.ndarray:
@@ -386,9 +384,6 @@ class PredictMixin:
             :func:`hiclass_parallel.metrics.hierarchical_f1_score`; higher is better, 1 is
             a perfect match of every path.
         """
-        from ...metrics import hierarchical_f1_score
-        from ...metrics._paths import tree_label_paths
-
         check_is_fitted(self)
         # y in any form fit takes; a class the tree lacks (a held-out class no training row had)
         # is a miss under its known ancestors, and a warning says how many rows held one.

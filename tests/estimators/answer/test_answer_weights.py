@@ -11,7 +11,7 @@ from support import text_like
 
 from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
 from hiclass_parallel.estimators.answer import MIN_GAIN, fit_term_weights, term_scores
-from hiclass_parallel.estimators.answer import _held_out
+from hiclass_parallel.estimators.fitting import _answer_fit
 from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
 
 
@@ -72,9 +72,10 @@ def test_a_small_fit_learns_its_weights_by_cross_fitting_and_records_them():
     X, y, tree = text_like(n_samples=300)
     clf = _fit(X, y, tree, term_weights="learnt")
     reason = clf.config_.term_weights_reason
-    assert reason.startswith(f"learnt on {_held_out.FOLDS}-fold cross-fitting") and "prototypes:" in reason and "flat_term:" in reason
-    assert clf.config_.flat_term != 16.0 or clf.prototypes_.weight != 16.0  # not the rules' fixed weights
-    assert (clf.flat_term_ is None) == (clf.config_.flat_term == 0)
+    assert reason.startswith(f"learnt on {_answer_fit.FOLDS}-fold cross-fitting") and "prototypes:" in reason and "flat_term:" in reason
+    assert clf.answer_.weight("flat_term") != 16.0 or clf.answer_.weight("prototypes") != 16.0  # not the rules'
+    kept_flat = "flat_term: weight" in reason or "flat_term: fixed" in reason
+    assert (clf.answer_.term("flat_term") is None) != kept_flat  # a term learnt as 0 is dropped from the model
     rules = _fit(X, y, tree)
     assert rules.config_.term_weights_reason.startswith("the rules'")
 
@@ -92,29 +93,26 @@ def test_no_held_out_row_is_scored_by_a_model_that_trained_on_it(monkeypatch):
         given[id(self)] = np.unique(sp.csr_matrix(X)[:, n_base:].indices)  # the rows' fingerprints
         return real_fit(self, X, y, **kwargs)
 
-    from hiclass_parallel.estimators.calibration import _calibration
-    from hiclass_parallel.estimators.prediction import _decode
-
-    real_view, real_decoder = _calibration.held_out_view, _decode.decoder_of
+    real_view, real_decoder = _answer_fit.held_out_view, _answer_fit.decoder_of
     monkeypatch.setattr(HierarchicalClassifier, "fit", recording_fit)
-    monkeypatch.setattr(_calibration, "held_out_view", lambda X, fit, held: views.append(held) or real_view(X, fit, held))
+    monkeypatch.setattr(_answer_fit, "held_out_view", lambda X, fit, held: views.append(held) or real_view(X, fit, held))
 
     def recording_decoder(model, *args, **kwargs):
         if model.get_params()["term_weights"] == "rules":  # a fold's model
             models.append(model)
         return real_decoder(model, *args, **kwargs)
 
-    monkeypatch.setattr(_decode, "decoder_of", recording_decoder)
+    monkeypatch.setattr(_answer_fit, "decoder_of", recording_decoder)
     clf = _fit(X, y, tree, term_weights="learnt")
-    assert clf.config_.term_weights_reason.startswith(f"learnt on {_held_out.FOLDS}-fold")
-    assert len(views) == len(models) == _held_out.FOLDS
+    assert clf.config_.term_weights_reason.startswith(f"learnt on {_answer_fit.FOLDS}-fold")
+    assert len(views) == len(models) == _answer_fit.FOLDS
     np.testing.assert_array_equal(np.sort(np.concatenate(views)), np.arange(X.shape[0]))  # each row once
     for held, model in zip(views, models):
         assert given[id(model)].size == X.shape[0] - held.size
         assert not np.intersect1d(given[id(model)], held).size  # the network never saw them
         columns = n_base + held  # the held-out rows' own features
-        assert not model.prototypes_.sums[:, columns].count_nonzero()
-        assert not np.abs(model.flat_term_.coef[:, columns]).sum()
+        assert not model.answer_.terms["prototypes"].sums[:, columns].count_nonzero()
+        assert not np.abs(model.answer_.terms["flat_term"].coef[:, columns]).sum()
 
 
 def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_train_on(monkeypatch):
@@ -124,12 +122,12 @@ def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_trai
     X, y, tree = text_like(n_samples=2100, fingerprints=True)
     n_base = X.shape[1] - X.shape[0]
     seen = {}
-    real = _held_out.learn_on_held_out
+    real = _answer_fit.learn_on_held_out
 
-    def recording(estimator, config, prototypes, flat, candidates, view, true, weight):
-        seen.update(prototypes=prototypes.sums.copy(), coef=np.array(flat.coef), rows=view.shape[0],
-                    trained_before=list(trained))
-        return real(estimator, config, prototypes, flat, candidates, view, true, weight)
+    def recording(estimator, config, answer, candidates, view, true, weight):
+        seen.update(prototypes=answer.terms["prototypes"].sums.copy(), coef=np.array(answer.terms["flat_term"].coef),
+                    rows=view.shape[0], trained_before=list(trained))
+        return real(estimator, config, answer, candidates, view, true, weight)
 
     from torch.utils.data import Subset
 
@@ -144,14 +142,11 @@ def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_trai
 
     monkeypatch.setattr(TreeNet, "partial_fit", recording_partial_fit)
 
-    from hiclass_parallel.estimators.fitting import _fit as fit_module
-    from hiclass_parallel.estimators.calibration import _calibration
-
     held_rows = []
-    real_view = _calibration.held_out_view
-    monkeypatch.setattr(_calibration, "held_out_view",
+    real_view = _answer_fit.held_out_view
+    monkeypatch.setattr(_answer_fit, "held_out_view",
                         lambda X, fit, held: held_rows.append(held) or real_view(X, fit, held))
-    monkeypatch.setattr(fit_module, "learn_on_held_out", recording)
+    monkeypatch.setattr(_answer_fit, "learn_on_held_out", recording)
     clf = _fit(X, y, tree, term_weights="learnt", max_epochs=1)
     assert clf.config_.term_weights_reason.startswith("learnt on the calibration share")
     columns = n_base + held_rows[0]
@@ -175,7 +170,7 @@ def test_labels_without_a_tree_and_weighted_rows_cross_fit_on_the_fit_s_tree():
     clf = HierarchicalClassifier(semantics="terminal", pad_label="", max_epochs=3, random_state=0,
                                  term_weights="learnt")
     clf.fit(X, label_paths, sample_weight=weight)  # the tree learnt from the label paths
-    assert clf.config_.term_weights_reason.startswith(f"learnt on {_held_out.FOLDS}-fold"), clf.config_.term_weights_reason
+    assert clf.config_.term_weights_reason.startswith(f"learnt on {_answer_fit.FOLDS}-fold"), clf.config_.term_weights_reason
     assert clf.score(X[:250], label_paths[:250]) > 0.5
 
 
@@ -185,15 +180,15 @@ def test_dense_rows_learn_the_weights_of_the_gaussian_prototypes_and_the_least_s
     dense /= np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-12)  # normalised embeddings
     clf = _fit(dense, y, tree, term_weights="learnt")
     reason = clf.config_.term_weights_reason
-    assert reason.startswith(f"learnt on {_held_out.FOLDS}-fold") and "flat_term: not tried" not in reason, reason
-    assert type(clf.prototypes_).__name__ == "GaussianPrototypes"
+    assert reason.startswith(f"learnt on {_answer_fit.FOLDS}-fold") and "flat_term: not tried" not in reason, reason
+    assert type(clf.answer_.terms["prototypes"]).__name__ == "GaussianPrototypes"
     # predict re-ranks by the learnt weights: log p + w_p * similarity + w_f * margin
-    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
+    from hiclass_parallel.estimators.answer._prototypes import last_nodes
 
     paths, log_prob, similarity = clf._reranking_candidates(dense)
-    score = log_prob + clf.prototypes_.weight * similarity
-    if clf.flat_term_ is not None:
-        score = score + clf.config_.flat_term * clf.flat_term_.margins(dense, last_nodes(paths))
+    score = log_prob + clf.answer_.weights["prototypes"] * similarity
+    if clf.answer_.term("flat_term") is not None:
+        score = score + clf.answer_.weights["flat_term"] * clf.answer_.terms["flat_term"].score(dense, last_nodes(paths))
     best = last_nodes(paths)[np.arange(len(dense)), np.argmax(np.where(np.isfinite(log_prob), score, -np.inf), axis=1)]
     assert (best == clf.predict_node(dense)).mean() > 0.99  # ties up to rounding aside
 
@@ -226,6 +221,6 @@ def test_fixed_weights_answer_as_before_and_learnt_ones_save_load_and_export(tmp
     loaded = load_classifier(tmp_path / "m")
     np.testing.assert_array_equal(loaded.predict_node(X), learnt.predict_node(X))
     assert loaded.config_.term_weights_reason == learnt.config_.term_weights_reason
-    assert loaded.config_.flat_term == learnt.config_.flat_term
+    assert loaded.answer_.weights == learnt.answer_.weights and loaded.answer_.scale == learnt.answer_.scale
     paths, _ = serving_module(learnt)(torch.from_numpy(X.toarray()))
     np.testing.assert_array_equal(paths.numpy(), np.asarray(learnt.tree_.paths)[learnt.predict_node(X)])

@@ -11,10 +11,11 @@ import scipy.sparse as sp
 import torch
 from scipy.special import expit
 from skorch.dataset import ValidSplit
+from support import sparsify
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
-from hiclass_parallel.estimators.calibration._calibration import (
+from hiclass_parallel.estimators.answer._calibration import (
     BetaCalibrator,
     answer_correct,
     held_out_size,
@@ -202,18 +203,18 @@ def test_a_fit_whose_held_out_rows_carry_no_weight_does_not_calibrate(data):
     with pytest.warns(UserWarning, match="does not calibrate this fit") as record:
         clf.fit(X[:2400], y[:2400], sample_weight=weight)
     assert [w.filename for w in record if "does not calibrate" in str(w.message)] == [__file__]  # the user's line
-    assert clf.calibrator_ is None
+    assert clf.answer_.calibrator is None
     _, log_prob = clf.predict_top_k(X[2400:], 1, return_log_prob=True)
     np.testing.assert_allclose(clf.predict_confidence(X[2400:]), np.exp(log_prob[:, 0].astype(np.float64)))
     with pytest.raises(ValueError, match="sample_weight is worth"):
         HierarchicalClassifier(tree, max_epochs=2, calibration="beta").fit(X[:2400], y[:2400], sample_weight=weight)
     weighted = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X[:2400], y[:2400],
                                                                               sample_weight=np.full(2400, 2.0))
-    assert weighted.calibrator_.n_rows == 120
+    assert weighted.answer_.calibrator.n_rows == 120
 
 
 def test_the_prototypes_weight_needs_rows_worth_the_minimum():
-    from hiclass_parallel.estimators.prototypes._prototypes import DEFAULT_WEIGHT, MIN_ROWS, choose_weight_and_scale
+    from hiclass_parallel.estimators.answer._prototypes import DEFAULT_WEIGHT, MIN_ROWS, choose_weight_and_scale
 
     rng = np.random.default_rng(0)
     lp = np.log(rng.dirichlet(np.ones(5), size=60)).astype(np.float32)
@@ -262,7 +263,7 @@ def test_fit_is_the_documented_scheme(data, epochs, sparse):
     # prototypes=None: the calibrator of the model's own answers (test_prototypes checks the
     # re-ranked ones)
     clf = HierarchicalClassifier(tree, max_epochs=epochs, random_state=0, prototypes=None, flat_term=None).fit(X, y)
-    assert len(clf.net_.history) == epochs and clf.calibrator_.n_rows == 125
+    assert len(clf.net_.history) == epochs and clf.answer_.calibrator.n_rows == 125
 
     seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))  # the fit's seed draw
     plan = plan_calibration(clf, X.shape[0], epochs, None, False, seed, sparse_module=sparse)
@@ -272,7 +273,7 @@ def test_fit_is_the_documented_scheme(data, epochs, sparse):
     by_hand.fit(X[plan.fit_rows], y[plan.fit_rows])
     _, log_prob = by_hand.predict_top_k(X[plan.held_rows], 1, return_log_prob=True)
     right = by_hand.predict_node(X[plan.held_rows]) == tree.to_ids(y[plan.held_rows])
-    assert clf.calibrator_ == BetaCalibrator.fit(np.exp(log_prob[:, 0].astype(np.float64)), right)
+    assert clf.answer_.calibrator == BetaCalibrator.fit(np.exp(log_prob[:, 0].astype(np.float64)), right)
     if plan.rejoin:
         by_hand.partial_fit(X, y)  # uncalibrated: nothing to drop
     for mine, theirs in zip(clf.net_.module_.parameters(), by_hand.net_.module_.parameters()):
@@ -283,21 +284,21 @@ def test_fit_is_the_documented_scheme(data, epochs, sparse):
                                                   ("threshold", 0.5)])
 def test_the_calibrator_is_fitted_on_a_decoder_of_the_trained_net_not_on_a_half_fitted_estimator(
         data, monkeypatch, decoding, prototypes):
-    from hiclass_parallel.estimators.prediction import _decode
+    from hiclass_parallel.estimators.fitting import _answer_fit
 
     X, y, tree = data
     clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0, decoding=decoding, prototypes=prototypes,
                                  module__hidden_units=8, calibration="beta")
     seen = []
-    real = _decode.decode
+    real = _answer_fit.decode
 
     def spy(decoder, rows, *args, **kwargs):
         out = real(decoder, rows, *args, **kwargs)
-        seen.append((out.route, {"net_", "config_", "targets_", "tree_", "prototypes_", "calibrator_"} & set(vars(clf)),
+        seen.append((out.route, {"net_", "config_", "targets_", "tree_", "answer_"} & set(vars(clf)),
                      decoder.net))
         return out
 
-    monkeypatch.setattr(_decode, "decode", spy)
+    monkeypatch.setattr(_answer_fit, "decode", spy)
     clf.fit(X, y)
     (route, fitted_then, net), = seen  # the held-out rows decoded once, by the dispatcher
     assert fitted_then == set() and net is clf.net_  # nothing fitted yet; the net just trained
@@ -311,9 +312,9 @@ def test_predict_confidence_maps_the_probability_of_the_predicted_path(data):
     clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0).fit(X, y)
     _, log_prob = clf.predict_top_k(X[:200], 1, return_log_prob=True)
     raw = np.exp(log_prob[:, 0].astype(np.float64))
-    np.testing.assert_allclose(clf.predict_confidence(X[:200]), clf.calibrator_(raw))
+    np.testing.assert_allclose(clf.predict_confidence(X[:200]), clf.answer_.calibrator(raw))
     off = HierarchicalClassifier(tree, max_epochs=3, random_state=0, calibration=None).fit(X, y)
-    assert off.calibrator_ is None
+    assert off.answer_.calibrator is None
     np.testing.assert_allclose(off.predict_confidence(X[:200]),
                                np.exp(off.predict_top_k(X[:200], 1, return_log_prob=True)[1][:, 0].astype(np.float64)))
 
@@ -337,23 +338,23 @@ def test_calibration_lowers_the_calibration_error_on_new_rows():
 def test_continuing_drops_the_map_with_a_warning(data):
     X, y, tree = data
     clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
-    assert clf.calibrator_ is not None
-    with pytest.warns(UserWarning, match="drops calibrator_"):
+    assert clf.answer_.calibrator is not None
+    with pytest.warns(UserWarning, match="drops the answer model's calibrator"):
         clf.partial_fit(X, y)
-    assert clf.calibrator_ is None
+    assert clf.answer_.calibrator is None
     warm = HierarchicalClassifier(tree, max_epochs=2, random_state=0, warm_start=True).fit(X, y)
-    with pytest.warns(UserWarning, match="drops calibrator_"):
+    with pytest.warns(UserWarning, match="drops the answer model's calibrator"):
         warm.fit(X, y)
     first = HierarchicalClassifier(tree, random_state=0).partial_fit(X, y)
-    assert first.calibrator_ is None
+    assert first.answer_.calibrator is None
 
 
 def test_sparse_text_like_fit_calibrates_on_the_new_document_view():
     rng = np.random.default_rng(0)
     X, y, tree = make_hierarchical_classification(n_samples=2400, n_features=30, branching=3, depth=2, random_state=1)
-    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.3, np.abs(X), 0.0).astype(np.float32))
+    Xs = sparsify(X, 0.3, rng)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=2, random_state=0).fit(Xs, y)
-    assert clf.calibrator_ is not None and clf.calibrator_.n_rows == 120
+    assert clf.answer_.calibrator is not None and clf.answer_.calibrator.n_rows == 120
     conf = clf.predict_confidence(Xs[:50])
     assert conf.shape == (50,) and ((conf >= 0) & (conf <= 1)).all()
 
@@ -362,7 +363,7 @@ def test_multilabel_has_no_answer_to_calibrate(data):
     X, y, tree = data
     labels = [[label] for label in y]
     clf = MultiLabelHierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, labels)
-    assert clf.calibrator_ is None and not hasattr(clf, "predict_confidence")
+    assert clf.answer_.calibrator is None and not hasattr(clf, "predict_confidence")
     with pytest.raises(ValueError, match="calibration"):
         MultiLabelHierarchicalClassifier(tree, calibration="beta", max_epochs=2).fit(X, labels)
 
@@ -373,27 +374,32 @@ def test_saved_map_loads_and_a_tampered_one_is_named(tmp_path, data):
     clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, y)
     folder = save_classifier(clf, tmp_path / "model")
     loaded = load_classifier(folder)
-    assert loaded.calibrator_ == clf.calibrator_
+    assert loaded.answer_.calibrator == clf.answer_.calibrator
     np.testing.assert_array_equal(loaded.predict_confidence(X[:100]), clf.predict_confidence(X[:100]))
 
     from hiclass_parallel.estimators.io._persistence import _config_digest
 
     config = json.loads((folder / "config.json").read_text())
-    config["fitted"]["calibrator_"]["__dict__"]["a"] = -2.0
+    config["fitted"]["answer_"]["__dict__"]["calibrator"]["__dict__"]["a"] = -2.0
     config["digests"]["config.json"] = _config_digest(config)
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"config.json: .*a, b >= 0"):
         load_classifier(folder)
 
-    del config["fitted"]["calibrator_"]  # every file says whether its model is calibrated
+    del config["fitted"]["answer_"]  # every file says what its answer model holds
     config["digests"]["config.json"] = _config_digest(config)
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="'fitted' section lacks calibrator_"):
+    with pytest.raises(ValueError, match="'fitted' section lacks answer_"):
         load_classifier(folder)
-    config["fitted"]["calibrator_"] = None  # an uncalibrated model's
+    config["fitted"]["answer_"] = {"__dict__": {"terms": [], "weights": {"__dict__": {}}, "scale": 1.0,
+                                                "calibrator": None}}  # an uncalibrated model's, of no term
+    for name in ("prototypes.npz", "flat_term.npz"):  # (the terms' files go with them)
+        if (folder / name).exists():
+            (folder / name).unlink()
+            del config["digests"][name]
     config["digests"]["config.json"] = _config_digest(config)
     (folder / "config.json").write_text(json.dumps(config))
-    assert load_classifier(folder).calibrator_ is None
+    assert load_classifier(folder).answer_.calibrator is None
 
 
 # ---------------------------------------------------------------------------- model selection
@@ -404,11 +410,11 @@ def test_calibration_is_a_parameter_model_selection_clones_and_sets(data):
     base = HierarchicalClassifier(tree, max_epochs=2, random_state=0, calibration="beta")
     folds = cross_validate(base, X, y, cv=2, return_estimator=True)
     for fitted in folds["estimator"]:  # 1,250 rows per fold: 62 held out at the default size
-        assert fitted.calibrator_ is not None and fitted.calibrator_.n_rows == 62
+        assert fitted.answer_.calibrator is not None and fitted.answer_.calibrator.n_rows == 62
     search = GridSearchCV(base, {"calibration_size": [0.1, 300], "calibration": ["beta", None]}, cv=2).fit(X, y)
     sizes = {(p["calibration"], p["calibration_size"]) for p in search.cv_results_["params"]}
     assert sizes == {("beta", 0.1), ("beta", 300), (None, 0.1), (None, 300)}
     best = search.best_estimator_
-    assert (best.calibrator_ is None) == (best.calibration is None)
+    assert (best.answer_.calibrator is None) == (best.calibration is None)
     if best.calibration is not None:
-        assert best.calibrator_.n_rows == (250 if best.calibration_size == 0.1 else 300)
+        assert best.answer_.calibrator.n_rows == (250 if best.calibration_size == 0.1 else 300)

@@ -10,8 +10,8 @@ import pytest
 
 from hiclass_parallel.estimators import HierarchicalClassifier
 from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
-from hiclass_parallel.estimators.prototypes._dense_prototypes import SHRINKAGE, GaussianPrototypes
-from hiclass_parallel.estimators.prototypes._prototypes import prototypes_from_arrays
+from hiclass_parallel.estimators.answer._dense_prototypes import SHRINKAGE, GaussianPrototypes
+from hiclass_parallel.estimators.answer._prototypes import prototypes_from_arrays
 
 
 def _reference_log_likelihood(X, ids, tree, nodes):
@@ -46,30 +46,29 @@ def test_similarity_is_the_shrunk_gaussian_log_likelihood_up_to_a_row_constant(r
     ids[np.isin(ids, rng.choice(tree.n_classes, 6, replace=False))] = -1  # classes without rows, unlabelled rows
     prototypes = GaussianPrototypes.from_rows(X.astype(np.float32), ids, tree)
     nodes = rng.integers(0, tree.n_classes, (400, 7))
-    got = prototypes.similarity(X.astype(np.float32), nodes).astype(np.float64)
+    got = prototypes.score(X.astype(np.float32), nodes).astype(np.float64)
     reference = _reference_log_likelihood(X, ids, tree, nodes)
     # The row's constant (-x.x / 2var) is dropped: differences between candidates are equal.
     np.testing.assert_allclose(got - got[:, :1], reference - reference[:, :1], rtol=1e-4, atol=2e-3)
     nodes[:, 3] = -1
-    assert (prototypes.similarity(X, nodes)[:, 3] == 0).all()
+    assert (prototypes.score(X, nodes)[:, 3] == 0).all()
 
 
 def test_added_rows_and_ranks_give_the_statistics_of_all_rows(random_tree):
     rng = np.random.default_rng(1)
     tree = random_tree(rng, 15)
     X, ids = rng.normal(size=(300, 5)).astype(np.float32), rng.integers(0, tree.n_classes, 300)
-    some = GaussianPrototypes.from_rows(X[:200], ids[:200], tree, weight=2.5)
+    some = GaussianPrototypes.from_rows(X[:200], ids[:200], tree)
     nodes = rng.integers(0, tree.n_classes, (300, 4))
-    some.similarity(X, nodes)  # fills the cache, which the new rows must replace
+    some.score(X, nodes)  # fills the cache, which the new rows must replace
     some.add(GaussianPrototypes.from_rows(X[200:], ids[200:], tree))
     whole = GaussianPrototypes.from_rows(X, ids, tree)
     np.testing.assert_allclose(some.sums, whole.sums, rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(some.counts, whole.counts)
-    np.testing.assert_allclose(some.similarity(X, nodes), whole.similarity(X, nodes), rtol=1e-5, atol=1e-4)
-    assert some.weight == 2.5
+    np.testing.assert_allclose(some.score(X, nodes), whole.score(X, nodes), rtol=1e-5, atol=1e-4)
     copy = pickle.loads(pickle.dumps(some))
     assert "_scaled" in vars(some) and "_scaled" not in vars(copy)
-    np.testing.assert_array_equal(copy.similarity(X, nodes), some.similarity(X, nodes))
+    np.testing.assert_array_equal(copy.score(X, nodes), some.score(X, nodes))
 
 
 def test_a_constant_feature_does_not_divide_by_zero():
@@ -79,7 +78,7 @@ def test_a_constant_feature_does_not_divide_by_zero():
     X = np.column_stack([np.random.default_rng(0).normal(size=40), np.full(40, 3.0)]).astype(np.float32)
     prototypes = GaussianPrototypes.from_rows(X, np.arange(40) % 4, tree)
     assert (prototypes.variance() > 0).all()
-    sim = prototypes.similarity(np.array([[0.0, 5.0]], dtype=np.float32), np.array([[0, 1, 2, 3]]))
+    sim = prototypes.score(np.array([[0.0, 5.0]], dtype=np.float32), np.array([[0, 1, 2, 3]]))
     assert np.isfinite(sim).all()
 
 
@@ -105,7 +104,7 @@ def test_similarity_holds_in_float32_for_features_far_from_zero(dtype):
     X = X.astype(dtype).astype(np.float64)  # the reference sees the values the prototypes see
     nodes = rng.integers(0, tree.n_classes, (600, 6))
     prototypes = GaussianPrototypes.from_rows(X.astype(dtype), ids, tree)
-    got = prototypes.similarity(X.astype(dtype), nodes).astype(np.float64)
+    got = prototypes.score(X.astype(dtype), nodes).astype(np.float64)
     reference = _reference_log_likelihood(X, ids, tree, nodes)
     np.testing.assert_allclose(got - got[:, :1], reference - reference[:, :1], rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got.argmax(axis=1), reference.argmax(axis=1))
@@ -131,7 +130,7 @@ def test_the_exported_similarity_centres_as_the_prototypes_do():
 
 def test_reranked_answers_of_features_far_from_zero_equal_the_float64_reranking():
     from hiclass_parallel import Tree
-    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
+    from hiclass_parallel.estimators.answer._prototypes import last_nodes
 
     rng = np.random.default_rng(1)
     tree = Tree.from_parents([-1] * 4 + [0, 0, 1, 1, 2, 2, 3, 3])
@@ -155,15 +154,15 @@ def test_saved_statistics_are_checked_against_the_model(random_tree):
     tree = random_tree(rng, 10)
     arrays = GaussianPrototypes.from_rows(rng.normal(size=(50, 4)), rng.integers(0, 10, 50), tree).to_arrays()
     assert str(arrays["kind"]) == "gaussian"
-    assert isinstance(prototypes_from_arrays(arrays, 1.0, tree, 4), GaussianPrototypes)
+    assert isinstance(prototypes_from_arrays(arrays, tree, 4), GaussianPrototypes)
     with pytest.raises(ValueError, match="different models"):
-        prototypes_from_arrays(arrays, 1.0, tree, 5)
+        prototypes_from_arrays(arrays, tree, 5)
     with pytest.raises(ValueError, match="unknown kind of class prototypes 'pickle'"):
-        prototypes_from_arrays(dict(arrays, kind=np.asarray("pickle")), 1.0, tree, 4)
+        prototypes_from_arrays(dict(arrays, kind=np.asarray("pickle")), tree, 4)
     with pytest.raises(ValueError, match="counts must be finite floats"):
-        prototypes_from_arrays(dict(arrays, counts=np.full(10, np.nan)), 1.0, tree, 4)
+        prototypes_from_arrays(dict(arrays, counts=np.full(10, np.nan)), tree, 4)
     with pytest.raises(ValueError, match="lacks squares"):
-        prototypes_from_arrays({k: v for k, v in arrays.items() if k != "squares"}, 1.0, tree, 4)
+        prototypes_from_arrays({k: v for k, v in arrays.items() if k != "squares"}, tree, 4)
 
 
 # ---------------------------------------------------------------------------- the classifier
@@ -182,11 +181,11 @@ def fitted(gaussian):
 
 def test_dense_rows_get_gaussian_prototypes_of_every_row_and_a_fitted_weight(gaussian, fitted):
     X, y, tree = gaussian
-    assert isinstance(fitted.prototypes_, GaussianPrototypes)
-    assert 0 <= fitted.prototypes_.weight <= GaussianPrototypes.MAX_WEIGHT
+    assert isinstance(fitted.answer_.terms["prototypes"], GaussianPrototypes)
+    assert 0 <= fitted.answer_.weights["prototypes"] <= GaussianPrototypes.MAX_WEIGHT
     whole = GaussianPrototypes.from_rows(X, tree.to_ids(y), tree)
-    np.testing.assert_allclose(fitted.prototypes_.sums, whole.sums, rtol=1e-9)
-    np.testing.assert_array_equal(fitted.prototypes_.counts, whole.counts)
+    np.testing.assert_allclose(fitted.answer_.terms["prototypes"].sums, whole.sums, rtol=1e-9)
+    np.testing.assert_array_equal(fitted.answer_.terms["prototypes"].counts, whole.counts)
 
 
 @pytest.mark.parametrize("semantics", ["partial", "terminal"])
@@ -222,12 +221,12 @@ def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_ro
 
     X, y, tree = gaussian
     clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0, calibration=None).fit(X, y)
-    assert clf.prototypes_.weight == GaussianPrototypes.DEFAULT_WEIGHT
+    assert clf.answer_.weights["prototypes"] == GaussianPrototypes.DEFAULT_WEIGHT
     first = HierarchicalClassifier(tree, random_state=0).partial_fit(torch.from_numpy(X[:1000]), y[:1000])
     first.partial_fit(X[1000:], y[1000:])
     whole = GaussianPrototypes.from_rows(X, tree.to_ids(y), tree)
-    np.testing.assert_allclose(first.prototypes_.sums, whole.sums, rtol=1e-6)
-    np.testing.assert_allclose(first.prototypes_.squares, whole.squares, rtol=1e-6)
+    np.testing.assert_allclose(first.answer_.terms["prototypes"].sums, whole.sums, rtol=1e-6)
+    np.testing.assert_allclose(first.answer_.terms["prototypes"].squares, whole.squares, rtol=1e-6)
 
 
 def test_torch_rows_predict_as_numpy_rows(gaussian, fitted):
@@ -242,7 +241,7 @@ def test_saved_gaussian_prototypes_load_and_answer_alike(tmp_path, gaussian, fit
     X, _, _ = gaussian
     folder = save_classifier(fitted, tmp_path / "model")
     loaded = load_classifier(folder)
-    assert isinstance(loaded.prototypes_, GaussianPrototypes) and loaded.prototypes_.weight == fitted.prototypes_.weight
+    assert isinstance(loaded.answer_.terms["prototypes"], GaussianPrototypes) and loaded.answer_.weights["prototypes"] == fitted.answer_.weights["prototypes"]
     np.testing.assert_array_equal(loaded.predict(X[:500]), fitted.predict(X[:500]))
 
 
@@ -254,12 +253,12 @@ def test_dense_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(gau
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (none on this machine)")
-    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes, rerank_order
+    from hiclass_parallel.estimators.answer._prototypes import last_nodes, rerank_order
 
     X, y, tree = gaussian
     clf = HierarchicalClassifier(tree, max_epochs=3, random_state=0, device="cuda", prototypes=2.0).fit(X, y)
     got = clf.predict_node(torch.from_numpy(X[:500]).cuda())
     paths, lp = clf._decode_model(X[:500], clf.prototype_candidates)
     nodes = last_nodes(paths)
-    order = rerank_order(lp, clf.prototypes_.similarity(X[:500], nodes), 2.0)
+    order = rerank_order(lp, clf.answer_.terms["prototypes"].score(X[:500], nodes), 2.0)
     np.testing.assert_array_equal(got, nodes[np.arange(500), order[:, 0]])

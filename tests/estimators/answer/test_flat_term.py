@@ -12,31 +12,14 @@ import scipy.sparse as sp
 import torch
 from sklearn.linear_model import Ridge
 from sklearn.svm import LinearSVC
+from support import text_like
 
-from hiclass_parallel import Tree
-from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier, serving_module
-from hiclass_parallel.estimators.fitting import _config
+from hiclass_parallel.estimators.fitting import _config, _costs
 from hiclass_parallel.estimators.io._persistence import FLAT_TERM, load_classifier, save_classifier
-from hiclass_parallel.estimators.prototypes._flat_margins import (CANDIDATES_WEIGHT, DEFAULT_WEIGHT, NO_TARGET_MARGIN,
-                                                                 FlatMargins)
-from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
+from hiclass_parallel.estimators.answer._flat_margins import NO_TARGET_MARGIN, FlatMargins
+from hiclass_parallel.estimators.answer._prototypes import last_nodes
 from hiclass_parallel.exceptions import ModelFileError
-
-
-def _text_like(n_samples=300, n_features=40, seed=0, terminal_fraction=0.3):
-    """Sparse non-negative rows (like TF-IDF), labels at any depth, node ids shuffled."""
-    X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, branching=3, depth=3,
-                                                  terminal_fraction=terminal_fraction, random_state=seed)
-    rng = np.random.default_rng(seed)
-    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.4, np.abs(X), 0.0).astype(np.float32))
-    perm = rng.permutation(tree.n_classes)  # shuffled node ids: node i becomes perm[i]
-    parents = np.full(tree.n_classes, -1)
-    old = np.asarray(tree.parents)
-    parents[perm] = np.where(old >= 0, perm[np.maximum(old, 0)], -1)
-    labels = np.asarray(tree.labels)[np.argsort(perm)]
-    shuffled = Tree.from_parents(parents, labels=labels.tolist())
-    return Xs, y, shuffled
 
 
 def _fit(X, y, tree, **params):
@@ -82,7 +65,7 @@ def _check_margins(flat, X, decision, classes, n_classes, rng):
     """``flat.margins`` of random candidates (some no training target, some -1) against the
     reference's decision values ``(rows, classes)``."""
     nodes = rng.integers(-1, n_classes, size=(X.shape[0], 5))
-    got = flat.margins(X, nodes)
+    got = flat.score(X, nodes)
     column = {c: j for j, c in enumerate(classes)}
     want = np.array([[decision[i, column[c]] if c in column else NO_TARGET_MARGIN for c in row]
                      for i, row in enumerate(nodes)])
@@ -112,7 +95,7 @@ def test_unlabelled_rows_are_skipped_and_one_target_is_refused():
 
 
 def test_zero_sample_weight_is_the_row_left_out():
-    X, y, tree = _text_like()
+    X, y, tree = text_like(shuffle_ids=True)
     ids = tree.to_ids(y)
     weight = np.ones(len(ids))
     weight[::3] = 0.0
@@ -172,18 +155,18 @@ def test_a_target_no_row_competes_with_gets_the_positive_margin_and_one_without_
     ids = np.array([1, 1, 2, 3, 4])
     candidates = np.array([[2, -1], [2, -1], [3, 1], [2, -1], [2, -1]])  # nobody names 4 a candidate
     flat = FlatMargins.fit_on_candidates(X, ids, candidates, 6, random_state=0)
-    margins = flat.margins(X, np.array([[4, 1, 2, 5]] * 5))
+    margins = flat.score(X, np.array([[4, 1, 2, 5]] * 5))
     np.testing.assert_array_equal(margins[:, 0], 1.0)  # 4: nothing to tell it from
     np.testing.assert_array_equal(margins[:, 3], NO_TARGET_MARGIN)  # 5: no target
     assert margins[0, 1] > 0 > margins[2, 1]
     ids[4] = 5  # an empty row, now a candidate's rival: nothing to tell it by
     flat = FlatMargins.fit_on_candidates(X, ids, np.array([[2], [2], [3], [5], [1]]), 6, random_state=0)
-    np.testing.assert_array_equal(flat.margins(X, np.full((5, 1), 5)), NO_TARGET_MARGIN)
+    np.testing.assert_array_equal(flat.score(X, np.full((5, 1), 5)), NO_TARGET_MARGIN)
 
 
 @pytest.mark.parametrize("dense_rows", [False, True])
 def test_sparse_weights_give_the_margins_of_the_same_weights_dense(monkeypatch, dense_rows):
-    from hiclass_parallel.estimators.prototypes import _flat_margins
+    from hiclass_parallel.estimators.answer import _flat_margins
 
     monkeypatch.setattr(_flat_margins, "_CHUNK_ENTRIES", 7)  # chunks of one or two rows
     X, ids, candidates, n_classes = _candidates_problem(4)
@@ -191,7 +174,7 @@ def test_sparse_weights_give_the_margins_of_the_same_weights_dense(monkeypatch, 
     dense = FlatMargins(classes=flat.classes, coef=flat.coef.toarray(), intercept=flat.intercept, n_classes=n_classes)
     nodes = np.random.default_rng(0).integers(-1, n_classes, size=(X.shape[0], 6))
     rows = X.toarray() if dense_rows else X
-    np.testing.assert_allclose(flat.margins(rows, nodes), dense.margins(X, nodes), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(flat.score(rows, nodes), dense.score(X, nodes), rtol=1e-6, atol=1e-6)
 
 
 def test_the_svm_of_the_candidates_refuses_dense_rows_and_misshapen_candidates():
@@ -202,44 +185,49 @@ def test_the_svm_of_the_candidates_refuses_dense_rows_and_misshapen_candidates()
         FlatMargins.fit_on_candidates(X, ids, candidates[:-1], n_classes)
 
 
-def _over_the_limits(monkeypatch, rows_per_target):
-    """The SVM against every row over its weight limit, and ``FLAT_MANY_ROWS`` at ``rows_per_target``."""
-    monkeypatch.setattr(_config, "FLAT_MAX_WEIGHTS", 10)
-    monkeypatch.setattr(_config, "FLAT_MANY_ROWS", rows_per_target)
+def _costs_of(monkeypatch, every=0.0, candidates=0.0, dense=0.0):
+    """The estimated costs of the SVM against every row, the SVM of the candidates and the
+    least-squares SVM (against the budget, a share of the network's estimated fit)."""
+    monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: every)
+    monkeypatch.setattr(_costs, "candidates_svm_cost", lambda *args: candidates)
+    monkeypatch.setattr(_costs, "least_squares_cost", lambda *args: dense)
 
 
-def test_over_the_limits_many_rows_per_target_keep_the_svm_of_the_candidates(monkeypatch):
-    X, y, tree = _text_like(n_samples=400)
+def _candidates_only(monkeypatch):
+    """The SVM against every row over the budget, the SVM of the candidates within it."""
+    _costs_of(monkeypatch, every=float("inf"))
+
+
+def test_where_only_the_svm_of_the_candidates_is_within_the_budget_it_is_the_one(monkeypatch):
+    X, y, tree = text_like(shuffle_ids=True, n_samples=400)
     ids = tree.to_ids(y)
-    _over_the_limits(monkeypatch, 2)
-    clf = _fit(X, y, tree, calibration=None)
+    _candidates_only(monkeypatch)
+    assert _fit(X, y, tree, calibration=None).config_.flat_term_reason.startswith("the SVM of the candidates")
+    clf = _fit(X, y, tree, calibration=None, flat_term=4.0)  # (a fixed weight keeps it, whatever it gains)
     reason = clf.config_.flat_term_reason
-    assert clf.config_.flat_term == CANDIDATES_WEIGHT
-    assert "over 10 weights" in reason and "SVM of the candidates" in reason
+    assert clf.answer_.weight("flat_term") == 4.0
+    assert "the SVM against every row infx" in reason and "the SVM of the candidates" in reason
     # trained on the candidates the fitted network gives its training rows, as predict will re-rank them
     decoder = clf._decoder()
     paths, _, _ = decoder.model_paths(decoder.rows(X), clf.prototype_candidates)
     want = FlatMargins.fit_on_candidates(X, ids, last_nodes(paths), tree.n_classes, random_state=clf.random_state)
-    assert sp.issparse(clf.flat_term_.coef)
-    np.testing.assert_array_equal(clf.flat_term_.coef.toarray(), want.coef.toarray())
-    np.testing.assert_array_equal(clf.flat_term_.intercept, want.intercept)
-    # a weight set by hand over the limits is the same SVM
-    assert sp.issparse(_fit(X, y, tree, calibration=None, flat_term=4.0).flat_term_.coef)
+    assert sp.issparse(clf.answer_.terms["flat_term"].coef)
+    np.testing.assert_array_equal(clf.answer_.terms["flat_term"].coef.toarray(), want.coef.toarray())
+    np.testing.assert_array_equal(clf.answer_.terms["flat_term"].intercept, want.intercept)
 
 
-def test_over_the_limits_a_few_rows_per_target_keep_none(monkeypatch):
-    X, y, tree = _text_like(n_samples=400)
-    _over_the_limits(monkeypatch, 10**6)
+def test_over_the_budget_auto_keeps_none_and_a_weight_the_cheaper_svm(monkeypatch):
+    X, y, tree = text_like(shuffle_ids=True, n_samples=400)
+    _costs_of(monkeypatch, every=float("inf"), candidates=float("inf"))
     clf = _fit(X, y, tree)
-    assert clf.config_.flat_term == 0 and clf.flat_term_ is None
-    reason = clf.config_.flat_term_reason
-    assert "over 10 weights" in reason and "rows each on average (under" in reason
-    assert sp.issparse(_fit(X, y, tree, flat_term=4.0).flat_term_.coef)  # a weight set by hand: the candidates'
+    assert clf.config_.flat_term == 0 and clf.answer_.term("flat_term") is None
+    assert clf.config_.flat_term_reason.endswith("over the budget")
+    assert sp.issparse(_fit(X, y, tree, flat_term=4.0).answer_.terms["flat_term"].coef)  # a weight set by hand: the candidates'
 
 
 def test_a_calibrating_fit_trains_the_svm_of_the_candidates_on_the_rows_it_trained_on(monkeypatch):
-    X, y, tree = _text_like(n_samples=400)
-    _over_the_limits(monkeypatch, 2)
+    X, y, tree = text_like(shuffle_ids=True, n_samples=400)
+    _candidates_only(monkeypatch)
     seen = {}
 
     def recording(cls, X, ids, candidates, *args, **kwargs):
@@ -248,23 +236,23 @@ def test_a_calibrating_fit_trains_the_svm_of_the_candidates_on_the_rows_it_train
 
     original = FlatMargins.fit_on_candidates
     monkeypatch.setattr(FlatMargins, "fit_on_candidates", classmethod(recording))
-    clf = _fit(X, y, tree, calibration="beta", calibration_size=40)
-    assert clf.calibrator_ is not None and sp.issparse(clf.flat_term_.coef)
+    clf = _fit(X, y, tree, calibration="beta", calibration_size=40, flat_term=4.0)
+    assert clf.answer_.calibrator is not None and sp.issparse(clf.answer_.terms["flat_term"].coef)
     assert seen["labelled"] == len(y) - 40
 
 
 def test_the_svm_of_the_candidates_exports_saves_and_loads(monkeypatch, tmp_path):
-    X, y, tree = _text_like(n_samples=400, seed=1)
-    _over_the_limits(monkeypatch, 2)
-    clf = _fit(X, y, tree)
-    assert sp.issparse(clf.flat_term_.coef)
+    X, y, tree = text_like(shuffle_ids=True, n_samples=400, seed=1)
+    _candidates_only(monkeypatch)
+    clf = _fit(X, y, tree, flat_term=4.0)
+    assert sp.issparse(clf.answer_.terms["flat_term"].coef)
     want = np.asarray(clf.tree_.paths)[clf.predict_node(X)]
     np.testing.assert_array_equal(serving_module(clf)(torch.from_numpy(X.toarray()))[0].numpy(), want)
     folder = save_classifier(clf, tmp_path / "m")
     loaded = load_classifier(folder)
     np.testing.assert_array_equal(loaded.predict_node(X), clf.predict_node(X))
-    assert (loaded.flat_term_.coef != clf.flat_term_.coef).nnz == 0
-    arrays = clf.flat_term_.to_arrays()
+    assert (loaded.answer_.terms["flat_term"].coef != clf.answer_.terms["flat_term"].coef).nnz == 0
+    arrays = clf.answer_.terms["flat_term"].to_arrays()
     for damage, message in ((("coef_indices", arrays["coef_indices"] + X.shape[1]), "feature ids below"),
                             (("coef_indptr", arrays["coef_indptr"][::-1].copy()), "rise from 0"),
                             (("coef_data", arrays["coef_data"].astype(np.float64)), "coef_data must be 1-D float32")):
@@ -275,44 +263,34 @@ def test_the_svm_of_the_candidates_exports_saves_and_loads(monkeypatch, tmp_path
 
 
 # ---------------------------------------------------------------------------- when a fit keeps it
-def test_a_small_fit_keeps_the_term_and_says_why():
-    X, y, tree = _text_like()
+def test_a_fit_within_the_budget_tries_the_term_and_says_why(monkeypatch):
+    X, y, tree = text_like(shuffle_ids=True)
+    _costs_of(monkeypatch)
     clf = _fit(X, y, tree)
-    assert clf.config_.flat_term == DEFAULT_WEIGHT
-    assert "targets x non-zeros" in clf.config_.flat_term_reason
-    assert isinstance(clf.flat_term_, FlatMargins)
-    assert set(clf.flat_term_.classes) == set(np.unique(tree.to_ids(y)))
+    assert "a flat linear SVM against every row" in clf.config_.flat_term_reason
+    assert "within the budget" in clf.config_.flat_term_reason or "flat_term: weight" in clf.config_.flat_term_reason
+    assert "against every row tried" in clf.config_.terms_tried_reason
+    clf = _fit(X, y, tree, flat_term=4.0)
+    assert isinstance(clf.answer_.terms["flat_term"], FlatMargins)
+    assert set(clf.answer_.terms["flat_term"].classes) == set(np.unique(tree.to_ids(y)))
 
 
-def test_over_the_work_limit_auto_keeps_none(monkeypatch):
-    X, y, tree = _text_like()
-    monkeypatch.setattr(_config, "FLAT_MAX_WORK", 10)
+def test_over_the_budget_auto_keeps_none(monkeypatch):
+    X, y, tree = text_like(shuffle_ids=True)
+    monkeypatch.setattr(_config, "TERM_BUDGET", 0.0)
     clf = _fit(X, y, tree)
-    assert clf.config_.flat_term == 0 and clf.flat_term_ is None
-    assert "over 10" in clf.config_.flat_term_reason
+    assert clf.config_.flat_term == 0 and clf.answer_.term("flat_term") is None
+    assert clf.config_.flat_term_reason.endswith("over the budget")
     # a weight set by hand is kept whatever the cost
     assert _fit(X, y, tree, flat_term=4.0).config_.flat_term == 4.0
-
-
-def test_many_rows_per_target_raise_the_work_limit(monkeypatch):
-    X, y, tree = _text_like(n_samples=600)
-    ids = tree.to_ids(y)
-    rows_per_target = len(ids) / np.unique(ids).size
-    monkeypatch.setattr(_config, "FLAT_MAX_WORK", 10)
-    monkeypatch.setattr(_config, "FLAT_MAX_WORK_MANY_ROWS", 10**9)
-    monkeypatch.setattr(_config, "FLAT_MANY_ROWS", rows_per_target + 1)  # just above: the small limit
-    assert "over 10" in _fit(X, y, tree).config_.flat_term_reason
-    monkeypatch.setattr(_config, "FLAT_MANY_ROWS", rows_per_target - 1)  # just below: the large one
-    clf = _fit(X, y, tree)
-    assert clf.config_.flat_term == DEFAULT_WEIGHT and f"at most {10**9:,}" in clf.config_.flat_term_reason
 
 
 def test_a_calibrating_fit_decodes_its_held_out_rows_with_a_term_of_the_other_rows(monkeypatch):
     """The calibrator and the prototypes' weight are fitted on the answers predict gives: the
     term is fitted once, on the rows the net trains on before it calibrates, and the held-out
     rows are re-ranked with that very term."""
-    X, y, tree = _text_like(n_samples=2400)
-    assert _fit(X, y, tree, flat_term=None).flat_term_ is None
+    X, y, tree = text_like(shuffle_ids=True, n_samples=2400)
+    assert _fit(X, y, tree, flat_term=None).answer_.term("flat_term") is None
     fitted_rows = []
     real_fit = FlatMargins.fit.__func__
 
@@ -322,51 +300,51 @@ def test_a_calibrating_fit_decodes_its_held_out_rows_with_a_term_of_the_other_ro
 
     monkeypatch.setattr(FlatMargins, "fit", classmethod(recording_fit))
     clf = _fit(X, y, tree)  # 5% of 2,400 rows are held out for calibration
-    assert clf.calibrator_ is not None and clf.flat_term_ is not None
+    assert clf.answer_.calibrator is not None and clf.answer_.term("flat_term") is not None
     assert fitted_rows == [2400 - 120]
     # a weight set by hand calibrates the same way
-    assert _fit(X, y, tree, flat_term=8.0, calibration="beta").calibrator_ is not None
+    assert _fit(X, y, tree, flat_term=8.0, calibration="beta").answer_.calibrator is not None
 
 
 def test_dense_rows_keep_the_term_where_they_are_normalised_embeddings():
-    X, y, tree = _text_like()
+    X, y, tree = text_like(shuffle_ids=True)
     dense = X.toarray()
     unit = dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-6)
     unit[np.linalg.norm(unit, axis=1) < 0.5, 0] = 1.0  # an empty row becomes a unit one
     clf = _fit(unit, y, tree)
-    assert clf.config_.flat_term == DEFAULT_WEIGHT and "least-squares" in clf.config_.flat_term_reason
-    assert isinstance(clf.flat_term_, FlatMargins)
-    assert _fit(torch.from_numpy(unit), y, tree).config_.flat_term == DEFAULT_WEIGHT
+    assert clf.config_.flat_term and "least-squares" in clf.config_.flat_term_reason
+    assert isinstance(_fit(unit, y, tree, flat_term=4.0).answer_.terms["flat_term"], FlatMargins)
+    assert _fit(torch.from_numpy(unit), y, tree).config_.flat_term
     other = _fit(dense, y, tree)  # numeric features: classes need not be linear in X
-    assert other.flat_term_ is None and "not all of length 1" in other.config_.flat_term_reason
+    assert other.answer_.term("flat_term") is None and "not all of length 1" in other.config_.flat_term_reason
     assert _fit(dense, y, tree, flat_term=4.0).config_.flat_term == 4.0
     coo = _fit(torch.from_numpy(X.toarray()).to_sparse(), y, tree)  # sparse as a scipy matrix is
-    assert coo.config_.flat_term == DEFAULT_WEIGHT and "linear SVM" in coo.config_.flat_term_reason
+    assert coo.config_.flat_term and "linear SVM" in coo.config_.flat_term_reason
 
 
 def test_over_the_dense_work_limit_auto_keeps_none(monkeypatch):
-    X, y, tree = _text_like()
+    X, y, tree = text_like(shuffle_ids=True)
     unit = np.eye(X.shape[1], dtype=np.float32)[np.arange(X.shape[0]) % X.shape[1]]
-    monkeypatch.setattr(_config, "FLAT_MAX_DENSE_WORK", 10)
+    _costs_of(monkeypatch, dense=float("inf"))
     clf = _fit(unit, y, tree)
-    assert clf.flat_term_ is None and "over 10" in clf.config_.flat_term_reason
+    assert clf.answer_.term("flat_term") is None and clf.config_.flat_term_reason.endswith("over the budget")
 
 
 def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():
-    X, y, tree = _text_like()
+    X, y, tree = text_like(shuffle_ids=True)
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X, y)
-    assert clf.flat_term_ is None and "partial_fit" in clf.config_.flat_term_reason
+    assert clf.answer_.term("flat_term") is None and "partial_fit" in clf.config_.flat_term_reason
     with pytest.raises(ValueError, match="flat_term=2.0 cannot be fitted here: partial_fit"):
         HierarchicalClassifier(tree, semantics="terminal", flat_term=2.0).partial_fit(X, y)
     # partial semantics answer with leaves: internal targets have no answer's margin
     partial = _fit(X, y, tree, semantics="partial")
-    assert partial.flat_term_ is None and "internal nodes" in partial.config_.flat_term_reason
-    leaves_only = _text_like(terminal_fraction=0.0)
-    assert _fit(*leaves_only, semantics="partial").flat_term_ is not None
+    assert partial.answer_.term("flat_term") is None and "internal nodes" in partial.config_.flat_term_reason
+    leaves_only = text_like(shuffle_ids=True, terminal_fraction=0.0)
+    assert _fit(*leaves_only, semantics="partial").answer_.term("flat_term") is not None
 
 
 def test_label_sets_keep_no_flat_term():
-    X, y, tree = _text_like(n_samples=120)
+    X, y, tree = text_like(shuffle_ids=True, n_samples=120)
     clf = MultiLabelHierarchicalClassifier(tree, max_epochs=2, random_state=0).fit(X, [[v] for v in y])
     assert getattr(clf, "flat_term_", None) is None
     assert clf.config_.flat_term == 0 and "label sets" in clf.config_.flat_term_reason
@@ -374,7 +352,7 @@ def test_label_sets_keep_no_flat_term():
 
 @pytest.mark.parametrize("value", [True, -1.0, "on"])
 def test_bad_values_are_refused_by_name(value):
-    X, y, tree = _text_like(n_samples=60)
+    X, y, tree = text_like(shuffle_ids=True, n_samples=60)
     with pytest.raises(ValueError, match="flat_term"):
         HierarchicalClassifier(tree, flat_term=value).fit(X, y)
 
@@ -385,13 +363,13 @@ def test_bad_values_are_refused_by_name(value):
 def test_the_answer_is_the_brute_force_best_of_the_three_terms(seed, decoding):
     from hiclass_parallel.ops.decode import expected_hf1_paths
 
-    X, y, tree = _text_like(seed=seed)
-    clf = _fit(X, y, tree, decoding=decoding)
+    X, y, tree = text_like(shuffle_ids=True, seed=seed)
+    clf = _fit(X, y, tree, decoding=decoding, prototypes=16.0, flat_term=16.0)
     decoder = clf._decoder()
     paths, log_prob, similarity = decoder.candidates(decoder.rows(X))
-    assert decoder.weight and decoder.flat_weight == DEFAULT_WEIGHT
-    margins = clf.flat_term_.margins(X, last_nodes(paths))
-    score = log_prob + decoder.weight * similarity + DEFAULT_WEIGHT * margins
+    assert decoder.weight and decoder.flat_weight == 16.0
+    margins = clf.answer_.terms["flat_term"].score(X, last_nodes(paths))
+    score = log_prob + decoder.weight * similarity + 16.0 * margins
     score = np.where(np.isfinite(log_prob), score, -np.inf)
     if decoding == "best":
         want = paths[np.arange(len(paths)), np.argmax(score, axis=1)]
@@ -400,17 +378,17 @@ def test_the_answer_is_the_brute_force_best_of_the_three_terms(seed, decoding):
     got = np.asarray(clf.tree_.paths)[clf.predict_node(X)]
     np.testing.assert_array_equal(got, want)
     # and the term changes answers: without it some rows differ
-    assert (clf.set_params(flat_term=None).predict_node(X) != clf.set_params(flat_term="auto").predict_node(X)).any()
+    assert (clf.set_params(flat_term=None).predict_node(X) != clf.set_params(flat_term=16.0).predict_node(X)).any()
 
 
 def test_the_weight_may_be_changed_after_fit():
-    X, y, tree = _text_like()
+    X, y, tree = text_like(shuffle_ids=True)
     clf = _fit(X, y, tree)
     heavy = clf.set_params(flat_term=1e4).predict_node(X)
     ids = np.asarray(clf.tree_.paths)[heavy]
     decoder = clf._decoder()
     paths, log_prob, _ = decoder.candidates(decoder.rows(X))
-    margins = clf.flat_term_.margins(X, last_nodes(paths))
+    margins = clf.answer_.terms["flat_term"].score(X, last_nodes(paths))
     # with an overwhelming weight the answer is the candidate of the largest margin
     best = last_nodes(paths)[np.arange(len(paths)), np.argmax(np.where(np.isfinite(log_prob), margins, -np.inf), 1)]
     np.testing.assert_array_equal(last_nodes(ids[:, None, :])[:, 0], best)
@@ -418,7 +396,7 @@ def test_the_weight_may_be_changed_after_fit():
 
 # ---------------------------------------------------------------------------- export and persistence
 def test_the_exported_module_answers_as_predict():
-    X, y, tree = _text_like(seed=1)
+    X, y, tree = text_like(shuffle_ids=True, seed=1)
     clf = _fit(X, y, tree)
     paths, _ = serving_module(clf)(torch.from_numpy(X.toarray()))
     np.testing.assert_array_equal(paths.numpy(), np.asarray(clf.tree_.paths)[clf.predict_node(X)])
@@ -429,13 +407,13 @@ def test_the_exported_module_answers_as_predict():
 
 
 def test_save_and_load_keep_the_answers(tmp_path):
-    X, y, tree = _text_like(seed=2)
+    X, y, tree = text_like(shuffle_ids=True, seed=2)
     clf = _fit(X, y, tree)
     save_classifier(clf, tmp_path / "m")
     assert (tmp_path / "m" / FLAT_TERM).exists()
     loaded = load_classifier(tmp_path / "m")
     np.testing.assert_array_equal(loaded.predict_node(X), clf.predict_node(X))
-    np.testing.assert_array_equal(loaded.flat_term_.coef, clf.flat_term_.coef)
+    np.testing.assert_array_equal(loaded.answer_.terms["flat_term"].coef, clf.answer_.terms["flat_term"].coef)
     assert loaded.config_.flat_term == clf.config_.flat_term
 
 
@@ -451,10 +429,10 @@ def _redigest(folder):
 
 
 def test_a_damaged_or_missing_flat_term_file_is_a_named_error(tmp_path):
-    X, y, tree = _text_like(seed=3)
+    X, y, tree = text_like(shuffle_ids=True, seed=3)
     clf = _fit(X, y, tree)
     folder = save_classifier(clf, tmp_path / "m")
-    arrays = clf.flat_term_.to_arrays()
+    arrays = clf.answer_.terms["flat_term"].to_arrays()
     np.savez(folder / FLAT_TERM, **{**arrays, "coef": arrays["coef"][:, :-1]})
     _redigest(folder)
     with pytest.raises(ModelFileError, match="coef must be float32 of shape"):
@@ -470,11 +448,11 @@ def test_a_damaged_or_missing_flat_term_file_is_a_named_error(tmp_path):
 
 # ---------------------------------------------------------------------------- continuing
 def test_continuing_drops_the_term_with_a_warning_and_saves(tmp_path):
-    X, y, tree = _text_like()
+    X, y, tree = text_like(shuffle_ids=True)
     clf = _fit(X, y, tree, warm_start=True)
-    with pytest.warns(UserWarning, match="drops flat_term_"):
+    with pytest.warns(UserWarning, match="drops the answer model's flat term"):
         clf.fit(X, y)
-    assert clf.flat_term_ is None and clf.config_.flat_term == 0
+    assert clf.answer_.term("flat_term") is None
     assert "continued" in clf.config_.flat_term_reason
     save_classifier(clf, tmp_path / "m")
     np.testing.assert_array_equal(load_classifier(tmp_path / "m").predict_node(X), clf.predict_node(X))
@@ -484,9 +462,9 @@ def test_continuing_drops_the_term_with_a_warning_and_saves(tmp_path):
 
 
 def test_an_interrupt_while_the_svm_fits_leaves_the_previous_model(monkeypatch):
-    X, y, tree = _text_like(seed=4)
+    X, y, tree = text_like(shuffle_ids=True, seed=4)
     clf = _fit(X, y, tree)
-    before = (clf.net_, clf.flat_term_, clf.config_, clf.predict_node(X))
+    before = (clf.net_, clf.answer_.terms["flat_term"], clf.config_, clf.predict_node(X))
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -494,5 +472,5 @@ def test_an_interrupt_while_the_svm_fits_leaves_the_previous_model(monkeypatch):
     monkeypatch.setattr(FlatMargins, "fit", interrupted)
     with pytest.raises(KeyboardInterrupt):
         clf.fit(X[::-1], y[::-1])
-    assert (clf.net_, clf.flat_term_, clf.config_) == before[:3]
+    assert (clf.net_, clf.answer_.terms["flat_term"], clf.config_) == before[:3]
     np.testing.assert_array_equal(clf.predict_node(X), before[3])

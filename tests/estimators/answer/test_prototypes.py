@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from support import sparse_rows, text_like
 
 from hiclass_parallel import Tree
-from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
 from hiclass_parallel.estimators.io._persistence import load_classifier, save_classifier
-from hiclass_parallel.estimators.prototypes._prototypes import (
+from hiclass_parallel.estimators.answer._prototypes import (
     DEFAULT_WEIGHT,
     FEATURES,
     ClassPrototypes,
@@ -35,21 +35,12 @@ def _flat(n_classes: int) -> Tree:
     return Tree.from_parents([-1] * n_classes)
 
 
-def _text_like(n_samples=1500, n_features=60, seed=0, **kwargs):
-    """Sparse non-negative rows (like TF-IDF) whose class decides which features are likely."""
-    X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, random_state=seed,
-                                                  **kwargs)
-    rng = np.random.default_rng(seed)
-    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.3, np.abs(X), 0.0).astype(np.float32))
-    return Xs, y, tree
-
-
 # ---------------------------------------------------------------------------- the prototypes
 @pytest.mark.parametrize("seed", range(3))
 def test_similarity_equals_the_dense_cosine_of_truncated_prototypes(seed):
     rng = np.random.default_rng(seed)
     n_classes, n_features = 30, 400
-    X = sp.random(900, n_features, density=0.04, random_state=seed, format="csr", dtype=np.float32)
+    X = sparse_rows(900, n_features, density=0.04, seed=seed)
     X = sp.csr_matrix(sp.diags((np.arange(900) != 3).astype(np.float32)) @ X)  # row 3 empty
     ids = rng.integers(-1, n_classes - 5, 900)  # unlabelled rows, and classes without rows
     prototypes = ClassPrototypes.from_rows(X, ids, _flat(n_classes))
@@ -59,7 +50,7 @@ def test_similarity_equals_the_dense_cosine_of_truncated_prototypes(seed):
     nodes = rng.integers(-1, n_classes, (900, 6))
     reference = X.toarray() @ _dense_prototypes(dense).T
     reference = np.where(nodes >= 0, np.take_along_axis(reference, np.maximum(nodes, 0), axis=1), 0.0)
-    np.testing.assert_allclose(prototypes.similarity(X, nodes), reference, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(prototypes.score(X, nodes), reference, rtol=1e-5, atol=1e-6)
     assert (dense.astype(bool).sum(axis=1) > FEATURES).any()  # the truncation is exercised
 
 
@@ -71,7 +62,7 @@ def test_similarity_keeps_the_largest_sums_with_negative_values_and_ties():
     prototypes = ClassPrototypes.from_rows(X, rng.integers(0, 12, 400), _flat(12))
     nodes = rng.integers(0, 12, (400, 5))
     reference = X.toarray() @ _dense_prototypes(prototypes.sums.toarray()).T
-    np.testing.assert_allclose(prototypes.similarity(X, nodes), np.take_along_axis(reference, nodes, axis=1),
+    np.testing.assert_allclose(prototypes.score(X, nodes), np.take_along_axis(reference, nodes, axis=1),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -80,35 +71,34 @@ def test_similarity_sums_duplicate_entries_and_leaves_the_rows_as_given():
     X = sp.csr_matrix((np.array([0.5, 0.25, 1.0], dtype=np.float32), np.array([1, 1, 0]), np.array([0, 2, 3])),
                       shape=(2, 3))  # row 0 holds feature 1 twice, not summed
     before = (X.data.copy(), X.indices.copy())
-    np.testing.assert_allclose(prototypes.similarity(X, np.array([[1, 0], [0, 2]])), [[0.75, 0.0], [1.0, 0.0]])
+    np.testing.assert_allclose(prototypes.score(X, np.array([[1, 0], [0, 2]])), [[0.75, 0.0], [1.0, 0.0]])
     np.testing.assert_array_equal(X.data, before[0])
     np.testing.assert_array_equal(X.indices, before[1])
 
 
 def test_added_rows_give_the_prototypes_of_all_rows():
     rng = np.random.default_rng(0)
-    X = sp.random(200, 50, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(200, 50, density=0.1, seed=0)
     ids = rng.integers(0, 10, 200)
-    some = ClassPrototypes.from_rows(X[:120], ids[:120], _flat(10), weight=3.0)
+    some = ClassPrototypes.from_rows(X[:120], ids[:120], _flat(10))
     nodes = rng.integers(0, 10, (200, 4))
-    some.similarity(X, nodes)  # fills the cache, which the new rows must replace
+    some.score(X, nodes)  # fills the cache, which the new rows must replace
     some.add_sums(ClassPrototypes.from_rows(X[120:], ids[120:], _flat(10)).sums)
     whole = ClassPrototypes.from_rows(X, ids, _flat(10))
     np.testing.assert_allclose(some.sums.toarray(), whole.sums.toarray(), rtol=1e-6)
-    np.testing.assert_allclose(some.similarity(X, nodes), whole.similarity(X, nodes), rtol=1e-6)
-    assert some.weight == 3.0
+    np.testing.assert_allclose(some.score(X, nodes), whole.score(X, nodes), rtol=1e-6)
 
 
 def test_pickle_leaves_the_cache_out_and_rebuilds_it():
     import pickle
 
-    X = sp.random(50, 40, density=0.2, random_state=0, format="csr", dtype=np.float32)
-    prototypes = ClassPrototypes.from_rows(X, np.arange(50) % 5, _flat(5), weight=2.0)
+    X = sparse_rows(50, 40, density=0.2, seed=0)
+    prototypes = ClassPrototypes.from_rows(X, np.arange(50) % 5, _flat(5))
     nodes = np.tile(np.arange(5), (50, 1))
-    before = prototypes.similarity(X, nodes)
+    before = prototypes.score(X, nodes)
     copy = pickle.loads(pickle.dumps(prototypes))
-    assert "_unit" in vars(prototypes) and "_unit" not in vars(copy) and copy.weight == 2.0
-    np.testing.assert_array_equal(copy.similarity(X, nodes), before)
+    assert "_unit" in vars(prototypes) and "_unit" not in vars(copy)
+    np.testing.assert_array_equal(copy.score(X, nodes), before)
 
 
 def test_rerank_order_puts_missing_paths_last_and_keeps_undecidable_rows():
@@ -131,19 +121,19 @@ def test_weight_is_fitted_where_rows_allow_and_defaults_otherwise():
 
 
 def test_saved_prototypes_are_checked_against_the_model():
-    X = sp.random(20, 9, density=0.3, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(20, 9, density=0.3, seed=0)
     arrays = ClassPrototypes.from_rows(X, np.arange(20) % 4, _flat(4)).to_arrays()
     with pytest.raises(ValueError, match="different models"):
-        ClassPrototypes.from_arrays(arrays, 1.0, _flat(5), 9)
+        ClassPrototypes.from_arrays(arrays, _flat(5), 9)
     bad = dict(arrays, indices=arrays["indices"] + 100)
     with pytest.raises(ValueError, match="not a valid sparse matrix"):
-        ClassPrototypes.from_arrays(bad, 1.0, _flat(4), 9)
+        ClassPrototypes.from_arrays(bad, _flat(4), 9)
 
 
 # ---------------------------------------------------------------------------- the classifier
 @pytest.fixture(scope="module")
 def text():
-    return _text_like(n_samples=2500, n_features=80, branching=3, depth=3)
+    return text_like(n_samples=2500, n_features=80, keep=0.3, terminal_fraction=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -154,9 +144,9 @@ def fitted(text):
 
 def test_auto_fits_prototypes_of_every_training_row_and_a_weight(text, fitted):
     X, y, tree = text
-    assert fitted.prototypes_.weight >= 0 and fitted.calibrator_ is not None
+    assert fitted.answer_.weights["prototypes"] >= 0 and fitted.answer_.calibrator is not None
     whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
-    np.testing.assert_allclose(fitted.prototypes_.sums.toarray(), whole.sums.toarray(), rtol=1e-6)
+    np.testing.assert_allclose(fitted.answer_.terms["prototypes"].sums.toarray(), whole.sums.toarray(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("semantics", ["partial", "terminal"])
@@ -174,7 +164,7 @@ def test_reranked_answer_equals_the_brute_force_argmax_over_every_candidate(rand
     y = tree.labels[y_ids]
     clf = HierarchicalClassifier(tree, semantics=semantics, max_epochs=4, random_state=0, prototypes=5.0,
                                  prototype_candidates=n_candidates, flat_term=None).fit(X, y)
-    proto = _dense_prototypes(clf.prototypes_.sums.toarray())
+    proto = _dense_prototypes(clf.answer_.terms["prototypes"].sums.toarray())
     with np.errstate(divide="ignore"):
         score = np.log(clf.predict_answer_proba(X).astype(np.float64)) + 5.0 * (X.toarray() @ proto.T)
     if semantics == "partial":
@@ -191,14 +181,14 @@ def test_predict_is_the_first_of_predict_top_k_and_confidence_maps_its_probabili
     paths, log_prob = fitted.predict_top_k(X[:300], 3, return_log_prob=True)
     np.testing.assert_array_equal(fitted.predict(X[:300]), paths[:, 0])
     np.testing.assert_allclose(fitted.predict_confidence(X[:300]),
-                               fitted.calibrator_(np.exp(log_prob[:, 0].astype(np.float64))))
+                               fitted.answer_.calibrator(np.exp(log_prob[:, 0].astype(np.float64))))
 
 
 def test_prototypes_none_or_zero_gives_the_models_own_answer(text, fitted):
     X, y, tree = text
     own = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, prototypes=None,
                                  flat_term=None).fit(X, y)
-    assert own.prototypes_ is None
+    assert own.answer_.term("prototypes") is None
     clf = fitted.set_params(prototypes=0.0, flat_term=None)  # the flat term re-ranks too: off
     try:
         np.testing.assert_array_equal(clf.predict(X[:400]), own.predict(X[:400]))
@@ -211,26 +201,26 @@ def test_prototypes_none_or_zero_gives_the_models_own_answer(text, fitted):
 def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_rows(text):
     X, y, tree = text
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=2, random_state=0, calibration=None).fit(X, y)
-    assert clf.prototypes_.weight == DEFAULT_WEIGHT
+    assert clf.answer_.weights["prototypes"] == DEFAULT_WEIGHT
     first = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X[:1000], y[:1000])
     first.partial_fit(X[1000:], y[1000:])
     whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
-    np.testing.assert_allclose(first.prototypes_.sums.toarray(), whole.sums.toarray(), rtol=1e-5)
+    np.testing.assert_allclose(first.answer_.terms["prototypes"].sums.toarray(), whole.sums.toarray(), rtol=1e-5)
 
 
 def test_class_text_is_one_more_row_of_its_class(text):
     X, y, tree = text
-    names = sp.random(tree.n_classes, X.shape[1], density=0.05, random_state=1, format="csr", dtype=np.float32)
+    names = sparse_rows(tree.n_classes, X.shape[1], density=0.05, seed=1)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0, calibration=None,
                                  module__hidden_units=8, module__class_features=names).fit(X, y)
     rows = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
-    np.testing.assert_allclose(clf.prototypes_.sums.toarray(), (rows.sums + names).toarray(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(clf.answer_.terms["prototypes"].sums.toarray(), (rows.sums + names).toarray(), rtol=1e-5, atol=1e-6)
 
 
 def test_label_sets_have_no_prototypes(text):
     X, y, tree = text
     multi = MultiLabelHierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, [[v] for v in y])
-    assert multi.prototypes_ is None
+    assert multi.answer_.term("prototypes") is None
 
 
 @pytest.mark.parametrize("bad", [-1.0, "yes", np.nan])
@@ -249,8 +239,8 @@ def test_saved_prototypes_load_and_a_mismatch_is_named(tmp_path, text, fitted):
     folder = save_classifier(fitted, tmp_path / "model")
     assert (folder / "prototypes.npz").exists()
     loaded = load_classifier(folder)
-    assert loaded.prototypes_.weight == fitted.prototypes_.weight
-    assert loaded.prototypes_.scale == fitted.prototypes_.scale
+    assert loaded.answer_.weights["prototypes"] == fitted.answer_.weights["prototypes"]
+    assert loaded.answer_.scale == fitted.answer_.scale
     np.testing.assert_array_equal(loaded.predict(X[:300]), fitted.predict(X[:300]))
 
     other = tmp_path / "other"
@@ -274,14 +264,14 @@ def test_reranking_of_a_model_on_cuda_equals_the_reranking_on_the_host(text):
         pytest.skip("needs a CUDA device (none on this machine)")
     X, y, tree = text
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, device="cuda").fit(X, y)
-    weight = clf.prototypes_.weight
+    weight = clf.answer_.weights["prototypes"]
     got = clf.predict_node(X[:500])
     assert clf.net_.device == "cuda"
-    from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
+    from hiclass_parallel.estimators.answer._prototypes import last_nodes
 
     paths, lp = clf._decode_model(X[:500], clf.prototype_candidates)  # the model's own, on the GPU
     nodes = last_nodes(paths)
-    order = rerank_order(lp, clf.prototypes_.similarity(X[:500], nodes), weight)
+    order = rerank_order(lp, clf.answer_.terms["prototypes"].score(X[:500], nodes), weight)
     np.testing.assert_array_equal(got, nodes[np.arange(500), order[:, 0]])
     assert (got != clf.set_params(prototypes=None).predict_node(X[:500])).any()
 
@@ -294,7 +284,7 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
     from hiclass_parallel.ops.decode import expected_hf1_paths
 
     X, y, tree = text
-    assert fitted.prototypes_.scale > 0 and fitted.prototypes_.scale != 1.0  # fitted with the weight
+    assert fitted.answer_.scale > 0 and fitted.answer_.scale != 1.0  # fitted with the weight
     clf = fitted.set_params(decoding="hf1")
     try:
         got = clf._predict_ids(X[:300])
@@ -303,13 +293,13 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
         top = np.argsort(-proba, axis=1, kind="stable")[:, :k]
         with np.errstate(divide="ignore"):
             log_p = np.log(np.take_along_axis(proba, top, axis=1))
-        cos = np.take_along_axis(X[:300].toarray() @ _dense_prototypes(clf.prototypes_.sums.toarray()).T, top, axis=1)
-        assert clf.flat_term_ is not None  # a small text fit keeps the flat term beside the prototypes
-        rows = np.searchsorted(clf.flat_term_.classes, top)
-        seen = clf.flat_term_.classes[np.minimum(rows, len(clf.flat_term_.classes) - 1)] == top
-        decision = X[:300].toarray() @ clf.flat_term_.coef.T.astype(np.float64) + clf.flat_term_.intercept
+        cos = np.take_along_axis(X[:300].toarray() @ _dense_prototypes(clf.answer_.terms["prototypes"].sums.toarray()).T, top, axis=1)
+        assert clf.answer_.term("flat_term") is not None  # a small text fit keeps the flat term beside the prototypes
+        rows = np.searchsorted(clf.answer_.terms["flat_term"].classes, top)
+        seen = clf.answer_.terms["flat_term"].classes[np.minimum(rows, len(clf.answer_.terms["flat_term"].classes) - 1)] == top
+        decision = X[:300].toarray() @ clf.answer_.terms["flat_term"].coef.T.astype(np.float64) + clf.answer_.terms["flat_term"].intercept
         margin = np.where(seen, np.take_along_axis(decision, np.where(seen, rows, 0), axis=1), -1.0)
-        combined = clf.prototypes_.scale * (log_p + clf.prototypes_.weight * cos + clf.config_.flat_term * margin)
+        combined = clf.answer_.scale * (log_p + clf.answer_.weights["prototypes"] * cos + clf.answer_.weight("flat_term") * margin)
         expected, _ = expected_hf1_paths(tree.paths[top], combined.astype(np.float32))
         assert (got == expected).all(axis=1).mean() > 0.98  # near-ties of float32 aside
         own = clf.set_params(prototypes=None, flat_term=None)._predict_ids(X[:300])
@@ -343,8 +333,8 @@ def test_both_kinds_follow_the_prototypes_protocol():
     with the protocol's parameters, and fitted ones pass ``isinstance``."""
     import inspect
 
-    from hiclass_parallel.estimators.prototypes._dense_prototypes import GaussianPrototypes
-    from hiclass_parallel.estimators.prototypes._prototypes import Prototypes, prototypes_kind
+    from hiclass_parallel.estimators.answer._dense_prototypes import GaussianPrototypes
+    from hiclass_parallel.estimators.answer._prototypes import Prototypes, prototypes_kind
 
     members = [name for name in vars(Prototypes) if not name.startswith("_")]
     members += list(Prototypes.__annotations__)

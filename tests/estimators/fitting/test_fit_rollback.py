@@ -31,8 +31,8 @@ from hiclass_parallel.estimators import (
     NonFiniteLossError,
 )
 from hiclass_parallel.estimators.fitting._guards import warn_if_worse
-from hiclass_parallel.estimators.prototypes._dense_prototypes import GaussianPrototypes
-from hiclass_parallel.estimators.prototypes._prototypes import ClassPrototypes
+from hiclass_parallel.estimators.answer._dense_prototypes import GaussianPrototypes
+from hiclass_parallel.estimators.answer._prototypes import ClassPrototypes
 from hiclass_parallel.exceptions import DivergenceWarning
 
 
@@ -105,10 +105,10 @@ def _state(clf, X):
                       for p, s in net.optimizer_.state.items()},
         "lr": [g["lr"] for g in net.optimizer_.param_groups],
         "history": len(net.history),
-        "prototypes": clf.prototypes_,
-        "prototype_arrays": _prototype_arrays(clf.prototypes_),
-        "weight": (clf.prototypes_.weight, clf.prototypes_.scale),
-        "calibrator": clf.calibrator_,
+        "prototypes": clf.answer_.terms["prototypes"],
+        "prototype_arrays": _prototype_arrays(clf.answer_.terms["prototypes"]),
+        "weight": (clf.answer_.weights["prototypes"], clf.answer_.scale),
+        "calibrator": clf.answer_.calibrator,
         "predict": clf.predict(X),
         "proba": clf.predict_proba(X),
         "confidence": clf.predict_confidence(X),
@@ -183,7 +183,7 @@ def test_an_interrupted_partial_fit_raises_and_changes_nothing(data, sparse, one
     _assert_unchanged(clf, Xs, before)
     # and the model trains on afterwards, as if the interrupted call had never been made
     _arm(clf, armed=False)
-    with pytest.warns(UserWarning, match="drops calibrator_"):
+    with pytest.warns(UserWarning, match="drops the answer model's calibrator"):
         clf.partial_fit(Xs, y)
     assert len(clf.net_.history) == before["history"] + 1
 

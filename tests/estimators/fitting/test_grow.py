@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from support import sparse_rows
 
 from hiclass_parallel import Tree, TreeError
 from hiclass_parallel.estimators import HierarchicalClassifier
@@ -115,10 +116,10 @@ def test_new_classes_are_learnt_from_their_rows_and_the_old_ones_kept(fitted):
     X_test, y_test = _rows(NEW_LEAVES, 10, rng)
     old_before = (fitted.predict_node(X_old) == fitted.tree_.to_ids(y_old)).mean()
     clf = copy.deepcopy(fitted)
-    with pytest.warns(UserWarning, match="grow drops calibrator_"):
+    with pytest.warns(UserWarning, match="grow drops the answer model's calibrator"):
         clf.grow(_tree(OLD + NEW, seed=11), X_new, y_new)
     assert clf.grown_["replayed"] > 0 and clf.grown_["epochs"] > 0
-    assert clf.calibrator_ is None
+    assert clf.answer_.calibrator is None
     new_right = (clf.predict_node(X_test) == clf.tree_.to_ids(y_test)).mean()
     old_right = (clf.predict_node(X_old) == clf.tree_.to_ids(y_old)).mean()
     assert new_right >= 0.9
@@ -130,7 +131,7 @@ def test_new_classes_are_learnt_from_their_rows_and_the_old_ones_kept(fitted):
     clf.partial_fit(X_new, y_new)
     # the whole network can train too (old rows given beside the new ones)
     everything = copy.deepcopy(fitted)
-    with pytest.warns(UserWarning, match="calibrator_"):
+    with pytest.warns(UserWarning, match="answer model's calibrator"):
         everything.grow(_tree(OLD + NEW), sp.vstack([X_new, X_old]), np.r_[y_new, y_old], train="all")
     assert not np.allclose(everything.decision_function(X_old)[:, everything.tree_.to_ids(fitted.tree_.labels)],
                            fitted.decision_function(X_old)[:, :len(OLD)], atol=1e-3)
@@ -142,19 +143,19 @@ def test_prototypes_follow_the_new_ids_and_the_flat_term_is_dropped():
     X, y = _rows(OLD_LEAVES, 10, rng)
     clf = HierarchicalClassifier(_tree(OLD), max_epochs=3, random_state=0, calibration=None, prototypes=8.0,
                                  flat_term=4.0).fit(X, y)
-    old_tree, sums = clf.tree_, clf.prototypes_.sums.toarray()
-    assert clf.flat_term_ is not None
+    old_tree, sums = clf.tree_, clf.answer_.terms["prototypes"].sums.toarray()
+    assert clf.answer_.term("flat_term") is not None
     X_new, y_new = _rows(["a3"], 4, rng)
     new_tree = _tree(OLD + NEW, seed=4)
-    with pytest.warns(UserWarning, match="grow drops flat_term_: .* knows none of the new classes"):
+    with pytest.warns(UserWarning, match="grow drops the answer model's flat term: .* knows none of the new classes"):
         clf.grow(new_tree, X_new, y_new, replay=None, max_epochs=1)
     ids = new_tree.to_ids(old_tree.labels)
-    grown = clf.prototypes_.sums.toarray()
+    grown = clf.answer_.terms["prototypes"].sums.toarray()
     assert np.allclose(grown[ids], sums)
     a3 = new_tree.to_ids(["a3"])[0]
     assert np.allclose(grown[a3], X_new.toarray().sum(axis=0))
-    assert clf.prototypes_.weight == 8.0
-    assert clf.flat_term_ is None and clf.config_.flat_term == 0.0
+    assert clf.answer_.weights["prototypes"] == 8.0
+    assert clf.answer_.term("flat_term") is None and "grew" in clf.config_.flat_term_reason
     assert clf.predict(X).shape == (X.shape[0], new_tree.n_levels)
 
 
@@ -168,7 +169,7 @@ def test_class_text_starts_a_new_class_without_rows_and_takes_no_old_answer(fitt
         text[new_tree.to_ids([label])[0], 3 * k: 3 * k + 3] = 1.0
     X_old, y_old = _rows(OLD_LEAVES, 10, np.random.default_rng(3))
     before = fitted.tree_.labels[fitted.predict_node(X_old)]
-    with pytest.warns(UserWarning, match="calibrator_"):
+    with pytest.warns(UserWarning, match="answer model's calibrator"):
         clf.grow(new_tree, class_features=sp.csr_matrix(text))
     assert clf.grown_["initialised_from"]["class text"] == len(NEW_LEAVES)
     assert np.array_equal(clf.tree_.labels[clf.predict_node(X_old)], before)
@@ -177,7 +178,7 @@ def test_class_text_starts_a_new_class_without_rows_and_takes_no_old_answer(fitt
     scores = clf.decision_function(sp.csr_matrix(text[[a3]]))[0]
     peers = np.flatnonzero((groups == groups[a3]) & (np.arange(new_tree.n_classes) != a3))
     assert scores[a3] == pytest.approx(scores[peers].max(), abs=1e-4)
-    assert np.allclose(clf.prototypes_.sums[a3].toarray(), text[a3])  # its text is its prototype
+    assert np.allclose(clf.answer_.terms["prototypes"].sums[a3].toarray(), text[a3])  # its text is its prototype
     with pytest.raises(ValueError, match="one row per class of the new tree"):
         copy.deepcopy(fitted).grow(new_tree, class_features=sp.csr_matrix(text[:3]))
 
@@ -186,7 +187,7 @@ def test_a_class_text_model_keeps_its_text_for_the_larger_tree():
     rng = np.random.default_rng(4)
     X, y = _rows(OLD_LEAVES, 8, rng)
     old = _tree(OLD)
-    text = sp.random(old.n_classes, VOCABULARY, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    text = sparse_rows(old.n_classes, VOCABULARY, density=0.1, seed=0)
     clf = HierarchicalClassifier(old, semantics="terminal", max_epochs=2, random_state=0, calibration=None,
                                  module__class_features=text).fit(X, y)
     before = clf.decision_function(X)
@@ -203,7 +204,7 @@ def test_a_grown_model_saves_and_loads(tmp_path, fitted):
 
     clf = copy.deepcopy(fitted)
     X_new, y_new = _rows(NEW_LEAVES, 3, np.random.default_rng(5))
-    with pytest.warns(UserWarning, match="calibrator_"):
+    with pytest.warns(UserWarning, match="answer model's calibrator"):
         clf.grow(_tree(OLD + NEW, seed=9), X_new, y_new, max_epochs=2)
     save_classifier(clf, tmp_path / "model")
     loaded = load_classifier(tmp_path / "model")
@@ -215,7 +216,7 @@ def test_a_failed_grow_changes_nothing(fitted):
     from hiclass_parallel import UnknownLabelError
 
     clf = copy.deepcopy(fitted)
-    tree, net, prototypes, calibrator = clf.tree, clf.net_, clf.prototypes_, clf.calibrator_
+    tree, net, prototypes, calibrator = clf.tree, clf.net_, clf.answer_.terms["prototypes"], clf.answer_.calibrator
     X_new, _ = _rows(["a3"], 2, np.random.default_rng(6))
     with pytest.raises(UnknownLabelError, match="zz"):
         clf.grow(_tree(OLD + NEW), X_new, ["a3", "zz"])
@@ -227,7 +228,7 @@ def test_a_failed_grow_changes_nothing(fitted):
         clf.grow(_tree(OLD + NEW), replay="all")
     with pytest.raises(TreeError, match="lacks"):
         clf.grow(_tree([e for e in OLD + NEW if e[0] != "a1"]))
-    assert clf.tree is tree and clf.net_ is net and clf.prototypes_ is prototypes and clf.calibrator_ is calibrator
+    assert clf.tree is tree and clf.net_ is net and clf.answer_.terms["prototypes"] is prototypes and clf.answer_.calibrator is calibrator
     assert clf.tree_.n_classes == len(OLD) and not hasattr(clf, "grown_")
 
 

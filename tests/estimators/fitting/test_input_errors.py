@@ -10,8 +10,8 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel import Tree, hierarchical_f1_score
 from hiclass_parallel.datasets import make_hierarchical_classification
@@ -70,7 +70,7 @@ def test_every_predict_method_takes_a_tensor_that_requires_grad(data):
     X, y, tree = data
     X = torch.tensor(X, dtype=torch.float32, requires_grad=True)
     clf = HierarchicalClassifier(tree, **FAST).fit(X, y)
-    assert clf.prototypes_ is not None  # the re-ranking (which reads X on the host) is on
+    assert clf.answer_.term("prototypes") is not None  # the re-ranking (which reads X on the host) is on
     plain = X.detach()
     for method, args in [("predict", ()), ("predict_labels", ()), ("predict_node", ()), ("predict_top_k", (2,)),
                          ("predict_confidence", ()), ("predict_proba", ()), ("decision_function", ())]:
@@ -81,11 +81,11 @@ def test_every_predict_method_takes_a_tensor_that_requires_grad(data):
 
 
 # ------------------------------------------------------------------ settings the fit did not prepare
-@pytest.mark.parametrize("name, value, fitted", [("prototypes", 3.0, "prototypes_"), ("flat_term", 5.0, "flat_term_")])
-def test_a_term_weight_set_after_fit_without_the_term_warns(data, name, value, fitted):
+@pytest.mark.parametrize("name, value", [("prototypes", 3.0), ("flat_term", 5.0)])
+def test_a_term_weight_set_after_fit_without_the_term_warns(data, name, value):
     X, y, tree = data
     clf = HierarchicalClassifier(tree, prototypes=None, flat_term=None, **FAST).fit(X, y)
-    assert getattr(clf, fitted) is None
+    assert clf.answer_.term(name) is None
     before = clf.predict(X)
     clf.set_params(**{name: value})
     with pytest.warns(IgnoredSettingWarning, match=rf"{name}={value!r} asks to re-rank .* fit again with {name}="):
@@ -134,7 +134,7 @@ def test_inverse_transform_names_the_node_id_out_of_range(paths, where):
 
 @pytest.mark.parametrize("bad", [10**6, -3])
 def test_a_csr_matrix_with_a_column_index_out_of_range_is_named(bad):
-    X = sp.random(60, 20, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    X = sparse_rows(60, 20, density=0.3, seed=0)
     y = [["a", "b"], ["c", "d"]] * 30
     clf = HierarchicalClassifier(**FAST).fit(X, y)
     damaged = X.copy()

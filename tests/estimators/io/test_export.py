@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from support import sparsify
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import (
@@ -23,7 +24,7 @@ from hiclass_parallel.estimators import (
     export_program,
     serving_module,
 )
-from hiclass_parallel.estimators.prototypes._prototypes import last_nodes
+from hiclass_parallel.estimators.answer._prototypes import last_nodes
 from hiclass_parallel.ops import best_paths
 from hiclass_parallel.ops.groups import n_outputs, node_log_probs
 
@@ -199,7 +200,7 @@ def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
     calibrator; and the two-output graph is unchanged without the flag."""
     X, y, tree = make_hierarchical_classification(n_samples=2500, n_features=8, branching=3, depth=2, random_state=0)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, prototypes=None).fit(X, y)
-    assert clf.calibrator_ is not None
+    assert clf.answer_.calibrator is not None
     X = X[:40].astype(np.float32)
     X[3, 1] = np.nan
     finite = np.isfinite(X).all(1)
@@ -243,18 +244,18 @@ def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_
                                                   random_state=0)
     if kind == "cosine":  # sparse non-negative rows, like TF-IDF
         rng = np.random.default_rng(0)
-        X = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.5, np.abs(X), 0.0).astype(np.float32))
+        X = sparsify(X, 0.5, rng)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, flat_term=flat_term,
                                  prototypes=2.0 if kind == "gaussian" else 16.0, prototype_candidates=5).fit(X, y)
-    assert clf.prototypes_.KIND == kind and (clf.flat_term_ is None) == (flat_term is None)
-    assert flat_term != 8.0 or sp.issparse(clf.flat_term_.coef)
+    assert clf.answer_.terms["prototypes"].KIND == kind and (clf.answer_.term("flat_term") is None) == (flat_term is None)
+    assert flat_term != 8.0 or sp.issparse(clf.answer_.terms["flat_term"].coef)
     rows = X[:300]
     expected = clf.predict(rows)
     plain = clf.set_params(prototypes=None, flat_term=None).predict(rows)
     assert (expected != plain).any()  # the re-ranking changes answers
     clf.set_params(prototypes=2.0 if kind == "gaussian" else 16.0, flat_term=flat_term)
     paths, log_prob, similarity = clf._reranking_candidates(rows)
-    flat = 0.0 if flat_term is None else flat_term * clf.flat_term_.margins(rows, last_nodes(paths))
+    flat = 0.0 if flat_term is None else flat_term * clf.answer_.terms["flat_term"].score(rows, last_nodes(paths))
     score = np.sort(np.where(np.isfinite(log_prob), log_prob + clf.prototypes * similarity + flat, -np.inf), axis=1)
     clear = score[:, -1] - score[:, -2] > 1e-3
     assert clear.mean() > 0.9

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 import torch
 
 pytest.importorskip("safetensors", reason="saving without pickle needs safetensors (the 'persist' extra)")
+from support import sparse_rows
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import (
@@ -324,7 +325,7 @@ def test_models_saved_with_other_lazy_adam_groups_are_refused(tmp_path, other):
     from hiclass_parallel import Tree
 
     tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
-    X = sp.random(60, 12, density=0.3, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(60, 12, density=0.3, seed=0)
     y = np.arange(60) % 6
     clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
     folder = save_classifier(clf, tmp_path / "model")
@@ -333,13 +334,40 @@ def test_models_saved_with_other_lazy_adam_groups_are_refused(tmp_path, other):
         load_classifier(folder)
 
 
-def test_the_prototypes_scale_is_checked(saved):
-    """The saved model (dense rows) has Gaussian prototypes: a missing or bad scale is named."""
-    assert load_classifier(saved).prototypes_ is not None
-    _tamper(saved, lambda c: c["fitted"]["prototypes_"]["__dict__"].pop("scale"))
-    with pytest.raises(ValueError, match="prototypes_ must hold a scale > 0, got"):
+def _answer_entry(config):
+    return config["fitted"]["answer_"]["__dict__"]
+
+
+def test_the_answer_model_s_scale_and_weights_are_checked(saved):
+    """The saved model (dense rows) has Gaussian prototypes: a missing or bad scale or weight, a
+    term the file does not know or a term without its file is named."""
+    assert load_classifier(saved).answer_.term("prototypes") is not None
+    _tamper(saved, lambda c: _answer_entry(c).pop("scale"))
+    with pytest.raises(ValueError, match="answer_ must hold exactly"):
         load_classifier(saved)
     for bad in (0.0, -1.0, "x", float("inf")):
-        _tamper(saved, lambda c, b=bad: c["fitted"]["prototypes_"]["__dict__"].update(scale=b))
-        with pytest.raises(ValueError, match="prototypes_ must hold a scale > 0"):
+        _tamper(saved, lambda c, b=bad: _answer_entry(c).update(scale=b))
+        with pytest.raises(ValueError, match="answer_: the answer model's scale must be a finite number > 0"):
             load_classifier(saved)
+    for bad in (-1.0, "x", float("nan")):
+        _tamper(saved, lambda c, b=bad: _answer_entry(c).update(scale=1.0, weights={"__dict__": {"prototypes": b}}))
+        with pytest.raises(ValueError, match="the weight of term 'prototypes' must be a finite number >= 0"):
+            load_classifier(saved)
+    _tamper(saved, lambda c: _answer_entry(c).update(weights={"__dict__": {}}))
+    with pytest.raises(ValueError, match="weights .* must name its terms"):
+        load_classifier(saved)
+    _tamper(saved, lambda c: _answer_entry(c).update(terms=["prototypes", "bm25"]))
+    with pytest.raises(ValueError, match="terms must be distinct names of"):
+        load_classifier(saved)
+    _tamper(saved, lambda c: _answer_entry(c).update(terms=[]))
+    with pytest.raises(ValueError, match="prototypes.npz is there but .* describes no prototypes term"):
+        load_classifier(saved)
+
+
+def test_a_model_of_the_previous_format_is_refused_by_name(saved):
+    """Files saved before the answer model (format 3: prototypes_, flat_term_, calibrator_ apart)
+    are refused with the versions named."""
+    _tamper(saved, lambda c: c.update(format_version=3))
+    with pytest.raises(ValueError, match="saved in format 3, older than the one this version of hiclass_parallel "
+                                         "reads \\(4\\)"):
+        load_classifier(saved)

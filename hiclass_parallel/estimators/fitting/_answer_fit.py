@@ -1,0 +1,275 @@
+"""The fit of the answer model (``answer_``): its terms, their weights, the scale and the calibrator.
+
+The fit pipeline (:mod:`._fit`) trains the network and calls, in order:
+
+1. :func:`fit_flat_term`: the flat term's SVM, of the rows the network has trained on so far
+   (the calibration share's rows unlabelled), where the configuration keeps one;
+2. :func:`fit_on_held_out`, where the fit holds a calibration share out: the rows are decoded
+   by the network as trained without them (the dispatcher ``predict`` runs), every ``"auto"``
+   weight learnt jointly on them, and the calibrator fitted on the answers ``predict`` will give;
+3. :func:`fitted_answer`, at the end: the answer model of the prototypes of every training
+   row, the flat term and the weights, scale and calibrator of step 2;
+4. where no rows were held out and a weight is left at ``"auto"``, :func:`learn_by_cross_fitting`:
+   the weights learnt on the candidates of :data:`FOLDS` fold models, each scoring the rows
+   it did not train on (where that cannot run, the terms left at ``"auto"`` are not built).
+
+When training continues, :func:`drop_stale` drops what the new weights or rows make stale.
+What is learnt and how is :mod:`..answer` (the pure parts: the terms, the joint fit, the
+calibrator's map); this module is where they meet the network, decoding and estimator clones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ...exceptions import caller_stacklevel
+from ..answer._calibration import BetaCalibrator, answer_correct, held_out_view
+from ..answer._fit_prototypes import fitted_prototypes, held_out_prototypes, rules_weight
+from ..answer._flat_margins import FlatMargins
+from ..answer._held_out import learn_from_candidates, learn_on_held_out, learns_weights, not_learnt
+from ..answer._model import AnswerModel
+from ..answer._prototypes import last_nodes
+from ..answer._terms import term_scores
+from ..prediction import decode, decoder_of
+
+from .._defaults import CROSS_FIT_MAX_ROWS, FOLDS
+
+__all__ = ["CROSS_FIT_MAX_ROWS", "FOLDS", "cross_fitted_candidates", "drop_stale", "fit_flat_term",
+           "fit_on_held_out", "fitted_answer", "learn_by_cross_fitting"]
+
+
+@dataclasses.dataclass
+class HeldOut:
+    """What the calibration share decided: the terms' weights and the scale (the answer model
+    of the held-out fit, whose prototypes are of the fit rows only) and the calibrator."""
+
+    answer: AnswerModel
+    calibrator: BetaCalibrator
+
+
+def fit_flat_term(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray | None,
+                  weights: np.ndarray | None, plan: Any, on_candidates: bool, seed: int) -> FlatMargins | None:
+    """The flat term's SVM (``None`` where ``config.flat_term`` is 0), of the rows ``X`` (node
+    ids ``ids``, weights ``weights``) the network has trained on so far: every row without
+    calibration, the calibration ``plan``'s held-out rows counting as unlabelled. Predict keeps
+    this one model, which lacks only the held-out rows (a few percent), so the calibrator sees
+    the very term predict adds; it is fitted once, not twice.
+
+    ``on_candidates``: the SVM of the candidates, each target trained against the rows whose
+    ``prototype_candidates`` most probable answers of the network as trained so far hold it
+    (the answers the re-ranking will compare); else the SVM against every row."""
+    if not config.flat_term:
+        return None
+    fit_ids = ids
+    if plan is not None:
+        fit_ids = ids.copy()
+        fit_ids[plan.held_rows] = -1
+    if weights is not None:  # a row of weight 0 is no row: a target only such rows name is none
+        fit_ids = np.where(weights > 0, fit_ids, -1)
+    if not on_candidates:
+        return FlatMargins.fit(X, fit_ids, targets.tree.n_classes, weights, random_state=seed)
+    decoder = decoder_of(estimator, net, targets, config, AnswerModel(), rows=_checked)
+    # (its inference loader draws from a throwaway generator: the fit's stream stays as it is)
+    paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
+    return FlatMargins.fit_on_candidates(X, fit_ids, last_nodes(paths), targets.tree.n_classes, weights,
+                                         random_state=seed)
+
+
+def fit_on_held_out(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray, plan: Any,
+                    sample_weight: np.ndarray | None = None,
+                    flat: FlatMargins | None = None) -> tuple[HeldOut, Any]:
+    """The weights, scale and calibrator chosen on the calibration ``plan``'s held-out rows of
+    ``X`` (``ids``: every row's node id; each row counted with its ``sample_weight``), decoded
+    by the net as trained so far, and the configuration (with the learnt weights' record).
+
+    The prototypes are those of the rows the net trained on so far, their weight and scale
+    chosen on the held-out rows for ``prototypes="auto"`` (beside the flat term ``flat``'s
+    margins, fitted on the same rows), then every ``"auto"`` weight learnt jointly
+    (:func:`~..answer._held_out.learn_on_held_out`). The calibrator
+    is fitted on the answers re-ranked with those weights: the answers ``predict`` will give.
+
+    The rows are decoded by a :class:`~..prediction._decode.Decoder` of ``net`` (the
+    dispatcher :func:`~..prediction._decode.decode` that ``predict`` runs); the estimator is
+    not touched (it is marked fitted once, at the end of the fit)."""
+    ids = np.asarray(ids)
+    true = ids[plan.held_rows]
+    held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
+    view = held_out_view(X, plan.fit_rows, plan.held_rows)
+    flat_only = AnswerModel() if flat is None else AnswerModel({"flat_term": flat}, {"flat_term": config.flat_term})
+
+    def decoder_with(answer: AnswerModel) -> Any:
+        return decoder_of(estimator, net, targets, config, answer, rows=_checked)
+
+    def with_prototypes(prototypes: Any, weight: float = 0.0, scale: float = 1.0) -> AnswerModel:
+        if prototypes is None:
+            return flat_only
+        return flat_only.replace(terms={"prototypes": prototypes, **flat_only.terms},
+                                 weights={"prototypes": weight, **flat_only.weights}, scale=scale)
+
+    # The prototypes of the rows the model trained on so far (their weight and scale chosen
+    # on the held-out rows, beside the flat term's margins), and those rows' candidates
+    # decoded with them (the loaders draw from throwaway generators: the fit's stream stays).
+    prototypes, (weight, scale), candidates = held_out_prototypes(
+        estimator, targets, X, ids, plan, lambda p: decoder_with(with_prototypes(p)).candidates(view), sample_weight,
+        prior=lambda paths: decoder_with(flat_only).flat_prior(view, paths))
+    answer = with_prototypes(prototypes, weight, scale)
+    if learns_weights(estimator):  # every "auto" weight at once, on these rows
+        config, answer = learn_on_held_out(estimator, config, answer,
+                                           candidates or decoder_with(answer).candidates(view), view, true, held_weight)
+    decoder = decoder_with(answer)
+    if decoder.weight is None:
+        candidates = None  # no re-ranking by the prototypes: the candidates are decoded again
+    paths, log_prob, _ = decode(decoder, view, candidates=candidates)  # the answers predict will give
+    labelled = true >= 0
+    correct = answer_correct(paths[labelled], true[labelled], estimator.semantics)
+    calibrator = BetaCalibrator.fit(np.exp(log_prob[labelled].astype(np.float64)), correct,
+                                    sample_weight=None if held_weight is None else held_weight[labelled])
+    return HeldOut(answer=answer, calibrator=calibrator), config
+
+
+def fitted_answer(estimator: Any, targets: Any, config: Any, X: Any, dataset: Any, sample_weight: np.ndarray | None,
+                  flat: FlatMargins | None, held_out: HeldOut | None) -> AnswerModel:
+    """The fitted answer model: the prototypes of every training row ``X`` (node ids the ``y``
+    of ``dataset``; ``None``: streamed, none), the flat term ``flat``, and the weights, scale
+    and calibrator the calibration share chose (``held_out``; ``None``: the rules' weights,
+    no calibrator)."""
+    prototypes = fitted_prototypes(estimator, targets, X, dataset, sample_weight)
+    terms, weights = {}, {}
+    if prototypes is not None:
+        terms["prototypes"] = prototypes
+        weights["prototypes"] = rules_weight(estimator, X) if held_out is None else held_out.answer.weight("prototypes")
+    if flat is not None and (held_out is None or held_out.answer.term("flat_term") is not None):
+        terms["flat_term"] = flat  # (a weight learnt on the calibration share as 0 dropped it there)
+        weights["flat_term"] = float(config.flat_term) if held_out is None else held_out.answer.weight("flat_term")
+    if held_out is None:
+        return AnswerModel(terms, weights)
+    return AnswerModel(terms, weights, scale=held_out.answer.scale, calibrator=held_out.calibrator)
+
+
+def learn_by_cross_fitting(estimator: Any, X: Any, y: Any, ids: np.ndarray, sample_weight: np.ndarray | None,
+                           targets: Any, config: Any, answer: AnswerModel, seed: int | None,
+                           partial: bool = False) -> tuple[Any, AnswerModel]:
+    """``(config, answer)`` with the weights learnt by cross-fitting (:data:`FOLDS` folds) on
+    the rows ``X`` labelled ``y`` (node ids ``ids``) of a fit that held none out; a flat term
+    of weight 0 dropped. As they were, with the reason in ``config_.term_weights_reason``, where
+    cross-fitting does not apply (``partial``: the first call of ``partial_fit``, which trains
+    one call's rows for one epoch)."""
+    if not learns_weights(estimator):
+        return config, answer
+    refusal = "partial_fit trains one call's rows (fit learns them)" if partial else \
+        _cross_fit_refusal(estimator, X, answer)
+    if refusal is not None:
+        return not_learnt(estimator, config, answer, refusal)
+    try:
+        paths, log_prob, scores = cross_fitted_candidates(estimator, X, y, sample_weight, targets, config, answer, seed)
+    except ValueError as exc:  # a fold the terms cannot be fitted on (one target, say)
+        return not_learnt(estimator, config, answer, f"a fold's fit failed ({exc})")
+    return learn_from_candidates(estimator, config, answer, paths, log_prob, scores, ids, sample_weight,
+                                 f"{FOLDS}-fold cross-fitting")
+
+
+def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.ndarray | None, targets: Any,
+                            config: Any, answer: AnswerModel, seed: int | None
+                            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Every row's candidates (``paths``, ``log_prob``) and the terms' scores of them, in the
+    rows' order, each fold's scored by a model fitted on the other folds only (its network and
+    the terms the fit's ``answer`` holds). A fold's network trains as many epochs in batches as
+    large as the fit's (``config``): each row is seen as often as in the final model, and a
+    fold costs its share of the rows, where the epoch rule for fewer rows would train about as
+    many steps as the whole fit."""
+    from sklearn.base import clone
+    from sklearn.utils import _safe_indexing, check_random_state
+
+    n = X.shape[0]
+    fold_of = check_random_state(seed).permutation(n) % FOLDS
+    params = {"calibration": None, "warm_start": False, "verbose": 0,
+              "max_epochs": config.max_epochs, "batch_size": config.batch_size,
+              "tree": targets.tree if estimator.tree is None else estimator.tree,
+              **{name: None if answer.term(name) is None else _fixed(getattr(estimator, name))
+                 for name in ("prototypes", "flat_term")}}
+    parts = []
+    for fold in range(FOLDS):
+        train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
+        model = clone(estimator).set_params(**params, random_state=None if seed is None else seed + 1 + fold)
+        with warnings.catch_warnings():
+            # A fold's warnings (its labels, its settings) are the fit's own, which the final
+            # fit on every row gives once.
+            warnings.simplefilter("ignore")
+            model.fit(X[train], _safe_indexing(y, train),
+                      **({} if sample_weight is None else {"sample_weight": sample_weight[train]}))
+        if model.targets_.tree.n_classes != targets.tree.n_classes:
+            raise ValueError("a fold's tree differs from the fit's")
+        view = held_out_view(X, train, held)
+        decoder = decoder_of(model, model.net_, model.targets_, model.config_, model.answer_, rows=_checked)
+        paths, log_prob, _ = decoder.candidates(view)
+        scores = term_scores(model.answer_.terms, view, last_nodes(paths))
+        parts.append((held, paths, log_prob, scores))
+    k = min(part[1].shape[1] for part in parts)
+    depth = max(part[1].shape[2] for part in parts)
+    order = np.argsort(np.concatenate([part[0] for part in parts]), kind="stable")
+    paths = np.concatenate([np.pad(p[1][:, :k], ((0, 0), (0, 0), (0, depth - p[1].shape[2])), constant_values=-1)
+                            for p in parts])[order]
+    log_prob = np.concatenate([p[2][:, :k] for p in parts])[order]
+    scores = {name: np.concatenate([p[3][name][:, :k] for p in parts])[order] for name in parts[0][3]}
+    return paths, log_prob, scores
+
+
+def _cross_fit_refusal(estimator: Any, X: Any, answer: AnswerModel) -> str | None:
+    """Why this fit cannot learn its weights by cross-fitting (``None``: it can)."""
+    import scipy.sparse as sp
+
+    if not answer.terms:
+        return "no re-ranking term was fitted"
+    if X is None or not (sp.issparse(X) or isinstance(X, np.ndarray)):
+        return "the rows are not a NumPy array or a scipy sparse matrix"
+    if X.shape[0] >= CROSS_FIT_MAX_ROWS:
+        return (f"{X.shape[0]:,} rows, at least {CROSS_FIT_MAX_ROWS:,}, and no calibration share held out "
+                "(calibration=None, a validation split or too much weight held out) to learn them on")
+    if estimator.callbacks:
+        return "callbacks are set, which the folds' fits would run again"
+    if estimator.train_split is not None or estimator.early_stopping:
+        return "a validation split is set"
+    return None
+
+
+def _fixed(requested: Any) -> float:
+    """A fold's weight for a term: any number builds it (its scores, not its weight, are read)."""
+    return 1.0 if isinstance(requested, str) else float(requested)
+
+
+def _checked(X: Any) -> Any:
+    """Rows the fit already checked (``validate_X``), as they are."""
+    return X
+
+
+#: What continuing training drops from the answer model, why (each was fitted for the weights or
+#: the rows before), and the configuration's record of it.
+_STALE_ON_CONTINUE = {
+    "calibrator": ("it was fitted for the weights before this epoch, on rows held out of them. predict_confidence "
+                   "now gives the model's own probability; fit afresh to calibrate again", {}),
+    "flat_term": ("its linear SVM was fitted on the earlier rows only and cannot add this call's. The answers are "
+                  "now re-ranked without it; fit afresh to keep it",
+                  {"flat_term_reason": "dropped when training continued"}),
+}
+
+
+def drop_stale(estimator: Any, answer: AnswerModel) -> tuple[AnswerModel, Any]:
+    """The answer model and configuration once training goes on: the calibrator, a map fitted
+    for other weights, and the flat term's SVM, a model of the rows before, go, each said once
+    (a ``UserWarning`` at the user's line), and ``config_`` records it."""
+    config = estimator.config_
+    for part, (why, config_fields) in _STALE_ON_CONTINUE.items():
+        if part == "calibrator" and answer.calibrator is not None:
+            answer = answer.replace(calibrator=None)
+        elif part == "flat_term" and answer.term("flat_term") is not None:
+            answer = answer.without("flat_term")
+        else:
+            continue
+        warnings.warn(f"continuing training drops the answer model's {part.replace('_', ' ')}: {why}", UserWarning,
+                      stacklevel=caller_stacklevel())
+        config = dataclasses.replace(config, **config_fields)
+    return answer, config
