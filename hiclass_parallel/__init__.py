@@ -42,13 +42,21 @@ features that raise it); the parts they compose in one sub-package each:
 - ``estimators/answer/``: the re-ranking weights learnt on held-out rows (``_joint``: the joint
   fit, a conditional logit over the candidates; ``_terms``: how a term scores candidates;
   ``_held_out``: the rows they are learnt on, the calibration share or cross-fitting);
-- ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``), the
-  batches it reads (``_data``), the ``LazyAdam`` optimizer (``_optim``), the fused training step
-  (``_fused_step``) and its C kernel with LazyAdam's row update (``_path_step.c``, loaded by
-  ``_native_path_step``), a seeded fit's own random generator (``_random``), and data-parallel
-  training (``_distributed``); ``networks/device/``:
-  the device training step on CUDA with Triton (``_plan``: the host's fixed-shape step plans;
-  ``_step``, ``_kernels``: the step's Triton kernels; ``_train``: the step in skorch's loop);
+- ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``: it holds
+  one training engine and hands it every training step and epoch), the batches it reads
+  (``_data``), the ``LazyAdam`` optimizer (``_optim``), the C kernel of the fused step with
+  LazyAdam's row update (``_path_step.c``, loaded by ``_native_path_step``), planning the next
+  batch while a step runs (``_plan_ahead``), a seeded fit's own random generator (``_random``),
+  and data-parallel training (``_distributed``); ``networks/engines/``: the training engines,
+  one protocol (``_protocol``: ``refusal``, ``choice``, ``begin``, ``step``, ``epoch``) and one
+  module each, asked in order of preference by the configuration
+  (``fitting/_config.resolve_engines``, where the engine is chosen, beside ``resolve_module``,
+  the default network) -- per step, ``device/`` (CUDA with Triton: a few kernels reading a
+  host-made fixed-shape plan, LazyAdam's row update inside, no synchronisation; ``_plan``,
+  ``_step``, ``_kernels``, ``_engine``), ``_fused`` (CPU: forward, backward and sparse gradients
+  in one C call, LazyAdam's update of the big layers inside unless something reads gradients;
+  a batch it refuses runs through torch, counted), ``_torch`` (skorch's step: autograd, the
+  optimizer's step); the model both kernels serve is read in ``_kernel_model``;
 - ``estimators/io/``: saving without pickle (``_persistence``, ``_model_folder``,
   ``_conformal_persistence``; ``_whole_model``: a pipeline's scikit-learn parts through
   ``skops.io`` against an allow-list, around the classifier's own format) and export for

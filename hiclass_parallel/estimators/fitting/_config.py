@@ -142,11 +142,13 @@ class FitConfig:
         ``criterion__*`` parameters win over them): ``level_contrast`` for path-local training
         (:data:`LEVEL_CONTRAST`, :data:`DAG_LEVEL_CONTRAST`), ``partition`` and ``validate``.
     step_engine : {"fused", "device", "torch"}
-        How training steps run: ``"device"``, on CUDA with Triton, the default text model's
-        device step (:mod:`~hiclass_parallel.estimators.networks.device`: host-planned steps,
+        The training engine (:mod:`~hiclass_parallel.estimators.networks.engines`, the first
+        of its order of preference that does not refuse the fit: :func:`resolve_engines`):
+        ``"device"``, on CUDA with Triton, the default text model's device step
+        (:mod:`~hiclass_parallel.estimators.networks.engines.device`: host-planned steps,
         Triton kernels that also apply LazyAdam's update, the losses read back once per epoch);
         else the fused C step of the default text model
-        (:mod:`~hiclass_parallel.estimators.networks._fused_step`), or torch (autograd; full
+        (:mod:`~hiclass_parallel.estimators.networks.engines._fused`), or torch (autograd; full
         training always); dense ``X`` reaches the fused step too, each batch as CSR with every
         column. Under ``"fused"`` a batch the fused step cannot take (neither a sparse CSR batch
         nor a dense float32 one, weights made untrainable, the kernel missing where a saved model continues)

@@ -8,9 +8,9 @@ on each labelled path (:func:`~hiclass_parallel.ops.sibling_paths.path_rows`) pl
 in-batch level term (:func:`~hiclass_parallel.losses.in_batch_level_loss`), and every gradient,
 in one call: forward, backward and the coalesced sparse gradients (distinct rows, ascending).
 It is the reference-checked fast route of ``PathLocalCrossEntropy`` over ``SparseMLP``; the
-torch route stays the reference (``tests/estimators/networks/test_fused_step.py``). With ``sample``,
+torch route stays the reference (``tests/estimators/networks/engines/test_fused_step.py``). With ``sample``,
 groups wider than a limit train on a sampled softmax instead (the classifier's
-``softmax_sample``; ``tests/estimators/networks/test_sampled_softmax.py``). :func:`adam_rows` is
+``softmax_sample``; ``tests/estimators/networks/engines/test_sampled_softmax.py``). :func:`adam_rows` is
 ``LazyAdam``'s sparse update in one pass over the touched rows.
 
 ``HICLASS_PARALLEL_NATIVE=0`` turns it off with the other kernels. ctypes releases the GIL during
