@@ -25,23 +25,26 @@ features that raise it); the parts they compose in one sub-package each:
   (``_config``: the one place every fit-time choice is made -- the training route, the step
   engine and the fused update, the criterion and optimizer classes and their options, epochs,
   threads) and what a network can do (``_capabilities``), building the net (``_build``) and
-  who owns which parameter (``_params``), the label encoders (``_targets``), sample and class
-  weights (``_weights``), training from torch datasets (``_streaming``), every check of what an
-  estimator is given (its settings, ``X``, its labels: ``_validation``) and the guards while
-  training (``_guards``);
+  who owns which parameter (``_params``), the label encoders and the sample and class weights
+  of what they encode (``_targets``), training from torch datasets (``_streaming``), every check
+  of what an estimator is given (its settings, ``X``, its labels: ``_validation``), the guards
+  while training (``_guards``) and the fit of the answer model (``_answer_fit``: the flat term,
+  the weights and calibrator chosen on the calibration share by decoding it as ``predict``
+  will, the cross-fitting's fold models);
 - ``estimators/prediction/``: the prediction methods (``_predict``) and the answer at predict
   time, decided by one dispatcher (``_decode``: model paths, re-ranking, decoding rule, output
-  form);
-- ``estimators/prototypes/``: the class prototypes (``_prototypes``: the ``Prototypes``
-  protocol both kinds follow, the cosine kind, the re-ranking and the likelihood that fits a
-  weight and scale; ``_dense_prototypes``: the Gaussian kind; ``_fit_prototypes``: the
-  prototypes' fit, the one place it is decided -- built from the fit rows, weight and scale
-  chosen on the held-out rows, rows added when training continues);
-- ``estimators/calibration/``: the answer calibrator (``_calibration``), fitted on a decoder of
-  the freshly trained net;
-- ``estimators/answer/``: the re-ranking weights learnt on held-out rows (``_joint``: the joint
-  fit, a conditional logit over the candidates; ``_terms``: how a term scores candidates;
-  ``_held_out``: the rows they are learnt on, the calibration share or cross-fitting);
+  form; ``decoder_of`` reads the answer model);
+- ``estimators/answer/``: the answer model, one fitted attribute ``answer_`` (``_model``:
+  :class:`AnswerModel`, the terms, their weights, the scale of ``log p`` and the calibrator;
+  ``_terms``: the one protocol every term follows -- fit on training rows,
+  ``score(X, candidates)``, its arrays for saving and export); the terms: the class prototypes
+  (``_prototypes``: the ``Prototypes`` protocol both kinds follow, the cosine kind, the
+  re-ranking and the likelihood that fits the rules' weight and scale; ``_dense_prototypes``:
+  the Gaussian kind; ``_fit_prototypes``: the rows they are built from, rows added when
+  training continues) and the flat linear SVM of three kinds (``_flat_margins``); the answer
+  calibrator and the held-out rows it is fitted on (``_calibration``); the weights learnt on
+  held-out rows (``_joint``: the joint fit, a conditional logit over the candidates;
+  ``_held_out``: where the learnt weights are set and recorded);
 - ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``: it holds
   one training engine and hands it every training step and epoch), the batches it reads
   (``_data``), the ``LazyAdam`` optimizer (``_optim``), the C kernel of the fused step with

@@ -245,7 +245,7 @@ def _span(low: float, high: float) -> str:
 
 def _plan(n_rows: int, n_classes: int, epochs: int | None, device: str, wide: float = 0.0) -> str:
     """What is about to be trained, and for how long, printed before training starts."""
-    from .estimators.answer._calibration import MIN_AUTO_ROWS, held_out_size, rejoins
+    from .estimators.answer import MIN_AUTO_ROWS, held_out_size, rejoins
 
     planned = _planned_epochs(n_rows, epochs)
     which = "" if epochs is not None else " (the classifier's default for this many rows)"

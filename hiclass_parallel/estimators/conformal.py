@@ -49,8 +49,15 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from ..exceptions import NonMonotoneLossError, UnsupportedEstimatorError
 from ..labels._paths import as_host_labels, labels_to_ids
-from ..metrics._conformal import loss_bound, resolve_loss
+from ..metrics._conformal import loss_bound, mean_answer_depth, resolve_loss
+from ..metrics._paths import tree_label_paths
 from ..metrics._weights import check_sample_weight
+from ..ops.best_first import best_first_paths
+from ..ops.decode import best_paths
+from ..ops.sibling_paths import expand_rows, path_rows, segment_logsumexp, sibling_plan
+from .answer import held_out_view
+from .classifier import HierarchicalClassifier
+from .multilabel import MultiLabelHierarchicalClassifier
 
 __all__ = [
     "ConformalHierarchicalClassifier",
@@ -193,7 +200,6 @@ def reach_log_proba(score: Any, paths: Any, tree: Any, stop: bool) -> Any:
     """
     import torch
 
-    from ..ops.sibling_paths import expand_rows, path_rows, segment_logsumexp, sibling_plan
 
     plan = sibling_plan(tree, stop)
     paths = torch.as_tensor(paths, dtype=torch.int64)
@@ -219,8 +225,6 @@ def _sibling_route(classifier: Any) -> bool:
     """Whether a node's subtree probability is its reach probability for this classifier
     (:func:`reach_log_proba`): a :class:`HierarchicalClassifier` of the sibling partition
     whose stop scores match its semantics."""
-    from .classifier import HierarchicalClassifier
-
     return (isinstance(classifier, HierarchicalClassifier) and getattr(classifier, "partition_", None) == "sibling"
             and bool(classifier.stop_) == (classifier.semantics == "terminal"))
 
@@ -231,8 +235,6 @@ def _sibling_chains(classifier: Any, X: Any) -> tuple[np.ndarray, np.ndarray]:
     reach probabilities of its nodes, scoring only the groups on that path."""
     import dataclasses
 
-    from ..ops.best_first import best_first_paths
-    from ..ops.decode import best_paths
 
     # The model's own most probable answer, whatever decoding rule predict is set to.
     decoder = dataclasses.replace(classifier._decoder(), decoding="best")
@@ -397,8 +399,6 @@ def _truth_ids(classifier: Any, y: Any) -> np.ndarray:
 
 def _check_supported(estimator: Any) -> None:
     """Refuse estimators without one answer per row on a tree, naming them."""
-    from .multilabel import MultiLabelHierarchicalClassifier
-
     last = _last_step(estimator)
     inner = getattr(last, "classifier", last)  # a ClassTextClassifier holds the classifier
     name = type(last).__name__
@@ -596,8 +596,6 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
             ``alpha``, or a loss whose root answer costs more than ``alpha``): every answer
             is then the root.
         """
-        from .classifier import HierarchicalClassifier
-
         estimator = HierarchicalClassifier() if self.estimator is None else self.estimator
         _check_supported(estimator)
         loss = resolve_loss(self.loss)
@@ -686,7 +684,6 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         """
         from sklearn.pipeline import Pipeline
 
-        from .calibration._calibration import held_out_view
 
         if sp.issparse(X) and not isinstance(self.estimator, Pipeline):
             return held_out_view(X, train_rows, cal_rows)
@@ -839,8 +836,6 @@ class ConformalHierarchicalClassifier(MetaEstimatorMixin, ClassifierMixin, BaseE
         """
         from sklearn.utils.validation import check_consistent_length
 
-        from ..metrics._conformal import mean_answer_depth
-        from ..metrics._paths import tree_label_paths
 
         classifier = self.classifier_
         # y in any form the classifier's fit takes; a class the tree lacks (a held-out class no

@@ -42,7 +42,7 @@ import scipy.sparse as sp
 import torch
 
 from ..ops.groups import stop_columns
-from .answer._prototypes import last_nodes
+from .answer import last_nodes
 from .networks._modules import MLP, SparseMLP
 from .prediction import host_rows, decode
 

@@ -5,9 +5,29 @@
   decision made once; ``_capabilities``: what a network class can do, read once;
 - ``_build``: the skorch net of a fit, built from its configuration; ``_params``: who owns
   which parameter and how it reaches the net;
-- ``_targets``: the label encoders (``y`` in, training targets and the loss out);
-  ``_weights``: sample and class weights; ``_streaming``: training from a torch ``Dataset`` or
-  ``IterableDataset`` (data that does not fit in memory);
-- ``_validation``: every check of what an estimator is given (settings, ``X``, labels);
+- ``_targets``: the label encoders (``y`` in, training targets and the loss out) and the
+  sample and class weights of what they encode; ``_streaming``: training from a torch
+  ``Dataset`` or ``IterableDataset`` (data that does not fit in memory);
+- ``_answer_fit``: the fit of the answer model (``answer_``): the flat term, the weights and
+  calibrator chosen on the calibration share, the cross-fitting;
+- ``_validation``: the fit's own checks of what an estimator is given (settings, the scale of
+  ``X``, labels; the checks fit and predict share are ``estimators/_checks``);
   ``_guards``: the checks while and after training (finite loss, divergence, rollback).
+
+This face names what the other parts of :mod:`hiclass_parallel.estimators` use: the public
+estimators fit through :func:`run_fit` and :func:`run_grow`, ``io`` rebuilds a saved net with
+:func:`build_net`, :func:`attach_net` and :class:`FitConfig`.
 """
+
+from ._capabilities import ModuleCapabilities, module_capabilities
+from ._config import SOFTMAX_SAMPLE, TRAINING, FitConfig, resolve_batch_size
+from ._build import build_net
+from ._fit import run_fit
+from ._grow import run_grow
+from ._guards import keep_fitted_state_on_error
+from ._params import NetParamsMixin, attach_net
+from ._targets import LabelSetTargets, PathTargets
+
+__all__ = ["SOFTMAX_SAMPLE", "TRAINING", "FitConfig", "LabelSetTargets", "ModuleCapabilities", "NetParamsMixin",
+           "PathTargets", "attach_net", "build_net", "keep_fitted_state_on_error", "module_capabilities",
+           "resolve_batch_size", "run_fit", "run_grow"]

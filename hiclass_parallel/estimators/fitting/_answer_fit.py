@@ -27,13 +27,9 @@ from typing import Any
 import numpy as np
 
 from ...exceptions import caller_stacklevel
-from ..answer._calibration import BetaCalibrator, answer_correct, held_out_view
-from ..answer._fit_prototypes import fitted_prototypes, held_out_prototypes, rules_weight
-from ..answer._flat_margins import FlatMargins
-from ..answer._held_out import learn_from_candidates, learn_on_held_out, learns_weights, not_learnt
-from ..answer._model import AnswerModel
-from ..answer._prototypes import last_nodes
-from ..answer._terms import term_scores
+from ..answer import (AnswerModel, BetaCalibrator, FlatMargins, answer_correct, fitted_prototypes, held_out_prototypes,
+                      held_out_view, last_nodes, learn_from_candidates, learn_on_held_out, learns_weights, not_learnt,
+                      rules_weight, term_scores)
 from ..prediction import decode, decoder_of
 
 from .._defaults import CROSS_FIT_MAX_ROWS, FOLDS

@@ -38,8 +38,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
 from .._checks import validate_X
-from ..answer._calibration import plan_calibration
-from ..answer._fit_prototypes import added_prototypes, data_parallel_group
+from ..answer import added_prototypes, data_parallel_group, plan_calibration
 from ..networks._random import FitRandom, drawing_from, draws_from_fit_generator
 from ._answer_fit import drop_stale, fit_flat_term, fit_on_held_out, fitted_answer, learn_by_cross_fitting
 from ._build import build_net, net_params
@@ -57,7 +56,7 @@ from ._guards import check_trained_scores, fitted_attributes, keep_net_on_error,
 from ._params import LOADER_PREFIXES, attach_net, changed_since_built, mark_applied
 from ._streaming import StreamInput, is_dataset
 from ._validation import check_params, warn_if_scales_differ, warn_ignored_changes
-from ._weights import check_fit_sample_weight, item_weights
+from ._targets import check_fit_sample_weight, item_weights
 
 __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]
 
@@ -65,7 +64,7 @@ __all__ = ["ArrayInput", "run_fit", "seeded", "training_threads"]
 class ArrayInput:
     """Arrays, sparse matrices and tensors: ``X`` validated, ``y`` encoded up front, the rows'
     ``sample_weight`` checked and, with ``class_weight``, turned into one weight per training
-    item (:mod:`._weights`)."""
+    item (:mod:`._targets`)."""
 
     def __init__(self, X: Any, y: Any, sample_weight: Any = None, class_weight: Any = None):
         self.X, self.y = X, y
@@ -327,7 +326,7 @@ def run_fit(estimator: Any, X: Any, y: Any, *, epochs: int | None, partial: bool
     classes : array-like, default=None
         ``partial_fit``'s ``classes`` at the first call.
     sample_weight : array-like of shape (n_samples,), default=None
-        The rows' weights (:mod:`._weights`); a streamed data set yields its own.
+        The rows' weights (:mod:`._targets`); a streamed data set yields its own.
     """
     check_params(estimator)
     class_weight = getattr(estimator, "class_weight", None)

@@ -46,9 +46,7 @@ from ...losses import PathLocalCrossEntropy
 from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
 from .._checks import validate_X
-from ..answer._dense_prototypes import GaussianPrototypes
-from ..answer._fit_prototypes import wants_prototypes
-from ..answer._prototypes import ClassPrototypes, prototypes_kind
+from ..answer import ClassPrototypes, GaussianPrototypes, prototypes_kind, wants_prototypes
 from ..networks._data import split_target
 from ..networks._modules import MLP, SparseMLP
 from ._build import build_net
@@ -57,7 +55,7 @@ from ._fit import _draw_seed, seeded, training_threads
 from ._guards import check_trained_scores
 from ._params import attach_net
 from ._targets import PathTargets
-from ._weights import check_fit_sample_weight, item_weights
+from ._targets import check_fit_sample_weight, item_weights
 
 __all__ = ["carry_state", "grown_ids", "initial_rows", "replay_rows", "run_grow"]
 

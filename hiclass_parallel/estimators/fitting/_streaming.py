@@ -33,6 +33,8 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from ...labels._paths import as_host_labels, labels_to_ids, read_path_strings
+from ...metrics._weights import check_sample_weight
+from ._targets import class_weights
 
 __all__ = ["is_dataset", "StreamInput"]
 
@@ -93,8 +95,6 @@ class _LabelCollate:
 def _item_weights(weights: tuple) -> np.ndarray:
     """The weights a stream's items carry, checked as ``fit``'s ``sample_weight`` is (finite,
     non-negative numbers; the message names the batch position of a bad one)."""
-    from ...metrics._weights import check_sample_weight
-
     values = [float(w.item()) if isinstance(w, (np.generic, torch.Tensor)) else w for w in weights]
     return check_sample_weight(np.asarray(values, dtype=object), len(values))
 
@@ -127,8 +127,6 @@ def _check_split(clf: Any, dataset: Any) -> None:
 @contextlib.contextmanager
 def _streaming(targets: Any, net: Any, dataset: Any, class_weight: Any = None) -> Iterator[None]:
     """The net's loaders set for ``(x, label)`` items while inside; as they were (arrays) after."""
-    from ._weights import class_weights
-
     node_weight = class_weights(class_weight, targets.tree, np.empty(0, dtype=np.int64))
     collate = _LabelCollate(targets.tree, targets.pad, node_weight, sep=targets.sep)
     params = {"iterator_train__collate_fn": collate, "iterator_valid__collate_fn": collate}

@@ -13,7 +13,7 @@ fit and predict share (``X``, the prediction settings, the device) are
 - continued training (``warm_start``, ``partial_fit``): changed parameters the fitted network
   cannot take (:func:`warn_ignored_changes`).
 
-Sample and class weights are checked where they are made (:mod:`._weights`).
+Sample and class weights are checked where they are made (:mod:`._targets`).
 """
 
 from __future__ import annotations

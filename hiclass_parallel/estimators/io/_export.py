@@ -44,14 +44,12 @@ from torch import nn
 from ...ops.engine._engine import check_partition, check_semantics
 from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
-from ..answer._calibration import CLIP as _CLIP
-from ..answer._flat_margins import NO_TARGET_MARGIN
+from ..answer import CLIP as _CLIP, NO_TARGET_MARGIN
 from ..classifier import HierarchicalClassifier
 from ..multilabel import MultiLabelHierarchicalClassifier
 
 if TYPE_CHECKING:
-    from ..answer._flat_margins import FlatMargins
-    from ..answer._prototypes import Prototypes
+    from ..answer import FlatMargins, Prototypes
 
 __all__ = ["TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
 

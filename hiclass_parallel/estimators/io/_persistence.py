@@ -73,9 +73,7 @@ from ...labels._paths import check_pad_not_a_label
 from ...ops.groups import n_outputs
 from ...tree import PARTITIONS, Tree
 from .._checks import check_device
-from ..answer._calibration import BetaCalibrator
-from ..answer._model import AnswerModel
-from ..answer._terms import TERMS, term_from_arrays
+from ..answer import AnswerModel, BetaCalibrator, TERMS, term_from_arrays
 from ..classifier import HierarchicalClassifier
 from ..fitting import FitConfig, attach_net, build_net, module_capabilities
 from ..networks._random import FitRandom, draws_from_fit_generator, drawing_from

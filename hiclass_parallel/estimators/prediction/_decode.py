@@ -35,8 +35,7 @@ import torch
 from ...ops.best_first import best_first_paths
 from ...ops.decode import best_paths, decoding_route, expected_hf1_paths, topk_paths
 from .._checks import inference_batch_size
-from ..answer._model import AnswerModel
-from ..answer._prototypes import last_nodes, rerank_order
+from ..answer import AnswerModel, last_nodes, rerank_order
 
 __all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of", "host_rows"]
 

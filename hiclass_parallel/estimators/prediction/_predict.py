@@ -25,7 +25,7 @@ from ...metrics._paths import tree_label_paths
 from ...ops.groups import group_log_softmax, node_log_probs
 from ...tree import PAD
 from .._checks import check_decidable, check_prediction_params, inference_batch_size, warn_unprepared_terms
-from ..answer._prototypes import last_nodes
+from ..answer import last_nodes
 from ._decode import Decoder, check_semantics, decode, decoder_of
 
 __all__ = ["PredictMixin"]

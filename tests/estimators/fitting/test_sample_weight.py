@@ -19,11 +19,12 @@ import pytest
 import scipy.sparse as sp
 import sklearn
 import torch
+from support import sparse_rows
 
 from hiclass_parallel import Tree
 from hiclass_parallel.dag import Dag
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
-from hiclass_parallel.estimators.fitting._weights import class_weights
+from hiclass_parallel.estimators.fitting._targets import class_weights
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -45,7 +46,7 @@ def _tree() -> Tree:
 def _data(dense: bool, n: int = 48):
     tree = _tree()
     rng = np.random.default_rng(1)
-    X = sp.random(n, 40, density=0.15, random_state=2, format="csr", dtype=np.float32)
+    X = sparse_rows(n, 40, density=0.15, seed=2)
     X = X.toarray() if dense else X
     y = rng.integers(0, tree.n_classes, n)  # labels at any depth (node ids as labels)
     return tree, X, y
@@ -101,7 +102,7 @@ def test_integer_weights_train_what_repeated_rows_train(route):
         engine = "fused" if ROUTES[route][2] else "torch"
         assert weighted.net_.step_engine_ == repeated.net_.step_engine_ == engine
     _assert_same_model(weighted, repeated, X)
-    sums = [clf.prototypes_.sums for clf in (weighted, repeated)]
+    sums = [clf.answer_.terms["prototypes"].sums for clf in (weighted, repeated)]
     dense_sums = [s.toarray() if sp.issparse(s) else s for s in sums]
     np.testing.assert_allclose(dense_sums[0], dense_sums[1], rtol=1e-5, atol=1e-6)
 
@@ -296,7 +297,7 @@ def test_a_calibrated_fit_leaves_zero_weight_rows_out_of_the_calibrator():
         warnings.simplefilter("ignore")
         clf = HierarchicalClassifier(tree, max_epochs=2, random_state=0, calibration="beta", calibration_size=90,
                                      module__dropout=0.0).fit(X, y, sample_weight=weight)
-    assert 0 < clf.calibrator_.n_rows < 90  # about two thirds of the held-out rows weigh more than zero
+    assert 0 < clf.answer_.calibrator.n_rows < 90  # about two thirds of the held-out rows weigh more than zero
     assert np.isfinite(clf.predict_confidence(X)).all()
 
 
