@@ -325,22 +325,22 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Number of features seen in :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen in :meth:`fit`, when ``X`` has string column names.
-    prototypes_ : Prototypes or None
-        The class prototypes (per-class sums of the training rows: ``ClassPrototypes``,
-        sparse, for sparse ``X``; ``GaussianPrototypes``, with counts and squares, for dense
-        ``X``; both follow the ``Prototypes`` protocol of ``estimators/prototypes/_prototypes.py``) and
-        their fitted weight; ``None`` with ``prototypes=None`` or a streamed data set.
-    flat_term_ : FlatMargins or None
-        The flat linear term's model (``coef``, dense or for the SVM of the candidates a
-        sparse CSR matrix, ``intercept`` and the target node ids ``classes``), fitted on the
-        training rows (without the rows held out for calibration, when the fit holds some
-        out), where ``config_.flat_term`` is above 0; ``None`` otherwise and after training
-        continues.
-    calibrator_ : BetaCalibrator or None
-        The map from the probability of the predicted answer to the chance it is right,
-        fitted on held-out rows (``calibration``); ``None`` when the fit did not
-        calibrate, and after training continues (``partial_fit``, ``warm_start``): it was
-        fitted for the weights before.
+    answer_ : AnswerModel
+        The answer model (``estimators/answer/_model.py``): how the network's paths become
+        the answer. ``answer_.terms`` holds the fitted re-ranking terms by name:
+        ``"prototypes"``, the class prototypes (per-class sums of the training rows:
+        ``ClassPrototypes``, sparse, for sparse ``X``; ``GaussianPrototypes``, with counts and
+        squares, for dense ``X``), absent with ``prototypes=None`` or a streamed data set;
+        ``"flat_term"``, the flat linear term's SVM (``FlatMargins``: ``coef``, dense or for
+        the SVM of the candidates a sparse CSR matrix, ``intercept`` and the target node ids
+        ``classes``), fitted on the training rows (without the rows held out for calibration,
+        when the fit holds some out), absent where the fit kept none and after training
+        continues. ``answer_.weights`` holds each term's weight, ``answer_.scale`` the scale
+        of the fitted conditional logit (``decoding="hf1"``), and ``answer_.calibrator`` the
+        map from the probability of the predicted answer to the chance it is right
+        (``BetaCalibrator``), fitted on held-out rows (``calibration``): ``None`` when the fit
+        did not calibrate, and after training continues (``partial_fit``, ``warm_start``):
+        it was fitted for the weights before.
     net_ : skorch.NeuralNet
         The fitted skorch net (``net_.module_`` is the torch module; ``net_.history`` the
         training history).
@@ -446,8 +446,8 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
     #: One answer per sample, which class prototypes can re-rank (``prototypes``).
     _reranks = True
 
-    #: Set by fit (the docstring's Attributes); annotated for the protocol both kinds follow.
-    prototypes_: Prototypes | None
+    #: Set by fit (the docstring's Attributes).
+    answer_: AnswerModel
 
     def __init__(
         self,
@@ -660,9 +660,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Returns
         -------
         self : HierarchicalClassifier
-            With ``tree_``, ``classes_``, the network and ``prototypes_`` for the larger tree;
-            ``tree`` (when it was given) and ``module__class_features`` (a class-text model)
-            set to the larger tree's; ``calibrator_`` and ``flat_term_`` dropped, with a
+            With ``tree_``, ``classes_``, the network and the answer model's class prototypes
+            for the larger tree; ``tree`` (when it was given) and ``module__class_features`` (a
+            class-text model) set to the larger tree's; the answer model's calibrator and flat
+            term dropped, with a
             warning (fitted on the old classes, they would misjudge the new ones); and
             ``grown_``: the new classes, how many output rows started from each source, the
             epochs trained, the unseen features learnt and the pseudo-rows replayed.
