@@ -57,18 +57,60 @@ def random_dag(rng: np.random.Generator, n: int) -> Dag:
     return Dag.from_edges(edges)
 
 
-def text_like(n_samples: int = 300, n_features: int = 40, seed: int = 0, fingerprints: bool = False):
+def renumbered(parents, perm: np.ndarray) -> np.ndarray:
+    """The parent array of the same tree with node ``i`` called ``perm[i]``: shuffled ids, so that
+    node order says nothing about depth."""
+    parents = np.asarray(parents)
+    out = np.full(len(parents), -1, dtype=np.int64)
+    has_parent = parents >= 0
+    out[perm[has_parent]] = perm[parents[has_parent]]
+    return out
+
+
+def shuffled_ids(tree, rng: np.random.Generator):
+    """``tree`` with its node ids permuted by one draw of ``rng``, labels kept with their nodes."""
+    from hiclass_parallel import Tree
+
+    perm = rng.permutation(tree.n_classes)
+    labels = np.asarray(tree.labels)[np.argsort(perm)]
+    return Tree.from_parents(renumbered(tree.parents, perm), labels=labels.tolist())
+
+
+def sparsify(X, keep: float, rng: np.random.Generator):
+    """Rows like TF-IDF from dense ``X``: ``|X|`` where a uniform draw of ``rng`` is below
+    ``keep``, else zero; a float32 CSR matrix."""
+    import scipy.sparse as sp
+
+    return sp.csr_matrix(np.where(rng.uniform(size=X.shape) < keep, np.abs(X), 0.0).astype(np.float32))
+
+
+def sparse_rows(n_rows: int, n_features: int, density: float, seed: int, dtype=np.float32, format: str = "csr"):
+    """Random sparse rows (``scipy.sparse.random``: ``density`` of the entries uniform in [0, 1))."""
+    import scipy.sparse as sp
+
+    return sp.random(n_rows, n_features, density=density, random_state=seed, format=format, dtype=dtype)
+
+
+def text_like(n_samples: int = 300, n_features: int = 40, seed: int = 0, fingerprints: bool = False,
+              keep: float = 0.4, shuffle_ids: bool = False, **make_kwargs):
     """Sparse non-negative rows (like TF-IDF) of a 3-level tree, labels at any depth: ``(X, y,
-    tree)``. ``fingerprints``: each row gets one more feature of its own (column
-    ``n_features + row``), so that what a model trained on can be read off its weights."""
+    tree)``; ``make_kwargs`` change :func:`~hiclass_parallel.datasets.make_hierarchical_classification`'s
+    settings (3 branches, 3 levels, 30% of the labels at internal nodes). ``keep``: the share of
+    entries kept (:func:`sparsify`). ``shuffle_ids``: the tree's node ids shuffled
+    (:func:`shuffled_ids`, drawn after ``X``). ``fingerprints``: each row gets one more feature of
+    its own (column ``n_features + row``), so that what a model trained on can be read off its
+    weights."""
     import scipy.sparse as sp
 
     from hiclass_parallel.datasets import make_hierarchical_classification
 
-    X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, branching=3, depth=3,
-                                                  terminal_fraction=0.3, random_state=seed)
+    settings = {"branching": 3, "depth": 3, "terminal_fraction": 0.3, **make_kwargs}
+    X, y, tree = make_hierarchical_classification(n_samples=n_samples, n_features=n_features, random_state=seed,
+                                                  **settings)
     rng = np.random.default_rng(seed)
-    Xs = sp.csr_matrix(np.where(rng.uniform(size=X.shape) < 0.4, np.abs(X), 0.0).astype(np.float32))
+    Xs = sparsify(X, keep, rng)
+    if shuffle_ids:
+        tree = shuffled_ids(tree, rng)
     if fingerprints:
         Xs = sp.hstack([Xs, sp.identity(n_samples, dtype=np.float32, format="csr")], format="csr")
     return Xs, y, tree

@@ -1,10 +1,23 @@
-"""Layer 7: scikit-learn estimators -- the label <-> path encoder and the classifiers.
+"""Layer 6: scikit-learn estimators -- the label <-> path encoder and the classifiers.
 
 The public estimators are the modules at this level (``classifier``, ``multilabel``,
-``class_text``, ``conformal``, ``pipeline``, ``path_encoder``); the parts they compose live in the
-sub-packages ``fitting``, ``prediction``, ``prototypes``, ``calibration``, ``networks`` and
-``io`` (the package docstring of :mod:`hiclass_parallel` maps each concept to its
-module).
+``class_text``, ``conformal``, ``pipeline``, ``explain``, ``path_encoder``); the parts they
+compose live in sub-packages (the package docstring of :mod:`hiclass_parallel` maps each
+concept to its module). Inside, from the bottom up, each part imports only from the lines
+above its own, and another folder only through its face (its ``__init__.py``, which names what
+other folders may use); ``tests/test_layers.py`` checks every import, function-local ones too,
+against this list:
+
+1. ``_defaults`` -- every default, one row each;
+2. ``_checks`` -- the checks fit and predict share (``X``, prediction settings, device);
+3. ``networks/`` -- the torch modules, the skorch net, the optimizer, the training engines;
+4. ``answer/`` -- the answer model: its terms, their weights, the calibrator;
+5. ``prediction/`` -- the prediction methods and the one decoding dispatcher;
+6. ``fitting/`` -- the fit pipeline and its configuration (it decodes with ``prediction/``);
+7. ``path_encoder``, ``classifier`` -- the encoder; the classifier, composed of the above;
+8. ``multilabel`` -- the classifier of label sets, a subclass of the classifier;
+9. ``class_text``, ``conformal``, ``explain``, ``pipeline`` -- estimators around the classifiers;
+10. ``io/`` -- saving, loading and exporting the public estimators (``load_model`` builds them).
 
 :class:`PathEncoder` needs only NumPy; :class:`HierarchicalClassifier` and :class:`MLP` need
 torch and skorch, which are imported the first time one of them is used.
@@ -51,22 +64,15 @@ def __getattr__(name: str) -> Any:
         from .networks._optim import LazyAdam
 
         return LazyAdam
-    if name in ("save_classifier", "load_classifier"):
-        from .io import _persistence
+    if name in ("save_classifier", "load_classifier", "save_conformal", "load_conformal", "save_model", "load_model",
+                "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
+        from . import io
 
-        return getattr(_persistence, name)
-    if name in ("TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
-        from .io import _export
+        return getattr(io, name)
+    if name in ("FitConfig", "ModuleCapabilities", "module_capabilities"):
+        from . import fitting
 
-        return getattr(_export, name)
-    if name == "FitConfig":
-        from .fitting._config import FitConfig
-
-        return FitConfig
-    if name in ("ModuleCapabilities", "module_capabilities"):
-        from .fitting import _capabilities
-
-        return getattr(_capabilities, name)
+        return getattr(fitting, name)
     if name == "FlatMargins":
         from .prototypes._flat_margins import FlatMargins
 
@@ -83,10 +89,6 @@ def __getattr__(name: str) -> Any:
         from .conformal import ConformalHierarchicalClassifier
 
         return ConformalHierarchicalClassifier
-    if name in ("save_conformal", "load_conformal"):
-        from .io import _conformal_persistence
-
-        return getattr(_conformal_persistence, name)
     if name in ("explain_predictions", "explain_classes", "Explanation", "ClassExplanation"):
         from . import explain
 
@@ -95,10 +97,6 @@ def __getattr__(name: str) -> Any:
         from . import pipeline
 
         return getattr(pipeline, name)
-    if name in ("save_model", "load_model"):
-        from .io import _whole_model
-
-        return getattr(_whole_model, name)
     if name == "ClassTextClassifier":
         from .class_text import ClassTextClassifier
 

@@ -27,6 +27,10 @@ from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
+from .fitting import module_capabilities
+from .multilabel import MultiLabelHierarchicalClassifier
+from .networks._modules import MLP, SparseMLP
+
 __all__ = ["ClassTextClassifier"]
 
 #: How many unknown labels an error message names before it says how many more there are.
@@ -233,10 +237,6 @@ class ClassTextClassifier(MetaEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     def _check_module(self, classifier: Any, features: Any) -> None:
         """The network the classifier will build must take ``class_features``."""
-        from .fitting._capabilities import module_capabilities
-        from .networks._modules import MLP, SparseMLP
-
-        from .multilabel import MultiLabelHierarchicalClassifier
 
         module = classifier.get_params(deep=False).get("module")
         if module is None:  # the classifier's default (fitting/_config.resolve_module)

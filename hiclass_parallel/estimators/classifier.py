@@ -30,13 +30,9 @@ from sklearn.utils._param_validation import Interval, Options, RealNotInt, StrOp
 
 from ..tree import PARTITIONS, Tree
 from ._checks import NotBool, validate_X
-from .fitting._config import TRAINING
-from .fitting._fit import run_fit
-from .fitting._guards import keep_fitted_state_on_error
-from .fitting._params import NetParamsMixin
-from .fitting._targets import PathTargets
+from .fitting import TRAINING, NetParamsMixin, PathTargets, keep_fitted_state_on_error, run_fit, run_grow
 from .networks._data import TreeDataset
-from .prediction._predict import PredictMixin
+from .prediction import PredictMixin
 
 if TYPE_CHECKING:
     from .prototypes._prototypes import Prototypes
@@ -694,8 +690,6 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         >>> clf.predict(np.eye(3)).tolist()
         [['animal', 'cat', ''], ['animal', 'dog', ''], ['animal', 'dog', 'puppy']]
         """
-        from .fitting._grow import run_grow
-
         with keep_fitted_state_on_error(self):
             return run_grow(self, tree, X, y, sample_weight=sample_weight, class_features=class_features,
                             replay=replay, max_epochs=max_epochs, train=train)

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from support import sparse_rows
 
 from hiclass_parallel.estimators.networks import _native_path_step as native
 
@@ -20,7 +21,7 @@ def test_bench_plan_ahead_fits_both_settings_and_reports_them(tmp_path, monkeypa
     parents = np.r_[-1, -1, rng.integers(0, 2, 10), rng.integers(2, 12, 30)]
     folder = tmp_path / "tiny"
     folder.mkdir()
-    X = sp.random(700, 20, density=0.2, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(700, 20, density=0.2, seed=0)
     y = rng.integers(0, len(parents), 700)
     for part, value in (("parents", parents), ("y_train", y[:600]), ("y_test", y[600:])):
         np.save(folder / f"{part}.npy", value)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier
@@ -22,13 +23,12 @@ def _random_model(random_tree, seed: int, partition: str, stop: bool, class_text
     (the sum must hold for any weights, not only trained ones), and rows to explain."""
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, 25)
-    X = sp.random(120, 40, density=0.15, random_state=seed, format="csr", dtype=np.float32)
+    X = sparse_rows(120, 40, density=0.15, seed=seed)
     y = rng.integers(0, tree.n_classes, 120)
     params = dict(partition=partition, stop=stop, semantics="terminal" if stop else "partial", max_epochs=1,
                   calibration=None, prototypes=None, flat_term=None, random_state=0, **kwargs)
     if class_text:
-        params["module__class_features"] = sp.random(tree.n_classes, 40, density=0.1, random_state=seed + 1,
-                                                     format="csr", dtype=np.float32)
+        params["module__class_features"] = sparse_rows(tree.n_classes, 40, density=0.1, seed=seed + 1)
     clf = HierarchicalClassifier(tree, **params).fit(X, y)
     with torch.no_grad():
         for p in clf.net_.module_.parameters():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import BEST_FIRST_OPTIONS, assert_same_paths, complete_tree
+from support import BEST_FIRST_OPTIONS, assert_same_paths, complete_tree, sparse_rows
 
 from hiclass_parallel.ops import best_paths, topk_paths
 from hiclass_parallel.ops.best_first import best_first_paths
@@ -81,13 +81,12 @@ def test_k_out_of_range_is_named(paper_tree):
 
 
 def test_classifier_best_first_decoding_equals_exhaustive_decoding(random_tree):
-    import scipy.sparse as sp
-
+    
     from hiclass_parallel.estimators import HierarchicalClassifier
 
     rng = np.random.default_rng(0)
     tree = random_tree(rng, 40)
-    X = sp.random(200, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    X = sparse_rows(200, 30, density=0.2, seed=0)
     y = rng.integers(0, 40, size=200)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, module__hidden_units=16, random_state=0,
                                  prototypes=None, flat_term=None)  # the model's own decoding is compared

@@ -20,10 +20,12 @@ from skorch.callbacks import EarlyStopping, ProgressBar
 from skorch.dataset import ValidSplit
 from torch.utils.data import DataLoader
 
+from ...ops.groups import stop_columns
 from ..networks._data import collate_batch
 from ..networks._net import TreeNet, module_kwargs
 from ._config import FitConfig
 from ._guards import FiniteLossGuard
+from ._params import net_param_names
 
 __all__ = ["build_net", "net_params"]
 
@@ -33,8 +35,6 @@ def class_feature_rows(features: Any, targets: Any, config: FitConfig) -> sp.csr
     per score column: each node's class row, and under the sibling partition each stop column
     the row of the node whose children it ends at (better on WordNet than text-less stops:
     the text that names a node is evidence that the path ends there)."""
-    from ...ops.groups import stop_columns
-
     n_classes = len(targets.classes)
     if features.shape[0] != n_classes:
         raise ValueError(
@@ -67,8 +67,6 @@ def _check_criterion_params(criterion: type, given: dict[str, Any], config: FitC
 def net_params(estimator: Any, config: FitConfig) -> dict[str, Any]:
     """What the net takes from the estimator as it is: the parameters both share (lr,
     max_epochs and batch_size as resolved) and the prefixed ones but ``module__*``."""
-    from ._params import net_param_names
-
     params = {name: getattr(estimator, name) for name in net_param_names(type(estimator))}
     params.update(lr=config.lr, max_epochs=config.max_epochs, batch_size=config.batch_size)
     params.update({k: v for k, v in estimator._skorch_kwargs().items() if not k.startswith("module__")})

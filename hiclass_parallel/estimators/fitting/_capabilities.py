@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..networks._optim import LazyAdam
+
 __all__ = ["ModuleCapabilities", "module_capabilities"]
 
 #: Default learning rates: Adam on dense modules, LazyAdam on sparse input.
@@ -100,8 +102,6 @@ def module_capabilities(module: type[torch.nn.Module]) -> ModuleCapabilities:
     >>> module_capabilities(SparseMLP).accepts_sparse, module_capabilities(MLP).accepts_sparse
     (True, False)
     """
-    from ..networks._optim import LazyAdam
-
     sparse = bool(getattr(module, "accepts_sparse", False))
     try:
         takes = inspect.signature(module.__init__).parameters

@@ -23,11 +23,17 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ...losses import DagCrossEntropy, HierarchicalCrossEntropy, PathLocalCrossEntropy
+from ...ops.groups import n_outputs
+from ...ops.sibling_paths import sibling_plan
 from ...tree import Tree
 from .._defaults import BATCH_SIZE
+from ..calibration._calibration import effective_rows
 from ..networks._modules import MLP, SparseMLP
 from ..networks._net import TreeNet
+from ..networks._optim import LazyAdam
 from ..networks.engines import EngineRequest, choose
+from ..prototypes._flat_margins import CANDIDATES_WEIGHT, DEFAULT_WEIGHT
 from ._capabilities import ModuleCapabilities, module_capabilities
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MANY_ROWS",
@@ -325,8 +331,6 @@ def resolve_plan_ahead(step_engine: str, threads: int | None, cores: int | None 
 
 def resolve_criterion(path_local: bool, partition: str, label_sets: bool) -> tuple[type, dict[str, Any]]:
     """The criterion class and its options besides the tree."""
-    from ...losses import DagCrossEntropy, HierarchicalCrossEntropy, PathLocalCrossEntropy
-
     if label_sets:  # the in-batch level term path-locally, with a label's copies as its positives
         return DagCrossEntropy, ({"partition": "sibling", "level_contrast": DAG_LEVEL_CONTRAST} if path_local
                                  else {"partition": "sibling"})
@@ -340,7 +344,6 @@ def resolve_optimizer_options(estimator: Any, optimizer: type, capabilities: Mod
     """The optimizer's options the package sets; the user's ``optimizer__*`` settings win."""
     import torch
 
-    from ..networks._optim import LazyAdam
 
     given = set(estimator._skorch_kwargs("optimizer__"))
     options: dict[str, Any] = {}
@@ -411,7 +414,6 @@ def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: 
         return 0, "softmax_sample=None: every softmax exact"
     if step_engine not in ("fused", "device"):
         return 0, f"the {step_engine} step is exact (the sampled softmax is the fused and device steps')"
-    from ...ops.sibling_paths import sibling_plan
 
     limit = SOFTMAX_SAMPLE if requested == "auto" else int(requested)
     widths = np.diff(sibling_plan(tree, stop).group_ptr)
@@ -468,12 +470,9 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
     rows per target count what the weights are worth
     (:func:`~..calibration._calibration.effective_rows`).
     """
-    from ..prototypes._flat_margins import CANDIDATES_WEIGHT, DEFAULT_WEIGHT
-
     requested = getattr(estimator, "flat_term", None)
     if requested is None:
         return 0.0, "flat_term=None", False
-    from ..calibration._calibration import effective_rows
 
     # Rows of weight 0 teach the SVM nothing: they name no target and count as no row.
     counted = None if ids is None else (ids >= 0) & (True if sample_weight is None else sample_weight > 0)
@@ -629,8 +628,6 @@ def resolve_config(
         Why ``module`` is the default for this ``X``, where the data chose it (dense ``X``:
         :func:`resolve_module`); it leads ``step_engine_reason``.
     """
-    from ...ops.groups import n_outputs
-
     capabilities = module_capabilities(module)
     partition = resolve_partition(estimator.partition, capabilities, forced_partition)
     stop = resolve_stop(estimator)

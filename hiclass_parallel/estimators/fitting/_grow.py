@@ -54,8 +54,7 @@ from ._config import resolve_batch_size, resolve_max_epochs, resolve_softmax_sam
 from ._fit import _draw_seed, seeded, training_threads
 from ._guards import check_trained_scores
 from ._params import attach_net
-from ._targets import PathTargets
-from ._targets import check_fit_sample_weight, item_weights
+from ._targets import PathTargets, check_fit_sample_weight, item_weights
 
 __all__ = ["carry_state", "grown_ids", "initial_rows", "replay_rows", "run_grow"]
 

@@ -28,6 +28,7 @@ from skorch.callbacks import Callback
 
 from ...exceptions import DivergedError, DivergenceWarning, NonFiniteLossError
 from .._checks import diverged_message
+from ..networks._data import split_target
 
 __all__ = [
     "FiniteLossGuard",
@@ -203,7 +204,6 @@ def mean_loss(net: Any, dataset: Any, n_rows: int = LOSS_ROWS) -> float | None:
     from skorch.dataset import unpack_data
     from torch.utils.data import IterableDataset, Subset
 
-    from ..networks._data import split_target
 
     if isinstance(dataset, IterableDataset) or len(dataset) == 0:
         return None

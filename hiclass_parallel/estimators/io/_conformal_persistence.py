@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 
 from ...exceptions import ModelFileError
+from ...metrics._conformal import loss_bound
+from ..classifier import HierarchicalClassifier
+from ..conformal import ConformalHierarchicalClassifier
 from ._model_folder import read_consistent, read_record, record_digest, replace_folder
 from ._persistence import CONFIG, MODEL_FILES, load_classifier, save_classifier
 
@@ -85,7 +88,6 @@ def save_conformal(model: Any, path: str | os.PathLike) -> Path:
     """
     from sklearn.utils.validation import check_is_fitted
 
-    from ..classifier import HierarchicalClassifier
 
     check_is_fitted(model, "lambda_")
     if not isinstance(model.estimator_, HierarchicalClassifier):
@@ -161,8 +163,6 @@ def _fitted_values(folder: Path, fitted: dict[str, Any], params: dict[str, Any])
     """The calibrated values of ``conformal.json``, each checked for type and range, and against
     the others and the parameters (``params``, validated already): a value no calibration
     gives is a :class:`ModelFileError` naming the field, never an answer built on it."""
-    from ...metrics._conformal import loss_bound
-
     where = folder / CONFORMAL
     n = fitted["n_calibration_"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -230,7 +230,6 @@ def load_conformal(path: str | os.PathLike, *, device: Any = None, allowed: Any 
     """
     from sklearn.base import clone
 
-    from ..conformal import ConformalHierarchicalClassifier
 
     folder = Path(path)
     record, classifier_config = read_consistent(folder, lambda reader: _read(folder, reader))

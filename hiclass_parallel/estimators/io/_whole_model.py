@@ -41,7 +41,13 @@ from typing import Any
 
 from ..._version import __version__
 from ...exceptions import ModelFileError
+from ..class_text import ClassTextClassifier
+from ..classifier import HierarchicalClassifier
+from ..conformal import ConformalHierarchicalClassifier
+from ..pipeline import HierarchicalPipeline
+from ._conformal_persistence import CONFORMAL, load_conformal, save_conformal
 from ._model_folder import FolderReader, read_consistent, read_record, record_digest, replace_folder
+from ._persistence import MODEL_FILES, load_classifier, save_classifier
 
 __all__ = ["save_model", "load_model", "trusted_types", "TRUSTED_TRANSFORMERS", "TRUSTED_VALUES"]
 
@@ -133,10 +139,6 @@ def _layers(model: Any) -> dict[str, Any]:
     from sklearn.pipeline import Pipeline
     from sklearn.utils.validation import check_is_fitted
 
-    from ..class_text import ClassTextClassifier
-    from ..classifier import HierarchicalClassifier
-    from ..conformal import ConformalHierarchicalClassifier
-    from ..pipeline import HierarchicalPipeline
 
     layers: dict[str, Any] = {"conformal": None, "pipeline": None, "class_text": None}
     inner = model
@@ -236,9 +238,6 @@ def save_model(model: Any, path: str | os.PathLike) -> Path:
     >>> loaded.predict(["a red apple"]).tolist() == model.predict(["a red apple"]).tolist()
     True
     """
-    from ._conformal_persistence import save_conformal
-    from ._persistence import save_classifier
-
     sio = _skops()
     layers = _layers(model)
     files: dict[str, bytes] = {}
@@ -281,9 +280,6 @@ def save_model(model: Any, path: str | os.PathLike) -> Path:
 
 def _owned() -> tuple[str, ...]:
     """Every file a whole model's folder may hold."""
-    from ._conformal_persistence import CONFORMAL
-    from ._persistence import MODEL_FILES
-
     return (MODEL, TRANSFORMERS, VECTORIZER) + tuple(f"classifier/{n}" for n in MODEL_FILES) + tuple(
         f"conformal/{n}" for n in MODEL_FILES + (CONFORMAL,))
 
@@ -406,9 +402,6 @@ def load_model(path: str | os.PathLike, *, device: Any = None, allowed: Iterable
     from sklearn.base import clone
     from sklearn.pipeline import Pipeline
 
-    from ..pipeline import HierarchicalPipeline
-    from ._conformal_persistence import load_conformal
-    from ._persistence import load_classifier
 
     folder = Path(path)
     allowed = frozenset(allowed)
@@ -490,8 +483,6 @@ def _class_text_parts(record: dict[str, Any], data: dict[str, bytes], folder: Pa
 
 
 def _class_text(parts: dict[str, Any], clf: Any, clone: Any) -> Any:
-    from ..class_text import ClassTextClassifier
-
     unfitted = clone(clf).set_params(module__class_features=None)  # as given: fit sets the class features
     model = ClassTextClassifier(parts["vectorizer"], unfitted, parts["class_text"], missing_text=parts["missing_text"],
                                 fit_vectorizer_on_class_text=parts["fit_vectorizer_on_class_text"])

@@ -12,6 +12,7 @@ import torch
 from scipy.special import expit
 from skorch.dataset import ValidSplit
 from support import sparsify
+from support import sparsify
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier

@@ -13,6 +13,7 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.svm import LinearSVC
 from support import text_like
+from support import text_like
 
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier, serving_module
 from hiclass_parallel.estimators.fitting import _config, _costs

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from support import sparse_rows, text_like
+from support import sparse_rows, text_like
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier

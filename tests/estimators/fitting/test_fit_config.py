@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import MLP, HierarchicalClassifier, SparseMLP
@@ -192,7 +193,7 @@ def test_parameters_the_net_is_built_from_are_named_when_continuing(data):
         warnings.simplefilter("error")
         clf.partial_fit(X, y)
         # class_features are the module's rows derived from the parameter: still the same parameter
-        F = sp.random(tree.n_classes, X.shape[1], density=0.3, format="csr", random_state=0)
+        F = sparse_rows(tree.n_classes, X.shape[1], density=0.3, seed=0, dtype=np.float64)
         text = HierarchicalClassifier(tree, semantics="terminal", module__class_features=F, **FAST).fit(Xs, y)
         text.partial_fit(Xs, y)
 

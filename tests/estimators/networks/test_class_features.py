@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
@@ -29,7 +30,7 @@ def test_scores_equal_the_dense_formula_and_path_local_equals_full(stop_rows, ra
     tree = random_tree(rng, 30)
     width = n_outputs(tree, "sibling", True)
     rows = width if stop_rows else tree.n_classes
-    F = sp.random(rows, 20, density=0.15, format="csr", random_state=2, dtype=np.float64)
+    F = sparse_rows(rows, 20, density=0.15, seed=2, dtype=np.float64)
     torch.manual_seed(0)
     net = SparseMLP(20, width, hidden_units=8, class_features=F, class_feature_scale=3.0).double()
     torch.nn.init.normal_(net.match_weight)
@@ -67,7 +68,7 @@ def test_scores_equal_the_dense_formula_and_path_local_equals_full(stop_rows, ra
 
 
 def test_bad_class_features_are_named():
-    F = sp.random(5, 10, density=0.3, format="csr", random_state=0)
+    F = sparse_rows(5, 10, density=0.3, seed=0, dtype=np.float64)
     with pytest.raises(TypeError, match="scipy sparse"):
         SparseMLP(10, 7, class_features=F.toarray())
     with pytest.raises(ValueError, match=r"\(5, 10\).*7 rows.*\(11\)"):
@@ -118,8 +119,8 @@ def test_best_first_decoding_with_class_text_equals_exhaustive(random_tree, deco
 
     tree = random_tree(3, 30)
     rng = np.random.default_rng(3)
-    X = sp.random(200, 25, density=0.3, format="csr", random_state=3, dtype=np.float32)
-    text = sp.random(tree.n_classes, 25, density=0.2, format="csr", random_state=4, dtype=np.float32)
+    X = sparse_rows(200, 25, density=0.3, seed=3)
+    text = sparse_rows(tree.n_classes, 25, density=0.2, seed=4)
     y = tree.labels[rng.integers(0, tree.n_classes, size=200)]
     # prototypes=None: the model's own decoding is what is compared here
     model = HierarchicalClassifier(tree, semantics="terminal", module__hidden_units=8, module__class_features=text,
@@ -152,8 +153,8 @@ def test_one_row_per_class_gives_each_stop_column_its_nodes_row(random_tree):
     from hiclass_parallel.ops.groups import stop_columns
 
     tree = random_tree(5, 25)
-    X = sp.random(120, 20, density=0.3, format="csr", random_state=5, dtype=np.float32)
-    text = sp.random(tree.n_classes, 20, density=0.2, format="csr", random_state=6, dtype=np.float32)
+    X = sparse_rows(120, 20, density=0.3, seed=5)
+    text = sparse_rows(tree.n_classes, 20, density=0.2, seed=6)
     y = tree.labels[np.random.default_rng(5).integers(0, tree.n_classes, size=120)]
     stop_col = stop_columns(tree, "sibling")
     internal = np.flatnonzero(stop_col >= 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import sparse_rows
 
 from hiclass_parallel.estimators import LazyAdam
 from hiclass_parallel.estimators.networks import _native_path_step
@@ -184,13 +185,12 @@ def test_the_classifier_gives_the_text_input_layer_its_own_group():
     # per row and learns at 3x lr; the output layer keeps Adam's per-entry moments at lr. Any
     # group setting of the user's (here optimizer__second_moment) replaces the module's groups.
     import numpy as np
-    import scipy.sparse as sp
 
     from hiclass_parallel import Tree
     from hiclass_parallel.estimators import HierarchicalClassifier
 
     tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
-    X = sp.random(40, 12, density=0.3, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(40, 12, density=0.3, seed=0)
     y = np.arange(40) % 6
     clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0).fit(X, y)
     module, opt = clf.net_.module_, clf.net_.optimizer_

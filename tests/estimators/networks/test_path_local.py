@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import sparse_rows
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import ColumnScorer, LazyAdam, SparseMLP
@@ -121,14 +122,12 @@ def test_lazy_adam_rejects_bad_settings():
 
 
 def test_text_route_defaults(one_torch_thread, random_tree):
-    import scipy.sparse as sp
-
     from hiclass_parallel.estimators import HierarchicalClassifier
 
     rng = np.random.default_rng(0)
     tree = random_tree(rng, 30)
     y = rng.integers(0, 30, size=1200)
-    X = sp.random(1200, 50, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    X = sparse_rows(1200, 50, density=0.1, seed=0)
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, batch_size=100).fit(X, y)
     assert type(clf.net_.module_).__name__ == "SparseMLP" and clf.net_.module_.head.weight.embedding_dim == 256
     assert clf.partition_ == "sibling" and clf.path_local_
@@ -167,17 +166,14 @@ def test_extra_predict_methods_through_a_pipeline(one_torch_thread):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
 @pytest.mark.parametrize("class_text", [False, True])
 def test_text_route_on_cuda_decodes_as_its_scores_say(random_tree, class_text):
-    import scipy.sparse as sp
-
     from hiclass_parallel.estimators import HierarchicalClassifier
     from hiclass_parallel.ops import best_paths
 
     rng = np.random.default_rng(0)
     tree = random_tree(rng, 60)
     y = rng.integers(0, 60, size=600)
-    X = sp.random(600, 80, density=0.1, format="csr", random_state=0, dtype=np.float32)
-    extra = {"module__class_features": sp.random(60, 80, density=0.2, format="csr", random_state=1,
-                                                 dtype=np.float32)} if class_text else {}
+    X = sparse_rows(600, 80, density=0.1, seed=0)
+    extra = {"module__class_features": sparse_rows(60, 80, density=0.2, seed=1)} if class_text else {}
     clf = HierarchicalClassifier(tree, semantics="terminal", device="cuda", random_state=0, max_epochs=5,
                                  **extra).fit(X, y)
     assert clf.path_local_ and next(clf.net_.module_.parameters()).is_cuda

@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
 from torch import nn
+from support import sparse_rows
 
 from hiclass_parallel import Tree
 from hiclass_parallel.datasets import make_hierarchical_classification
@@ -33,7 +33,7 @@ def _sparse():
     n = 120
     parents = np.full(n, -1)
     parents[40:] = rng.integers(0, 40, n - 40)
-    X = sp.random(400, 30, density=0.2, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(400, 30, density=0.2, seed=0)
     return X, rng.integers(0, n, 400), Tree.from_parents(parents), {
         "max_epochs": 3, "batch_size": 64, "softmax_sample": 10, "module__hidden_units": 16}
 

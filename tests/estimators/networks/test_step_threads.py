@@ -14,8 +14,8 @@ import threading
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel import HierarchicalClassifier, Tree
 from hiclass_parallel.estimators.networks import _native_path_step
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not _native_path_step.available(),
 def _data():
     rng = np.random.default_rng(0)
     tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 10), rng.integers(2, 12, 60)])
-    X = sp.random(400, 60, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(400, 60, density=0.1, seed=0)
     y = rng.integers(0, tree.n_classes, 400)
     return tree, X, y
 

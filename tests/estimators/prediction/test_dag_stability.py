@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel.dag import Dag
 from hiclass_parallel.estimators import LazyAdam, MultiLabelHierarchicalClassifier
@@ -125,7 +126,7 @@ def test_a_label_with_a_copy_deep_under_wide_groups_trains():
     edges.append(("x", parent))
     dag = Dag.from_edges(edges)
     rng = np.random.default_rng(0)
-    X = sp.random(300, 2000, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(300, 2000, density=0.1, seed=0)
     y = [["x"] if i % 2 == 0 else [str(dag.labels[rng.integers(dag.n_nodes)])] for i in range(300)]
     clf = MultiLabelHierarchicalClassifier(dag, semantics="terminal", random_state=0, max_epochs=3).fit(X, y)
     _assert_finite(clf)
