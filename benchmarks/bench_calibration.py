@@ -6,7 +6,7 @@ on the training rows; on the held-out rows the answer is the best path (``predic
 it is right when it is the true node. Two confidences are scored: the model's own probability
 of its answer (``exp`` of ``predict_top_k(X, 1, return_log_prob=True)``; under the sibling
 partition with stops the answers' probabilities sum to 1) and ``predict_confidence`` (the
-same, mapped by ``calibrator_`` when the fit calibrated). Reported: the expected calibration
+same, mapped by ``answer_.calibrator`` when the fit calibrated). Reported: the expected calibration
 error (ECE, 15 equal-width bins, weighted by their counts), the maximum calibration error,
 mean confidence against accuracy, hF1, and the reliability curves (a PNG with ``--plot``).
 ``--compare JSON`` fits a second configuration in the same run (e.g. ``'{"calibration": null}'``,
@@ -81,7 +81,7 @@ def run_subset(name: str, seed: int, params: dict[str, Any] | None = None,
     raw = reliability(np.exp(log_prob[:, 0].astype(np.float64)), correct)
     calibrated = reliability(clf.predict_confidence(data["X_test"]), correct)
     out = {"subset": name, "params": params or {}, "n_test": int(correct.size), **fitted,
-           "calibrator": None if clf.calibrator_ is None else clf.calibrator_.to_dict(),
+           "calibrator": None if clf.answer_.calibrator is None else clf.answer_.calibrator.to_dict(),
            "raw": raw, "calibrated": calibrated}
     if compare is not None:
         _, other = _fit_and_score(data, seed, compare)

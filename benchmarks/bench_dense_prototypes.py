@@ -90,7 +90,7 @@ def run(name: str) -> dict:
     start = time.perf_counter()
     clf = HierarchicalClassifier(tree=tree, **{**TORCH_PARAMS, **extra})
     clf.fit(data["X_train"], tree.labels[data["y_train"]])
-    row = {"data": name, "fit_s": round(time.perf_counter() - start, 1), "weight": clf.prototypes_.weight,
+    row = {"data": name, "fit_s": round(time.perf_counter() - start, 1), "weight": clf.answer_.weight("prototypes"),
            "load": round(load_before, 2), "params": extra}
     for label, setting, decoding in (("auto", "auto", "best"), ("none", None, "best"), ("auto_hf1", "auto", "hf1")):
         clf.set_params(prototypes=setting, decoding=decoding)

@@ -39,7 +39,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     from hiclass_parallel.estimators import FlatMargins
     from hiclass_parallel.estimators.fitting import _costs
     from hiclass_parallel.estimators.prediction._decode import decoder_of
-    from hiclass_parallel.estimators.prototypes._prototypes import ClassPrototypes, last_nodes
+    from hiclass_parallel.estimators.answer import AnswerModel, ClassPrototypes, last_nodes
 
     torch.set_num_threads(1)
     root = SUBSETS.get(name) or (name if "." in name else f"{name}.n.01")
@@ -62,7 +62,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
         FlatMargins.fit(X, ids, tree.n_classes, random_state=0)
         out["flat_s"] = time.perf_counter() - start
         out["flat_cost"] = _costs.flat_svm_cost(X, out["targets"])
-    decoder = decoder_of(clf, clf.net_, clf.targets_, clf.config_, None, rows=lambda rows: rows)
+    decoder = decoder_of(clf, clf.net_, clf.targets_, clf.config_, AnswerModel(), rows=lambda rows: rows)
     start = time.perf_counter()
     paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
     out["candidates_decode_s"] = time.perf_counter() - start
@@ -71,7 +71,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     out["candidates_s"] = time.perf_counter() - start
     out["candidates_cost"] = _costs.candidates_svm_cost(X, out["targets"], clf.prototype_candidates, columns, hidden)
     start = time.perf_counter()
-    ClassPrototypes.from_rows(X, ids, clf.targets_.tree, 1.0)
+    ClassPrototypes.from_rows(X, ids, clf.targets_.tree)
     out["prototypes_s"] = time.perf_counter() - start
     out["prototypes_cost"] = _costs.prototypes_cost(X)
     for part in ("flat", "candidates", "prototypes"):

@@ -56,10 +56,10 @@ def run(roots: list[str], variants: list[str], cache: Path = Path("/tmp/hc_embed
             pred = clf.predict(X_test)
             hf1 = hierarchical_f1_score(data["y_test"], pred, data["tree"])
             exact = exact_path_accuracy_score(data["y_test"], pred, data["tree"])
-            prototypes = getattr(clf, "prototypes_", None)
+            answer = clf.answer_
             print(f"{root} {variant}: hF1 {hf1:.3f} exact {exact:.3f} fit {fit_s:.1f}s "
-                  f"prototypes {type(prototypes).__name__} weight {getattr(prototypes, 'weight', None)} "
-                  f"flat {clf.config_.flat_term:g}", flush=True)
+                  f"prototypes {type(answer.term('prototypes')).__name__} weight {answer.weight('prototypes'):g} "
+                  f"flat {answer.weight('flat_term'):g}", flush=True)
 
 
 if __name__ == "__main__":

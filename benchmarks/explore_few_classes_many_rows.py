@@ -69,7 +69,7 @@ def run(specs: list[str], flat_weights: tuple[float, ...] = (16.0,), svc: bool =
         for name, params in methods:
             clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, **params)
             report(name, lambda: clf.fit(X_train, y_train), lambda: clf.predict(data["X_test"]))
-            print(f"{'':14}calibrated: {clf.calibrator_ is not None}; flat term {clf.config_.flat_term:g}: "
+            print(f"{'':14}calibrated: {clf.answer_.calibrator is not None}; flat term {clf.answer_.weight('flat_term'):g}: "
                   f"{clf.config_.flat_term_reason}", flush=True)
         if svc:
             svm = LinearSVC(random_state=0)
