@@ -19,21 +19,29 @@ In :mod:`~hiclass_parallel.estimators`, the public estimators at the top: ``clas
 ``multilabel``, ``class_text``, ``conformal``, ``pipeline`` (:class:`HierarchicalPipeline`) and
 ``path_encoder`` (:class:`PathEncoder`), and
 ``explain`` (why an answer was given: each path step's features over its rival, per class the
-features that raise it); the parts they compose in one sub-package each:
+features that raise it); the parts they compose in one sub-package each. Lowest first, each
+part imports only from the parts before it, and another folder only through its face (its
+``__init__``): ``_defaults`` < ``_checks`` < ``networks/`` < ``answer/`` < ``prediction/`` <
+``fitting/`` < the public estimators < ``io/`` (the numbered list of
+:mod:`hiclass_parallel.estimators`' docstring, checked by ``tests/test_layers.py``):
 
+- ``estimators/_defaults``: every default, set in one place -- its value, the rule that
+  applies it and the evidence for it, one row each;
+- ``estimators/_checks``: the checks fit and predict share (``X``, the settings read at
+  prediction, the rows per prediction batch, the device, scores a prediction can decide on);
 - ``estimators/fitting/``: the fit pipeline (``_fit``), the resolved fit configuration
   (``_config``: the one place every fit-time choice is made -- the training route, the step
   engine and the fused update, the criterion and optimizer classes and their options, epochs,
-  threads) and what a network can do (``_capabilities``), building the net (``_build``) and
+  threads), building the net (``_build``) and
   who owns which parameter (``_params``), the label encoders and the sample and class weights
-  of what they encode (``_targets``), training from torch datasets (``_streaming``), every check
-  of what an estimator is given (its settings, ``X``, its labels: ``_validation``), the guards
-  while training (``_guards``) and the fit of the answer model (``_answer_fit``: the flat term,
-  the weights and calibrator chosen on the calibration share by decoding it as ``predict``
-  will, the cross-fitting's fold models);
+  of what they encode (``_targets``), training from torch datasets (``_streaming``), the fit's
+  own checks of what an estimator is given (its settings, the scale of ``X``, its labels:
+  ``_validation``), the guards while training (``_guards``) and the fit of the answer model
+  (``_answer_fit``: the flat term, the weights and calibrator chosen on the calibration share
+  by decoding it as ``predict`` will, the cross-fitting's fold models);
 - ``estimators/prediction/``: the prediction methods (``_predict``) and the answer at predict
-  time, decided by one dispatcher (``_decode``: model paths, re-ranking, decoding rule, output
-  form; ``decoder_of`` reads the answer model);
+  time, decided in one place, by one dispatcher (``_decode``: model paths, re-ranking,
+  decoding rule, output form; ``decoder_of`` reads the answer model);
 - ``estimators/answer/``: the answer model, one fitted attribute ``answer_`` (``_model``:
   :class:`AnswerModel`, the terms, their weights, the scale of ``log p`` and the calibrator;
   ``_terms``: the one protocol every term follows -- fit on training rows,
@@ -45,7 +53,8 @@ features that raise it); the parts they compose in one sub-package each:
   calibrator and the held-out rows it is fitted on (``_calibration``); the weights learnt on
   held-out rows (``_joint``: the joint fit, a conditional logit over the candidates;
   ``_held_out``: where the learnt weights are set and recorded);
-- ``estimators/networks/``: the torch modules (``_modules``), the skorch net (``_net``: it holds
+- ``estimators/networks/``: the torch modules (``_modules``) and what a module class can do,
+  read once (``_capabilities``), the skorch net (``_net``: it holds
   one training engine and hands it every training step and epoch), the batches it reads
   (``_data``), the ``LazyAdam`` optimizer (``_optim``), the C kernel of the fused step with
   LazyAdam's row update (``_path_step.c``, loaded by ``_native_path_step``), planning the next
@@ -60,7 +69,8 @@ features that raise it); the parts they compose in one sub-package each:
   in one C call, LazyAdam's update of the big layers inside unless something reads gradients;
   a batch it refuses runs through torch, counted), ``_torch`` (skorch's step: autograd, the
   optimizer's step); the model both kernels serve is read in ``_kernel_model``;
-- ``estimators/io/``: saving without pickle (``_persistence``, ``_model_folder``,
+- ``estimators/io/``, above the public estimators (it saves them; loading builds them):
+  saving without pickle (``_persistence``, ``_model_folder``,
   ``_conformal_persistence``; ``_whole_model``: a pipeline's scikit-learn parts through
   ``skops.io`` against an allow-list, around the classifier's own format) and export for
   serving (``_export``).

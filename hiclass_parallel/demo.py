@@ -145,8 +145,8 @@ def _planned_epochs(n_rows: int, epochs: int | None) -> int:
     if epochs is not None:
         return epochs
     from .estimators import SparseMLP
-    from .estimators.fitting._capabilities import module_capabilities
-    from .estimators.fitting._config import resolve_batch_size
+    from .estimators.fitting import resolve_batch_size
+    from .estimators.networks import module_capabilities
 
     text = module_capabilities(SparseMLP)
     return text.default_max_epochs(n_rows, resolve_batch_size("auto", text, n_rows)[0])
@@ -179,7 +179,7 @@ def wide_columns(tree: Any, labels: Any, stop: bool = True, softmax_sample: int 
     >>> wide_columns(Tree.from_edges([("dog", "animal")]), ["dog", "animal"])
     0.0
     """
-    from .estimators.fitting._config import SOFTMAX_SAMPLE
+    from .estimators._defaults import SOFTMAX_SAMPLE
     from .ops.sibling_paths import sibling_plan
 
     plan = sibling_plan(tree, stop)

@@ -182,10 +182,15 @@ def decoding_routes_ran(monkeypatch):
     from hiclass_parallel.ops import best_first, decode
     from hiclass_parallel.ops.engine import _native_best_first
 
+    from hiclass_parallel.estimators.prediction import _decode
+
     ran: list[str] = []
     for module, name, route in ((_native_best_first, "search", "best_first_c"),
                                 (best_first, "_search_torch", "best_first_torch"),
                                 (decode, "best_paths", "exhaustive"), (decode, "topk_paths", "exhaustive")):
         real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _real=real, _route=route, **k: ran.append(_route) or _real(*a, **k))
+        spy = lambda *a, _real=real, _route=route, **k: ran.append(_route) or _real(*a, **k)  # noqa: E731
+        monkeypatch.setattr(module, name, spy)
+        if getattr(_decode, name, None) is real:  # decoding imports the function by name: spy on its name too
+            monkeypatch.setattr(_decode, name, spy)
     return ran

@@ -56,35 +56,28 @@ def __getattr__(name: str) -> Any:
         from .multilabel import MultiLabelHierarchicalClassifier
 
         return MultiLabelHierarchicalClassifier
-    if name in ("MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch"):
-        from .networks import _modules
+    if name in ("MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam", "DataParallel",
+                "ModuleCapabilities", "module_capabilities"):
+        from . import networks
 
-        return getattr(_modules, name)
-    if name == "LazyAdam":
-        from .networks._optim import LazyAdam
-
-        return LazyAdam
+        return getattr(networks, name)
     if name in ("save_classifier", "load_classifier", "save_conformal", "load_conformal", "save_model", "load_model",
                 "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
         from . import io
 
         return getattr(io, name)
-    if name in ("FitConfig", "ModuleCapabilities", "module_capabilities"):
-        from . import fitting
+    if name == "FitConfig":
+        from .fitting import FitConfig
 
-        return getattr(fitting, name)
+        return FitConfig
     if name == "FlatMargins":
-        from .prototypes._flat_margins import FlatMargins
+        from .answer import FlatMargins
 
         return FlatMargins
     if name == "BetaCalibrator":
-        from .calibration._calibration import BetaCalibrator
+        from .answer import BetaCalibrator
 
         return BetaCalibrator
-    if name == "DataParallel":
-        from .networks._distributed import DataParallel
-
-        return DataParallel
     if name == "ConformalHierarchicalClassifier":
         from .conformal import ConformalHierarchicalClassifier
 

@@ -27,9 +27,8 @@ from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from .fitting import module_capabilities
+from .networks import MLP, SparseMLP, module_capabilities
 from .multilabel import MultiLabelHierarchicalClassifier
-from .networks._modules import MLP, SparseMLP
 
 __all__ = ["ClassTextClassifier"]
 

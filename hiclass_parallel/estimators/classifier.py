@@ -13,7 +13,7 @@ reading) -> ``HierarchicalCrossEntropy`` over all levels at once (the lean loss:
 This module holds the parameters and their documentation. Fitting is one pipeline
 (``fitting/_fit``: prepare -> build -> train) over a label encoder (``fitting/_targets``), one
 resolved configuration (``fitting/_config``, from the module's capabilities in
-``fitting/_capabilities``) and the net built from it (``fitting/_build``, ``networks/_net``);
+``networks/_capabilities``) and the net built from it (``fitting/_build``, ``networks/_net``);
 ``fitting/_params`` holds the prefixed skorch parameters and ``prediction/_predict`` the
 prediction side (``decision_function``, ``predict_*``, ``score``), whose answers are decided by
 one dispatcher (``prediction/_decode``).
@@ -31,7 +31,7 @@ from sklearn.utils._param_validation import Interval, Options, RealNotInt, StrOp
 from ..tree import PARTITIONS, Tree
 from ._checks import NotBool, validate_X
 from .fitting import TRAINING, NetParamsMixin, PathTargets, keep_fitted_state_on_error, run_fit, run_grow
-from .networks._data import TreeDataset
+from .networks import TreeDataset
 from .prediction import PredictMixin
 
 if TYPE_CHECKING:

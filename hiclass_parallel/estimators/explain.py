@@ -43,7 +43,7 @@ import torch
 
 from ..ops.groups import stop_columns
 from .answer import last_nodes
-from .networks._modules import MLP, SparseMLP
+from .networks import MLP, SparseMLP
 from .prediction import host_rows, decode
 
 __all__ = ["ClassExplanation", "Explanation", "explain_classes", "explain_predictions"]

@@ -22,8 +22,7 @@ Nothing here imports ``prediction`` or ``fitting``: decoding rows and fitting es
 from ._calibration import (CLIP, MIN_AUTO_ROWS, BetaCalibrator, CalibrationPlan, answer_correct, effective_rows,
                            held_out_size, held_out_view, plan_calibration, rejoins)
 from ._dense_prototypes import GaussianPrototypes
-from ._fit_prototypes import (added_prototypes, data_parallel_group, fitted_prototypes, held_out_prototypes,
-                              rules_weight, wants_prototypes)
+from ._fit_prototypes import added_prototypes, fitted_prototypes, held_out_prototypes, rules_weight, wants_prototypes
 from ._flat_margins import NO_TARGET_MARGIN, FlatMargins
 from ._held_out import learn_from_candidates, learn_on_held_out, learns_weights, not_learnt
 from ._joint import MIN_GAIN, PENALTY, TermWeights, fit_term_weights
@@ -33,7 +32,7 @@ from ._terms import TERMS, Term, term_from_arrays, term_scores
 
 __all__ = ["CLIP", "MIN_AUTO_ROWS", "MIN_GAIN", "NO_TARGET_MARGIN", "PENALTY", "TERMS", "AnswerModel",
            "BetaCalibrator", "CalibrationPlan", "ClassPrototypes", "FlatMargins", "GaussianPrototypes", "Prototypes",
-           "Term", "TermWeights", "added_prototypes", "answer_correct", "data_parallel_group", "effective_rows",
+           "Term", "TermWeights", "added_prototypes", "answer_correct", "effective_rows",
            "fit_term_weights", "fitted_prototypes", "held_out_prototypes", "held_out_size", "held_out_view",
            "last_nodes", "learn_from_candidates", "learn_on_held_out", "learns_weights", "not_learnt",
            "plan_calibration", "prototypes_kind", "rejoins", "rerank_order", "rules_weight", "term_from_arrays",

@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..networks import data_parallel_group
+from ._calibration import answer_correct
 from ._prototypes import Prototypes, choose_weight_and_scale, prototypes_kind
 
-__all__ = ["added_prototypes", "data_parallel_group", "fitted_prototypes", "held_out_prototypes", "rules_weight",
+__all__ = ["added_prototypes", "fitted_prototypes", "held_out_prototypes", "rules_weight",
            "wants_prototypes"]
 
 Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -119,17 +121,6 @@ def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, class_
     return prototypes
 
 
-def data_parallel_group(estimator: Any) -> tuple[Any] | None:
-    """``(group,)`` of the estimator's :class:`DataParallel` callback when its process group
-    has several ranks, else ``None``."""
-    from ..networks._distributed import DataParallel, _active
-
-    for callback in estimator.callbacks or []:
-        if isinstance(callback, DataParallel) and _active(callback.group):
-            return (callback.group,)
-    return None
-
-
 def rules_weight(estimator: Any, X: Any) -> float:
     """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the
     default of the prototypes of rows like ``X``."""
@@ -154,8 +145,6 @@ def _choose_weight(estimator: Any, candidates: Candidates, true: np.ndarray, kin
     """``prototypes="auto"``: the weight and scale fitted on the held-out rows' ``candidates``
     (the model's paths as trained so far, their log-probabilities and similarities) and node
     ids ``true`` (weighted by ``sample_weight``), within the bounds of the prototypes' ``kind``."""
-    from ._calibration import answer_correct
-
     paths, log_prob, similarity = candidates
     n, k, depth = paths.shape
     correct = answer_correct(paths.reshape(n * k, depth), np.repeat(true, k), estimator.semantics).reshape(n, k)

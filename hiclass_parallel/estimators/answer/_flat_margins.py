@@ -40,6 +40,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
+from .._checks import sparse_tensor_to_csr
 from .._defaults import LEAST_SQUARES_PENALTY, NO_TARGET_MARGIN
 
 __all__ = ["NO_TARGET_MARGIN", "FlatMargins"]
@@ -233,7 +234,6 @@ def _host_matrix(X: Any) -> Any:
         return X
     if X.layout == torch.strided:
         return X.detach().cpu().numpy()
-    from .._checks import sparse_tensor_to_csr
 
     return sparse_tensor_to_csr(X)
 

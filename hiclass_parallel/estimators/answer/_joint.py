@@ -35,6 +35,7 @@ import numpy as np
 
 from .._defaults import JOINT_MIN_ROWS as MIN_ROWS
 from .._defaults import MIN_GAIN, PENALTY
+from ._calibration import effective_rows
 
 __all__ = ["MIN_GAIN", "MIN_ROWS", "PENALTY", "TermWeights", "fit_term_weights"]
 
@@ -117,7 +118,6 @@ def fit_term_weights(log_prob: np.ndarray, scores: Mapping[str, np.ndarray], cor
     from scipy.optimize import minimize
     from scipy.special import logsumexp, softmax
 
-    from ._calibration import effective_rows
 
     log_prob = np.asarray(log_prob, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)

@@ -38,6 +38,8 @@ from .._defaults import PROTOTYPE_FEATURES as FEATURES
 from .._defaults import PROTOTYPES_MAX_WEIGHT as MAX_WEIGHT
 from .._defaults import PROTOTYPES_MIN_ROWS as MIN_ROWS
 from .._defaults import PROTOTYPES_START_WEIGHT as DEFAULT_WEIGHT
+from ._calibration import effective_rows
+from ._dense_prototypes import GaussianPrototypes
 
 __all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "Prototypes", "choose_weight", "choose_weight_and_scale",
            "last_nodes", "prototypes_from_arrays", "prototypes_kind", "rerank_order"]
@@ -250,8 +252,6 @@ class ClassPrototypes:
 def prototypes_kind(X: Any) -> type[Prototypes]:
     """The prototypes of rows like ``X``: :class:`ClassPrototypes` (cosine) for sparse rows,
     :class:`~._dense_prototypes.GaussianPrototypes` (log-likelihood) for dense ones."""
-    from ._dense_prototypes import GaussianPrototypes
-
     return ClassPrototypes if sp.issparse(X) else GaussianPrototypes
 
 
@@ -260,8 +260,6 @@ def prototypes_from_arrays(arrays: Any, tree: Any, n_features: int) -> Prototype
     kind (dtypes, shapes against ``tree`` and ``n_features``, finite values) and then as a
     whole: the per-class arrays they are scored with must be finite in float32 (statistics that
     are finite but huge, such as sums of 1e300, overflow there and would score every row NaN)."""
-    from ._dense_prototypes import GaussianPrototypes
-
     kinds = {kind.KIND: kind for kind in (ClassPrototypes, GaussianPrototypes)}
     if "kind" not in arrays:
         raise ValueError(f"lacks kind (the kind of class prototypes, one of {sorted(kinds)})")
@@ -354,7 +352,6 @@ def choose_weight_and_scale(log_prob: np.ndarray, similarity: np.ndarray, correc
 
     valid = np.isfinite(log_prob)
     rows = (correct & valid).any(axis=1)
-    from ._calibration import effective_rows
 
     if sample_weight is not None:
         rows &= np.asarray(sample_weight) > 0

@@ -29,6 +29,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._flat_margins import FlatMargins
+from ._prototypes import prototypes_from_arrays
+
 __all__ = ["TERMS", "Term", "term_from_arrays", "term_scores"]
 
 #: Every term's name, as the estimator's parameter and the answer model name it, in the order
@@ -59,9 +62,6 @@ class Term(Protocol):
 def term_from_arrays(name: str, arrays: Any, tree: Any, n_features: int) -> Term:
     """The saved term ``name`` (one of :data:`TERMS`) from its arrays, checked (a
     ``ValueError`` naming what does not fit)."""
-    from ._flat_margins import FlatMargins
-    from ._prototypes import prototypes_from_arrays
-
     if name == "prototypes":  # of the kind its arrays name
         return prototypes_from_arrays(arrays, tree, n_features)
     if name == "flat_term":

@@ -2,7 +2,7 @@
 
 - ``_fit``: the pipeline, for arrays and torch datasets alike;
 - ``_config``: the resolved :class:`~hiclass_parallel.estimators.FitConfig`, every fit-time
-  decision made once; ``_capabilities``: what a network class can do, read once;
+  decision made once (what a network class can do is read in ``networks/_capabilities``);
 - ``_build``: the skorch net of a fit, built from its configuration; ``_params``: who owns
   which parameter and how it reaches the net;
 - ``_targets``: the label encoders (``y`` in, training targets and the loss out) and the
@@ -19,8 +19,7 @@ estimators fit through :func:`run_fit` and :func:`run_grow`, ``io`` rebuilds a s
 :func:`build_net`, :func:`attach_net` and :class:`FitConfig`.
 """
 
-from ._capabilities import ModuleCapabilities, module_capabilities
-from ._config import SOFTMAX_SAMPLE, TRAINING, FitConfig, resolve_batch_size
+from ._config import TRAINING, FitConfig, resolve_batch_size
 from ._build import build_net
 from ._fit import run_fit
 from ._grow import run_grow
@@ -28,6 +27,5 @@ from ._guards import keep_fitted_state_on_error
 from ._params import NetParamsMixin, attach_net
 from ._targets import LabelSetTargets, PathTargets
 
-__all__ = ["SOFTMAX_SAMPLE", "TRAINING", "FitConfig", "LabelSetTargets", "ModuleCapabilities", "NetParamsMixin",
-           "PathTargets", "attach_net", "build_net", "keep_fitted_state_on_error", "module_capabilities",
-           "resolve_batch_size", "run_fit", "run_grow"]
+__all__ = ["TRAINING", "FitConfig", "LabelSetTargets", "NetParamsMixin", "PathTargets", "attach_net", "build_net",
+           "keep_fitted_state_on_error", "resolve_batch_size", "run_fit", "run_grow"]

@@ -21,8 +21,7 @@ from skorch.dataset import ValidSplit
 from torch.utils.data import DataLoader
 
 from ...ops.groups import stop_columns
-from ..networks._data import collate_batch
-from ..networks._net import TreeNet, module_kwargs
+from ..networks import TreeNet, collate_batch, module_kwargs
 from ._config import FitConfig
 from ._guards import FiniteLossGuard
 from ._params import net_param_names

@@ -28,13 +28,17 @@ from ...ops.groups import n_outputs
 from ...ops.sibling_paths import sibling_plan
 from ...tree import Tree
 from .._defaults import BATCH_SIZE
-from ..calibration._calibration import effective_rows
-from ..networks._modules import MLP, SparseMLP
-from ..networks._net import TreeNet
-from ..networks._optim import LazyAdam
-from ..networks.engines import EngineRequest, choose
-from ..prototypes._flat_margins import CANDIDATES_WEIGHT, DEFAULT_WEIGHT
-from ._capabilities import ModuleCapabilities, module_capabilities
+from ..answer import effective_rows
+from ..networks import (
+    MLP,
+    EngineRequest,
+    LazyAdam,
+    ModuleCapabilities,
+    SparseMLP,
+    TreeNet,
+    choose,
+    module_capabilities,
+)
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MANY_ROWS",
            "FLAT_MAX_DENSE_WORK", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "FLAT_MAX_WORK_MANY_ROWS",
@@ -256,7 +260,7 @@ def resolve_batch_size(requested: int | str, capabilities: ModuleCapabilities, n
     Examples
     --------
     >>> from hiclass_parallel.estimators import SparseMLP
-    >>> from hiclass_parallel.estimators.fitting._capabilities import module_capabilities
+    >>> from hiclass_parallel.estimators.networks import module_capabilities
     >>> text = module_capabilities(SparseMLP)
     >>> [resolve_batch_size("auto", text, n)[0] for n in (150, 400, 940, 1_024, 8_232)]
     [32, 64, 128, 256, 256]

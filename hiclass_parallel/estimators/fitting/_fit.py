@@ -38,8 +38,8 @@ from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
 from .._checks import validate_X
-from ..answer import added_prototypes, data_parallel_group, plan_calibration
-from ..networks._random import FitRandom, drawing_from, draws_from_fit_generator
+from ..answer import added_prototypes, plan_calibration
+from ..networks import FitRandom, data_parallel_group, drawing_from, draws_from_fit_generator
 from ._answer_fit import drop_stale, fit_flat_term, fit_on_held_out, fitted_answer, learn_by_cross_fitting
 from ._build import build_net, net_params
 from ._config import (

@@ -47,8 +47,7 @@ from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
 from .._checks import validate_X
 from ..answer import ClassPrototypes, GaussianPrototypes, prototypes_kind, wants_prototypes
-from ..networks._data import split_target
-from ..networks._modules import MLP, SparseMLP
+from ..networks import MLP, SparseMLP, split_target
 from ._build import build_net
 from ._config import resolve_batch_size, resolve_max_epochs, resolve_softmax_sample
 from ._fit import _draw_seed, seeded, training_threads

@@ -28,7 +28,7 @@ from skorch.callbacks import Callback
 
 from ...exceptions import DivergedError, DivergenceWarning, NonFiniteLossError
 from .._checks import diverged_message
-from ..networks._data import split_target
+from ..networks import split_target
 
 __all__ = [
     "FiniteLossGuard",

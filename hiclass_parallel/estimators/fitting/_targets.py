@@ -47,7 +47,7 @@ from ...labels._paths import (
 from ...labels._sets import read_label_sets
 from ...metrics._weights import check_sample_weight
 from ...tree import Tree
-from ..networks._data import TreeDataset
+from ..networks import TreeDataset
 from ._config import FitConfig
 from ._validation import suggest_terminal
 

@@ -75,8 +75,8 @@ from ...tree import PARTITIONS, Tree
 from .._checks import check_device
 from ..answer import AnswerModel, BetaCalibrator, TERMS, term_from_arrays
 from ..classifier import HierarchicalClassifier
-from ..fitting import FitConfig, attach_net, build_net, module_capabilities
-from ..networks._random import FitRandom, draws_from_fit_generator, drawing_from
+from ..fitting import FitConfig, attach_net, build_net
+from ..networks import FitRandom, drawing_from, draws_from_fit_generator, module_capabilities
 from ._model_folder import FolderReader, read_consistent, read_npz, replace_folder
 
 __all__ = ["save_classifier", "load_classifier", "FORMAT_VERSION", "ALLOWED_MODULES"]

@@ -32,9 +32,11 @@ import torch
 import torch.distributed as dist
 from skorch.callbacks import Callback
 
+from . import _native_path_step
+from ._data import split_target
 from ._native_path_step import rows_merge
 
-__all__ = ["DataParallel"]
+__all__ = ["DataParallel", "data_parallel_group"]
 
 
 def _bind_torch_defaults_early() -> None:
@@ -82,7 +84,6 @@ def _batch_weight(batch: Any) -> float | None:
     ids, weights)``); ``None`` for an unweighted batch."""
     from skorch.dataset import unpack_data
 
-    from ._data import split_target
 
     if batch is None:
         return None
@@ -126,8 +127,6 @@ def _local_rows(param: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 def _merges_natively(param: torch.Tensor) -> bool:
     """Whether the ranks' rows of ``param``'s gradient are summed by the C merge (float32 on
     the CPU, the kernel built) rather than by torch's unique and index_add."""
-    from . import _native_path_step
-
     return param.dtype == torch.float32 and param.device.type == "cpu" and _native_path_step.available()
 
 
@@ -430,3 +429,12 @@ class DataParallel(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if key != "_buffers"}
+
+
+def data_parallel_group(estimator: Any) -> tuple[Any] | None:
+    """``(group,)`` of the estimator's :class:`DataParallel` callback when its process group
+    has several ranks, else ``None``."""
+    for callback in estimator.callbacks or []:
+        if isinstance(callback, DataParallel) and _active(callback.group):
+            return (callback.group,)
+    return None

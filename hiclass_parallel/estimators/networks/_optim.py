@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from . import _native_path_step
 from ._native_path_step import RowUpdate, adam_rows
 
 __all__ = ["LazyAdam"]
@@ -36,8 +37,6 @@ __all__ = ["LazyAdam"]
 def _native_rows(p: torch.Tensor, *tensors: torch.Tensor) -> bool:
     """Whether the C row update serves: float32 CPU tensors (the first moment, ``tensors[0]``,
     float32 or bfloat16), the state contiguous, the kernel built."""
-    from . import _native_path_step
-
     return (
         p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous() and p.dim() >= 1
         and all(t.dtype in (_native_path_step.FIRST_MOMENT_DTYPES if i == 0 else (torch.float32,))

@@ -13,7 +13,7 @@ from support import sparse_rows
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import MLP, HierarchicalClassifier, SparseMLP
-from hiclass_parallel.estimators.fitting._capabilities import module_capabilities
+from hiclass_parallel.estimators.networks import module_capabilities
 from hiclass_parallel.exceptions import DivergedError
 from hiclass_parallel.losses import HierarchicalCrossEntropy, PathLocalCrossEntropy
 
@@ -28,11 +28,11 @@ def data():
 
 
 def _count_best_first(monkeypatch):
-    from hiclass_parallel.ops import best_first
+    from hiclass_parallel.estimators.prediction import _decode  # decoding's own name for the search
 
     calls = []
-    real = best_first.best_first_paths
-    monkeypatch.setattr(best_first, "best_first_paths", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = _decode.best_first_paths
+    monkeypatch.setattr(_decode, "best_first_paths", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 

@@ -12,12 +12,13 @@ from support import BEST_FIRST_OPTIONS as OPTIONS
 from support import assert_same_paths
 
 from hiclass_parallel.estimators import MLP, HierarchicalClassifier
+from hiclass_parallel.estimators.prediction import _decode
 from hiclass_parallel.losses import (
     HierarchicalCrossEntropy,
     PathLocalCrossEntropy,
     in_batch_level_loss,
 )
-from hiclass_parallel.ops import best_first, best_paths, topk_paths
+from hiclass_parallel.ops import best_paths, topk_paths
 from hiclass_parallel.ops.engine import _native_best_first
 from hiclass_parallel.ops.best_first import best_first_paths
 from hiclass_parallel.ops.groups import n_outputs
@@ -151,8 +152,8 @@ def test_encode_scorer_and_forward_share_the_saved_layout():
 
 def test_dense_defaults_take_the_sibling_route_and_level_stays_available(one_torch_thread, random_tree, monkeypatch):
     calls = []
-    real = best_first.best_first_paths
-    monkeypatch.setattr(best_first, "best_first_paths", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = _decode.best_first_paths  # decoding's own name for the search
+    monkeypatch.setattr(_decode, "best_first_paths", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     rng = np.random.default_rng(0)
     tree = random_tree(rng, 40)
     X = rng.normal(size=(300, 6)).astype(np.float32)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..networks._optim import LazyAdam
+from ._optim import LazyAdam
 
 __all__ = ["ModuleCapabilities", "module_capabilities"]
 
@@ -76,7 +76,7 @@ class ModuleCapabilities:
 
         Examples
         --------
-        >>> from hiclass_parallel.estimators.fitting._capabilities import module_capabilities
+        >>> from hiclass_parallel.estimators.networks import module_capabilities
         >>> from hiclass_parallel.estimators import SparseMLP
         >>> text = module_capabilities(SparseMLP)
         >>> [text.default_max_epochs(n, 256) for n in (3_212, 8_232, 65_691, 50)]
