@@ -211,7 +211,7 @@ def test_calibrated_confidence_through_the_class_text_route(dogs):
     X, y = data.data[:150], data.target[:150]
     est = ClassTextClassifier(TfidfVectorizer(), _clf(data.tree, calibration="beta", calibration_size=30), names)
     est.fit(X, y)
-    assert est.classifier_.calibrator_ is not None and est.classifier_.calibrator_.n_rows == 30
+    assert est.classifier_.answer_.calibrator is not None and est.classifier_.answer_.calibrator.n_rows == 30
     rest = data.data[150:]
     np.testing.assert_array_equal(est.predict_confidence(rest),
                                   est.classifier_.predict_confidence(est.vectorizer_.transform(rest)))

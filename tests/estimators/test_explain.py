@@ -96,8 +96,9 @@ def test_the_explained_answer_is_the_reranked_one_and_the_terms_add_up():
     terms = why.terms
     assert np.allclose(terms["total"], terms["log_prob"] + terms["prototypes"] + terms["flat"])
     answer = clf.predict_node(X)
-    assert np.allclose(terms["prototypes"], 8.0 * clf.prototypes_.similarity(X, answer[:, None])[:, 0], atol=1e-5)
-    assert np.allclose(terms["flat"], 4.0 * clf.flat_term_.margins(X, answer[:, None])[:, 0], atol=1e-5)
+    prototypes, flat = clf.answer_.terms["prototypes"], clf.answer_.terms["flat_term"]
+    assert np.allclose(terms["prototypes"], 8.0 * prototypes.score(X, answer[:, None])[:, 0], atol=1e-5)
+    assert np.allclose(terms["flat"], 4.0 * flat.score(X, answer[:, None])[:, 0], atol=1e-5)
     assert (terms["prototypes"] > 0).all()
     clf.set_params(prototypes=None, flat_term=None)
     plain = explain_predictions(clf, X)

@@ -316,7 +316,7 @@ def test_a_batch_the_fused_step_cannot_take_is_the_counted_fallback(data, monkey
     clf = HierarchicalClassifier(tree, **FAST).fit(Xs, y)
     assert clf.config_.step_engine == "fused"  # chosen once; the batches fell back, counted and named
     n_steps = sum(len(epoch["batches"]) for epoch in clf.net_.history)  # one training call (no calibration)
-    assert clf.calibrator_ is None and clf.net_.step_fallbacks_ == n_steps and clf.net_.step_fallback_reason_ == "a batch it cannot take"
+    assert clf.answer_.calibrator is None and clf.net_.step_fallbacks_ == n_steps and clf.net_.step_fallback_reason_ == "a batch it cannot take"
 
 
 # ---------------------------------------------------------------------------- batch_size="auto"

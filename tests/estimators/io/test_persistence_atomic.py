@@ -32,7 +32,7 @@ def models():
     X, y, tree = make_hierarchical_classification(n_samples=150, n_features=6, branching=3, depth=2, random_state=0)
     a = HierarchicalClassifier(tree, max_epochs=1, random_state=0, module__hidden_units=8).fit(X, y)
     b = HierarchicalClassifier(tree, max_epochs=3, random_state=1, module__hidden_units=8, prototypes=None).fit(X, y)
-    assert a.prototypes_ is not None and b.prototypes_ is None
+    assert a.answer_.term("prototypes") is not None and b.answer_.term("prototypes") is None
     assert (a.predict(X) != b.predict(X)).any()
     return X, a, b
 

@@ -157,7 +157,7 @@ def test_two_cpu_processes_train_identical_weights(tmp_path, model, one_torch_th
         loaded = pickle.load(f)
     np.testing.assert_array_equal(loaded.predict(X), single.predict(X))
     # The class prototypes are summed over the ranks: those of one process on all the rows.
-    mine, whole = loaded.prototypes_.sums, single.prototypes_.sums
+    mine, whole = loaded.answer_.terms["prototypes"].sums, single.answer_.terms["prototypes"].sums
     np.testing.assert_allclose(mine.toarray() if hasattr(mine, "toarray") else mine,
                                whole.toarray() if hasattr(whole, "toarray") else whole, rtol=1e-6, atol=1e-6)
 
@@ -178,7 +178,7 @@ def test_weighted_ranks_train_the_weighted_combined_batch(tmp_path, model, one_t
         torch.testing.assert_close(ranks[0][key], value, rtol=1e-4, atol=1e-5)
     with open(tmp_path / "model.pkl", "rb") as f:
         loaded = pickle.load(f)
-    mine, whole = loaded.prototypes_.sums, single.prototypes_.sums  # weighted sums, over the ranks
+    mine, whole = loaded.answer_.terms["prototypes"].sums, single.answer_.terms["prototypes"].sums  # weighted sums, over the ranks
     np.testing.assert_allclose(mine.toarray() if hasattr(mine, "toarray") else mine,
                                whole.toarray() if hasattr(whole, "toarray") else whole, rtol=1e-6, atol=1e-6)
 
