@@ -47,6 +47,8 @@ __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEn
            "explain_predictions", "explain_classes", "Explanation", "ClassExplanation"]
 
 
+# Function-local imports on purpose: each name loads its module (and torch, skorch) on first use,
+# so `import hiclass_parallel` stays light.
 def __getattr__(name: str) -> Any:
     if name == "HierarchicalClassifier":
         from .classifier import HierarchicalClassifier
