@@ -24,6 +24,8 @@ name                          value       rule that applies it
 ``PROTOTYPES_MIN_ROWS``       20          held-out rows that single-term fit needs
 ``PROTOTYPES_START_WEIGHT``   16.0        the prototypes' weight before the answer model learns it
 ``GAUSSIAN_SHRINKAGE``        1.0         shrinkage of the Gaussian prototypes' variances
+``GAUSSIAN_MAX_WEIGHT``       1024.0      the largest weight of the Gaussian prototypes' single-term fit
+``GAUSSIAN_START_WEIGHT``     1.0         the Gaussian prototypes' weight before it is learnt
 ``NO_TARGET_MARGIN``          -1.0        the flat term's margin of a candidate no row was labelled with
 ``LEAST_SQUARES_PENALTY``     0.5         ridge penalty of the least-squares SVM (``C=1``)
 ``CALIBRATION_MIN_AUTO_ROWS`` 100         ``calibration="auto"`` holds rows out from this many
@@ -119,6 +121,14 @@ PROTOTYPES_START_WEIGHT = 16.0
 #: Shrinkage of the Gaussian prototypes' per-class variances towards the pooled variance.
 GAUSSIAN_SHRINKAGE = 1.0
 
+#: The largest weight the Gaussian prototypes' single-term fit gives (per nat of
+#: log-likelihood): on the synthetic benchmarks the weights fitted were 4-420.
+GAUSSIAN_MAX_WEIGHT = 1024.0
+
+#: The Gaussian prototypes' weight before the answer model learns it: the log-likelihood added
+#: to the network's log-probability as it is (the network's distribution as the prior of Bayes' rule).
+GAUSSIAN_START_WEIGHT = 1.0
+
 #: The flat term's margin of a candidate that was no training target: the hinge loss's target
 #: for every negative class, neither favoured nor ruled out.
 NO_TARGET_MARGIN = -1.0
@@ -195,6 +205,10 @@ TABLE: tuple[Default, ...] = (
             "its weight", "prototypes.md#how-the-answer-is-re-ranked"),
     Default("GAUSSIAN_SHRINKAGE", GAUSSIAN_SHRINKAGE, "the Gaussian prototypes' variance shrinkage (dense rows)",
             "prototypes.md#two-kinds-of-prototype"),
+    Default("GAUSSIAN_MAX_WEIGHT", GAUSSIAN_MAX_WEIGHT, "upper bound of the Gaussian prototypes' single-term weight fit",
+            "prototypes.md#two-kinds-of-prototype"),
+    Default("GAUSSIAN_START_WEIGHT", GAUSSIAN_START_WEIGHT, "the Gaussian prototypes before the answer model learns "
+            "their weight", "prototypes.md#two-kinds-of-prototype"),
     Default("NO_TARGET_MARGIN", NO_TARGET_MARGIN, "the flat term's margin of a candidate no training row names",
             "prototypes.md#a-flat-linear-term-beside-the-prototypes"),
     Default("LEAST_SQUARES_PENALTY", LEAST_SQUARES_PENALTY, "the least-squares SVM of dense rows (LinearSVC's C=1)",
