@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 #: Where the kernels run: on CUDA where there is one (compiled), else on the CPU under Triton's
 #: interpreter, set before Triton is imported.
@@ -43,7 +44,7 @@ def _model(random_tree, seed: int, stop: bool, semantics: str, level: float, n: 
     tree = random_tree(rng, n)
     torch.manual_seed(seed)
     # class text: a few features per class (some absent from every batch), stop columns without
-    class_features = sp.random(n, 30, density=0.1, random_state=seed, format="csr", dtype=np.float32) if text else None
+    class_features = sparse_rows(n, 30, density=0.1, seed=seed) if text else None
     module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H, class_features=class_features).to(device)
     with torch.no_grad():
         module.head.bias.weight.normal_()  # zero at the start: give the bias something to check
@@ -66,7 +67,7 @@ def _optimizer(module: SparseMLP, lr: float = 0.05, weight_decay: float = 0.0) -
 
 
 def _batch(rng, n_classes: int, B: int, seed: int, weighted: bool):
-    X = sp.random(B, 30, density=0.2, random_state=seed, format="csr", dtype=np.float32)
+    X = sparse_rows(B, 30, density=0.2, seed=seed)
     y = rng.integers(-1, n_classes, B)  # -1: unlabelled rows
     w = None
     if weighted:
@@ -259,7 +260,7 @@ def test_the_classifier_trains_on_the_device_step_and_reads_losses_once_per_epoc
 
     rng = np.random.default_rng(0)
     tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 6), rng.integers(2, 8, 12)])
-    X = sp.random(16, 30, density=0.15, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(16, 30, density=0.15, seed=0)
     y = rng.integers(0, tree.n_classes, 16)
     runs = {}
     for engine in ("device", "torch"):
@@ -414,7 +415,7 @@ def test_a_sampled_plan_keeps_the_batch_targets_and_draws_the_rest_of_a_wide_gro
     exact = StepPlanner(groups, terminal=True, batch_rows=32)
     sampled = StepPlanner(groups, terminal=True, batch_rows=32, sample=(50, 40))
     rng = np.random.default_rng(1)
-    X = sp.random(32, 30, density=0.2, random_state=1, format="csr", dtype=np.float32)
+    X = sparse_rows(32, 30, density=0.2, seed=1)
     y = rng.integers(-1, tree.n_classes, 32)
     assert sampled.samples and not exact.samples
     # no seed: every softmax exact, the very plan of a planner without sampling
@@ -469,7 +470,7 @@ def test_a_sampled_step_equals_the_dense_reference_of_its_plan(stop, semantics, 
     criterion.train()
     step = DeviceStep(module, criterion, _optimizer(module), batch_rows=16, softmax_sample=(50, 24))
     rng = np.random.default_rng(4)
-    X = sp.random(16, 30, density=0.2, random_state=4, format="csr", dtype=np.float32)
+    X = sparse_rows(16, 30, density=0.2, seed=4)
     y = rng.integers(-1, tree.n_classes, 16)
     seed = step.draw_seed()
     assert seed is not None

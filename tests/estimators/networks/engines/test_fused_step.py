@@ -12,8 +12,8 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel.estimators import HierarchicalClassifier, SparseMLP
 from hiclass_parallel.estimators.networks._data import csr_tensor
@@ -32,7 +32,7 @@ def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: i
     tree = random_tree(rng, n)
     torch.manual_seed(seed)
     # class text: a few features per class (some absent from any batch row), stop columns without
-    class_features = sp.random(n, 30, density=0.08, random_state=seed, format="csr", dtype=np.float32) if text else None
+    class_features = sparse_rows(n, 30, density=0.08, seed=seed) if text else None
     module = SparseMLP(30, n_outputs(tree, "sibling", stop), hidden_units=H, class_features=class_features,
                        activation=activation)
     with torch.no_grad():
@@ -42,7 +42,7 @@ def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: i
     criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level)
     module.train()
     criterion.train()
-    X = csr_tensor(sp.random(B, 30, density=0.2, random_state=seed, format="csr", dtype=np.float32))
+    X = csr_tensor(sparse_rows(B, 30, density=0.2, seed=seed))
     y = torch.as_tensor(rng.integers(-1, n, B))  # -1: unlabelled rows
     return module, criterion, X, y
 
@@ -193,7 +193,7 @@ def test_the_fused_update_of_a_relu_model_equals_the_torch_route_then_the_optimi
     fused_opt, torch_opt = _optimizer(module, 0.0, "row"), _optimizer(other, 0.0, "row")
     rng = np.random.default_rng(seed)
     for step in range(3):
-        X = csr_tensor(sp.random(160, 30, density=0.2, random_state=seed * 10 + step, format="csr", dtype=np.float32))
+        X = csr_tensor(sparse_rows(160, 30, density=0.2, seed=seed * 10 + step))
         y = torch.as_tensor(rng.integers(-1, 400, 160))
         weight = torch.as_tensor(rng.uniform(0.0, 2.0, 160), dtype=torch.float32)
         fused_opt.zero_grad(set_to_none=True)
@@ -269,7 +269,7 @@ def test_the_classifier_trains_fused_and_reports_it():
 
     rng = np.random.default_rng(0)
     tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 10), rng.integers(2, 12, 30)])
-    X = sp.random(300, 40, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(300, 40, density=0.1, seed=0)
     y = rng.integers(0, tree.n_classes, 300)
     runs = {}
     for native in ("1", "0"):
@@ -316,7 +316,7 @@ def test_the_fused_update_equals_the_step_then_the_optimizer(random_tree, seed, 
     plain_opt = _optimizer(other, weight_decay, second_moment, first_moment)
     rng = np.random.default_rng(seed)
     for step in range(3):
-        X = csr_tensor(sp.random(160, 30, density=0.2, random_state=seed * 10 + step, format="csr", dtype=np.float32))
+        X = csr_tensor(sparse_rows(160, 30, density=0.2, seed=seed * 10 + step))
         y = torch.as_tensor(rng.integers(-1, 400, 160))
         for opt, mod, fuse in ((fused_opt, module, True), (plain_opt, other, False)):
             opt.zero_grad(set_to_none=True)
@@ -381,7 +381,7 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
 
     rng = np.random.default_rng(1)
     tree = Tree.from_parents(np.r_[-1, -1, rng.integers(0, 2, 10), rng.integers(2, 12, 30)])
-    X = sp.random(300, 40, density=0.1, random_state=1, format="csr", dtype=np.float32)
+    X = sparse_rows(300, 40, density=0.1, seed=1)
     y = rng.integers(0, tree.n_classes, 300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -402,7 +402,7 @@ def test_what_reads_gradients_keeps_the_update_in_the_optimizer():
 def test_batches_gathered_from_the_csr_arrays_equal_scipy_row_indexing(fmt):
     from hiclass_parallel.estimators.networks._data import csr_rows
 
-    X = sp.random(50, 30, density=0.1, random_state=3, format="lil", dtype=np.float64)
+    X = sparse_rows(50, 30, density=0.1, seed=3, dtype=np.float64, format="lil")
     X[7] = 0  # an empty row
     X = X.asformat(fmt)
     idx = np.array([7, 3, 3, 49, 0, 12], dtype=np.int64)  # repeats, any order

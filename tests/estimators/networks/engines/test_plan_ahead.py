@@ -18,8 +18,8 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
+from support import sparse_rows
 
 from hiclass_parallel import HierarchicalClassifier
 from hiclass_parallel.estimators.networks import _native_path_step as native
@@ -165,7 +165,7 @@ def _fit_both(monkeypatch, seen, make, fit) -> dict:
 def _data(random_tree, seed: int, n: int = 40, rows: int = 200):
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, n)
-    X = sp.random(rows, 30, density=0.15, random_state=seed, format="csr", dtype=np.float32)
+    X = sparse_rows(rows, 30, density=0.15, seed=seed)
     y = tree.labels[rng.integers(0, tree.n_classes, rows)]
     return tree, X, y, rng
 
@@ -180,7 +180,7 @@ def test_a_fit_planning_ahead_gives_the_same_weights_bit_for_bit(random_tree, mo
     weight = rng.uniform(0.0, 2.0, len(y)) if weighted else None
     if weighted:
         weight[:10] = 0.0  # zero-weight rows count as unlabelled
-    words = sp.random(tree.n_classes, 30, density=0.1, random_state=seed, format="csr", dtype=np.float32)
+    words = sparse_rows(tree.n_classes, 30, density=0.1, seed=seed)
 
     def make():
         return HierarchicalClassifier(tree, semantics=semantics, max_epochs=2, batch_size=32, random_state=seed,
@@ -198,7 +198,7 @@ def test_the_sampled_softmax_draws_the_same_candidates_planning_ahead(random_tre
 
     rng = np.random.default_rng(5)
     tree = Tree.from_parents(np.r_[np.full(40, -1), rng.integers(0, 40, 60)])  # 40 top-level classes
-    X = sp.random(160, 30, density=0.15, random_state=5, format="csr", dtype=np.float32)
+    X = sparse_rows(160, 30, density=0.15, seed=5)
     y = rng.integers(0, tree.n_classes, 160)
 
     def make():
@@ -273,7 +273,7 @@ def _step_case(random_tree, seed: int = 8):
     criterion = PathLocalCrossEntropy(tree, stop=True, semantics="terminal", level_contrast=0.1)
     module.train()
     criterion.train()
-    batches = [(csr_tensor(sp.random(16, 30, density=0.2, random_state=seed + i, format="csr", dtype=np.float32)),
+    batches = [(csr_tensor(sparse_rows(16, 30, density=0.2, seed=seed + i)),
                 torch.as_tensor(rng.integers(-1, tree.n_classes, 16))) for i in range(5)]
     return module, criterion, batches
 

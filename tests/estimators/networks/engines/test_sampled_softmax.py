@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from support import sparse_rows
 
 from hiclass_parallel.estimators import SparseMLP
 from hiclass_parallel.estimators.networks import _native_path_step
@@ -44,8 +45,6 @@ def _wide_tree(random_tree, rng: np.random.Generator, n: int, n_top: int) -> Tre
 
 def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: int, n: int = 600, H: int = 8,
           activation: type | None = None):
-    import scipy.sparse as sp
-
     from hiclass_parallel.estimators.networks._data import csr_tensor
 
     rng = np.random.default_rng(seed)
@@ -60,7 +59,7 @@ def _case(random_tree, seed: int, stop: bool, semantics: str, level: float, B: i
     criterion = PathLocalCrossEntropy(tree, stop=stop, semantics=semantics, level_contrast=level)
     module.train()
     criterion.train()
-    X = csr_tensor(sp.random(B, 30, density=0.2, random_state=seed, format="csr", dtype=np.float32))
+    X = csr_tensor(sparse_rows(B, 30, density=0.2, seed=seed))
     y = torch.as_tensor(rng.integers(-1, n, B))
     weight = torch.as_tensor(rng.uniform(0.0, 2.0, B), dtype=torch.float32)
     weight[rng.random(B) < 0.1] = 0.0  # zero weights: unlabelled, not positives
@@ -204,12 +203,10 @@ def test_the_candidates_are_the_batchs_targets_and_draws_that_follow_torchs_seed
 
 
 def _fit_data(n: int = 300, rows: int = 400):
-    import scipy.sparse as sp
-
     rng = np.random.default_rng(0)
     parents = np.full(n, -1)
     parents[50:] = rng.integers(0, 50, n - 50)  # 50 roots: the top group is the widest
-    X = sp.random(rows, 40, density=0.2, random_state=0, format="csr", dtype=np.float32)
+    X = sparse_rows(rows, 40, density=0.2, seed=0)
     return Tree.from_parents(parents), X, rng.integers(0, n, rows)
 
 
