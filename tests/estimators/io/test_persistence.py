@@ -364,6 +364,24 @@ def test_the_answer_model_s_scale_and_weights_are_checked(saved):
         load_classifier(saved)
 
 
+def test_every_term_file_is_tied_to_its_model_by_its_digest(tmp_path):
+    """A flat term's file from another model of the same tree and features (which its own
+    checks would accept) is refused by the digest, as the prototypes' file is."""
+    from support import text_like
+
+    X, y, tree = text_like(n_samples=200, seed=4)
+    folders = []
+    for seed in (0, 1):
+        clf = HierarchicalClassifier(tree, max_epochs=1, random_state=seed, prototypes=None, flat_term=4.0,
+                                     calibration=None, semantics="terminal").fit(X, y)
+        assert clf.answer_.term("flat_term") is not None
+        folders.append(save_classifier(clf, tmp_path / f"m{seed}"))
+    assert (folders[0] / "flat_term.npz").read_bytes() != (folders[1] / "flat_term.npz").read_bytes()
+    (folders[0] / "flat_term.npz").write_bytes((folders[1] / "flat_term.npz").read_bytes())
+    with pytest.raises(ValueError, match="flat_term.npz is not the file saved with"):
+        load_classifier(folders[0])
+
+
 def test_a_model_of_the_previous_format_is_refused_by_name(saved):
     """Files saved before the answer model (format 3: prototypes_, flat_term_, calibrator_ apart)
     are refused with the versions named."""
