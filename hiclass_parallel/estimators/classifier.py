@@ -35,7 +35,7 @@ from .networks import TreeDataset
 from .prediction import PredictMixin
 
 if TYPE_CHECKING:
-    from .prototypes._prototypes import Prototypes
+    from .answer import AnswerModel
 
 __all__ = ["HierarchicalClassifier"]
 
