@@ -1,6 +1,7 @@
 """Shared fixtures: the paper's toy tree, random trees with shuffled ids, array namespaces.
 
-Tests take these as fixtures; nothing here is imported by test modules.
+Tests take these as fixtures; nothing here is imported by test modules (shared helpers are
+``support.py``, which this file uses too).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+from support import renumbered
 
 from hiclass_parallel import Tree
 
@@ -77,12 +79,7 @@ class RandomTrees:
     @staticmethod
     def shuffle(parents: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The same tree with its node ids permuted at random."""
-        n = len(parents)
-        perm = rng.permutation(n)  # new id of old node i is perm[i]
-        shuffled = np.full(n, -1, dtype=np.int64)
-        has_parent = parents >= 0
-        shuffled[perm[has_parent]] = perm[parents[has_parent]]
-        return shuffled
+        return renumbered(parents, rng.permutation(len(parents)))
 
     def __call__(self, seed: int | np.random.Generator, n: int, max_top: int = 3) -> Tree:
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import renumbered
 
 from hiclass_parallel import PAD, Tree
 from hiclass_parallel._backend import to_numpy as host
@@ -113,12 +114,8 @@ def test_ties_go_to_the_lowest_node_id():
 
 def test_ids_not_sorted_by_depth(paper_tree):
     """The anchor's path search orders classes by (level, id): wrong for shuffled ids."""
-    perm = np.random.default_rng(0).permutation(9)
-    parents = np.full(9, -1)
-    for old, new in enumerate(perm):
-        p = paper_tree.parents[old]
-        parents[new] = -1 if p < 0 else perm[p]
-    tree = Tree.from_parents(parents)
+    perm = np.random.default_rng(0).permutation(9)  # node i is called perm[i]
+    tree = Tree.from_parents(renumbered(paper_tree.parents, perm))
     scores = np.zeros((1, 9))
     scores[0, perm[3]] = 5.0  # big dog
     scores[0, perm[8]] = 5.0  # Hound of Hades

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from support import sparse_rows
+from support import renumbered, sparse_rows
 
 #: Where the kernels run: on CUDA where there is one (compiled), else on the CPU under Triton's
 #: interpreter, set before Triton is imported.
@@ -377,10 +377,7 @@ def _wide_tree(seed: int, roots: int = 120, children: int = 60):
 
     rng = np.random.default_rng(seed)
     parents = np.r_[np.full(roots, -1), rng.integers(0, roots, children)]
-    perm = rng.permutation(parents.size)  # node i is called perm[i]
-    shuffled = np.full(parents.size, -1)
-    shuffled[perm] = np.where(parents >= 0, perm[np.maximum(parents, 0)], -1)
-    return Tree.from_parents(shuffled)
+    return Tree.from_parents(renumbered(parents, rng.permutation(parents.size)))
 
 
 def _plan_reference(module, X, plan):
