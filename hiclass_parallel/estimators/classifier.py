@@ -218,10 +218,9 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         (such as TF-IDF): each class keeps the sum of its training rows, compared by cosine.
         Dense ``X``: each class keeps its mean, shrunk towards its parent's, compared by a
         Gaussian log-likelihood with one pooled variance per feature (``docs/prototypes.md``;
-        measured in ``docs/performance.md``). ``"auto"``: the weight that best
-        explains which of the candidates of the rows held out for ``calibration`` are right, 0
-        included, or a default when the fit holds no rows out (16 per unit of cosine; 1 per
-        nat of log-likelihood); a float: that weight (not a bool: ``True`` is not ``"auto"``);
+        measured in ``docs/performance.md``). ``"auto"``: the weight is learnt, with the flat
+        term's, on held-out rows (see ``flat_term``), and the prototypes are dropped where it
+        comes out 0 or cannot be learnt; a float: that weight (not a bool: ``True`` is not ``"auto"``);
         ``None``: the model's own answer. Only the answer changes: probabilities and scores are
         the model's. This and the other settings prediction reads (``semantics``,
         ``decoding``, ``threshold``, ``top_k``, ``prototype_candidates``, ``batch_size``) may
@@ -235,35 +234,27 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         whose margin for each candidate adds ``weight * margin`` to the re-ranked score (a
         candidate that was no training target gets margin -1). Where a flat linear model is as
         accurate as the network and errs on other rows (small taxonomies, sentence
-        embeddings), the two together beat either (``docs/prototypes.md``). ``"auto"``: weight
-        16 on sparse rows where the SVM is cheap (training targets times the rows' non-zeros at
-        most 2**25, or 2**28 where the targets have at least 8 training rows each, and at most
-        2**26 weights), on sparse rows beyond that whose targets have at least 8 training rows
-        each with the SVM of the candidates at weight 8 (each target trained against the rows
-        whose ``prototype_candidates`` most probable answers of the trained network hold it,
-        over its own rows' features: sparse weights, about ``prototype_candidates + 1`` passes
-        over the rows), and on dense rows of unit length (normalised embeddings) where the
-        closed form is cheap (features squared times rows plus targets at most 2**35), else
-        none; a float: that weight, wherever the term can be fitted (the SVM of the candidates
-        beyond the limits on sparse rows; an error where it cannot be fitted); ``None``: none.
-        A fit that holds rows out for ``calibration`` fits the term on the other rows and
-        re-ranks the held-out ones with it, so the calibrator and the prototypes' weight see
-        the answers ``predict`` gives. ``config_.flat_term`` is the weight used (0: none) and
-        ``config_.flat_term_reason`` says why. Never with ``partial_fit``, streamed data, data-parallel training, or
+        embeddings), the two together beat either (``docs/prototypes.md``). ``"auto"``: tried
+        where its estimated cost is within half the network's estimated fit (on sparse rows the
+        SVM against every row, else the SVM of the candidates: each target trained against the
+        rows whose ``prototype_candidates`` most probable answers of the trained network hold
+        it; on dense rows of unit length the closed form), and its weight learnt: every weight
+        left at ``"auto"`` and the scale of the candidates' distribution are fitted together
+        by maximum likelihood of the right answer among held-out rows' candidates (a
+        conditional logit, L2-regularised towards 0), on rows neither the network nor the terms
+        trained on: the calibration share where the fit holds one out, else, below 2,000 rows,
+        2-fold cross-fitting (two more fits on half the rows each). A term that does not gain
+        held-out likelihood is dropped (weight 0), and where no rows can be held out
+        (``calibration=None`` on 2,000 rows or more, callbacks, torch tensors, ``partial_fit``)
+        the terms left at ``"auto"`` are not built. A float: that weight, wherever the term can
+        be fitted (an error where it cannot); ``None``: none. ``config_.terms_tried_reason``
+        records each term's estimated cost against the budget, ``config_.term_weights_reason``
+        each weight and held-out gain, ``answer_.weights["flat_term"]`` the weight used (no
+        such term: none) and ``config_.flat_term_reason`` why (``docs/prototypes.md``,
+        "Weights learnt on held-out rows"). Never with ``partial_fit``, streamed data,
+        data-parallel training, or
         ``semantics="partial"`` with internal targets; continuing training drops it (with a
         warning). ``None`` or another weight may be set after fit.
-    term_weights : {"rules", "learnt"}, default="rules"
-        How ``"auto"`` sets the re-ranking weights (``prototypes``, ``flat_term``; a number
-        given for one fixes it). ``"rules"``: as described under each. ``"learnt"``: every
-        weight left at ``"auto"`` and the scale of the candidates' distribution are fitted
-        together by maximum likelihood of the right answer among the held-out rows'
-        candidates (a conditional logit, L2-regularised towards 0), on rows neither the
-        network nor the terms trained on: the calibration share where the fit holds one out,
-        else, below 2,000 rows, 2-fold cross-fitting (two more fits on half the rows
-        each). A term that does not gain held-out likelihood is dropped (weight 0).
-        Which terms are tried is still the rules'. ``config_.term_weights_reason`` records
-        each term's weight and held-out gain (``docs/prototypes.md``, "Weights learnt on
-        held-out rows").
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
@@ -426,7 +417,6 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "prototypes": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
         "prototype_candidates": [Interval(Integral, 1, None, closed="left")],
         "flat_term": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
-        "term_weights": [StrOptions({"rules", "learnt"})],
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -476,7 +466,6 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         prototypes: str | float | None = "auto",
         prototype_candidates: int = 20,
         flat_term: str | float | None = "auto",
-        term_weights: str = "rules",
         verbose: int = 0,
         device: str | torch.device = "cpu",
         random_state: Any = None,
@@ -511,7 +500,6 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.prototypes = prototypes
         self.prototype_candidates = prototype_candidates
         self.flat_term = flat_term
-        self.term_weights = term_weights
         self.verbose = verbose
         self.device = device
         self.random_state = random_state

@@ -27,83 +27,18 @@ from ...losses import DagCrossEntropy, HierarchicalCrossEntropy, PathLocalCrossE
 from ...ops.groups import n_outputs
 from ...ops.sibling_paths import sibling_plan
 from ...tree import Tree
-from .._defaults import BATCH_SIZE
-from ..answer import effective_rows
-from ..networks import (
-    MLP,
-    EngineRequest,
-    LazyAdam,
-    ModuleCapabilities,
-    SparseMLP,
-    TreeNet,
-    choose,
-    module_capabilities,
-)
+from .._defaults import (BATCH_SIZE, DAG_LEVEL_CONTRAST, LEVEL_CONTRAST, MIN_BATCH_SIZE, MIN_STEPS_PER_EPOCH,
+                         SOFTMAX_SAMPLE, TERM_BUDGET, UNIT_ROWS_TOLERANCE)
+from ..networks import MLP, EngineRequest, LazyAdam, ModuleCapabilities, SparseMLP, TreeNet, choose, module_capabilities
+from . import _costs
 
-__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FLAT_MANY_ROWS",
-           "FLAT_MAX_DENSE_WORK", "FLAT_MAX_WEIGHTS", "FLAT_MAX_WORK", "FLAT_MAX_WORK_MANY_ROWS",
-           "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes",
-           "resolve_batch_size", "resolve_config", "resolve_engines", "resolve_flat_term", "resolve_lr", "resolve_max_epochs", "resolve_module",
+__all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes",
+           "resolve_batch_size", "resolve_config", "resolve_engines", "resolve_flat_term", "resolve_lr",
+           "resolve_max_epochs", "resolve_module",
            "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads", "unit_length_rows"]
 
 #: Values of the ``training`` parameter.
 TRAINING = ("auto", "path_local", "full")
-
-#: ``softmax_sample="auto"``: the fused and device steps train a sibling group wider than this many
-#: columns on a sampled softmax of this many candidates (the batch's targets in the group and
-#: uniform draws, corrected). Above WordNet's widest noun group, so the all-nouns fit stays
-#: exact; on the full WordNet tree (a top-level group of tens of thousands of classes) a sample
-#: of this size trains as accurately as the exact softmax, at a fraction of its cost
-#: (docs/performance.md, "Wide sibling groups").
-SOFTMAX_SAMPLE = 1024
-
-#: ... but the text model's batch is halved (down to :data:`MIN_BATCH_SIZE`) while an epoch would
-#: have fewer than this many steps: on a few hundred rows, full batches give the epoch rule a
-#: few dozen steps in all, and smaller ones train a more accurate model (docs/performance.md,
-#: "Small taxonomies"); from 1,024 rows on, nothing changes.
-MIN_STEPS_PER_EPOCH = 4
-
-#: The smallest batch ``batch_size="auto"`` gives.
-MIN_BATCH_SIZE = 32
-
-#: On sparse rows the flat term's SVM is fitted against every row where its work, training
-#: targets times the non-zeros of the training rows (liblinear's cost per pass, one class
-#: against the rest), is at most this: there it costs about as much as the network's own fit or
-#: less, while on bigger data sets it costs many times the fit (docs/performance.md, "Small
-#: taxonomies" and "Few classes, many rows each"). Beyond it, and beyond the weight limit,
-#: ``"auto"`` keeps the SVM of the candidates where the targets have many rows each
-#: (:data:`FLAT_MANY_ROWS`) and no term elsewhere.
-FLAT_MAX_WORK = 2**25
-
-#: ... or at most this where the targets have at least :data:`FLAT_MANY_ROWS` training rows
-#: each on average: with many rows per class a flat SVM is strong, and the term gained on every
-#: such set measured over the smaller limit, worth several times the network's fit; with a
-#: handful of rows per class (thousands of classes) it did not (docs/performance.md, "Few
-#: classes, many rows each").
-FLAT_MAX_WORK_MANY_ROWS = 2**28
-
-#: Training rows per target from which :data:`FLAT_MAX_WORK_MANY_ROWS` applies, and from which
-#: ``"auto"`` keeps the SVM of the candidates beyond the limits (with fewer it did not gain).
-FLAT_MANY_ROWS = 8
-
-#: ... and where it keeps at most this many weights (targets times features; float32 when saved):
-#: a few hundred MB at most, less than the network's input layer on such wide vocabularies.
-FLAT_MAX_WEIGHTS = 2**26
-
-#: On dense rows the flat term is a least-squares SVM solved in closed form, whose work is
-#: features squared times (rows + targets): ``"auto"`` keeps it up to this, a few seconds of
-#: BLAS at most.
-FLAT_MAX_DENSE_WORK = 2**35
-
-#: ``level_contrast`` of path-local training (the in-batch level softmax term of
-#: :class:`~hiclass_parallel.losses.PathLocalCrossEntropy`). 0.1: a larger weight favours
-#: hierarchical F1; against 0.3, 0.1 gains exact accuracy on every WordNet gloss subset measured
-#: for a small loss of hF1 on some.
-LEVEL_CONTRAST = 0.1
-
-#: The same term for the multi-label (DAG) classifier, a label's copies all positives: 0.3
-#: (docs/dag.md). 0.1 loses there: hF1 and exact set accuracy on WordNet with every hypernym.
-DAG_LEVEL_CONTRAST = 0.3
 
 
 @dataclass(frozen=True)
@@ -186,14 +121,20 @@ class FitConfig:
     softmax_sample_reason : str
         Why.
     flat_term : float
-        The weight of the flat linear term in the re-ranking (``HierarchicalClassifier``'s
-        ``flat_term``; :mod:`~hiclass_parallel.estimators.prototypes._flat_margins`); 0: none.
+        The flat linear term's weight before any is learnt (``HierarchicalClassifier``'s
+        ``flat_term``: the number given, or 1 for ``"auto"``, which only builds it;
+        :mod:`~hiclass_parallel.estimators.answer._flat_margins`); 0: the fit fits none. The
+        weight ``predict`` uses is the answer model's (``answer_.weights``).
     flat_term_reason : str
         Why.
+    terms_tried_reason : str
+        Which re-ranking terms the answer model tried, each with its estimated cost against the
+        budget (:data:`~hiclass_parallel.estimators._defaults.TERM_BUDGET` of the network's
+        estimated fit; :func:`resolve_flat_term`).
     term_weights_reason : str
-        How the re-ranking weights were set (``HierarchicalClassifier``'s ``term_weights``): by
-        the rules, or learnt on held-out rows (:mod:`~hiclass_parallel.estimators.answer`), and
-        then per term whether it was tried, its weight and its held-out gain.
+        How the re-ranking weights were set: learnt on held-out rows
+        (:mod:`~hiclass_parallel.estimators.answer`), with per term its weight and held-out
+        gain; or why they could not be, and the terms left at ``"auto"`` were not built.
     """
 
     module_class: type
@@ -223,7 +164,8 @@ class FitConfig:
     batch_size_reason: str = "not resolved (a configuration saved without it): the estimator's batch_size"
     flat_term: float = 0.0
     flat_term_reason: str = "not resolved (a configuration saved without it): no flat term"
-    term_weights_reason: str = "the rules' weights (term_weights='rules')"
+    terms_tried_reason: str = "not resolved (a configuration saved without it)"
+    term_weights_reason: str = "no weight learnt: every term's weight fixed by its parameter"
 
     @property
     def path_local(self) -> bool:
@@ -431,10 +373,6 @@ def resolve_softmax_sample(requested: int | str | None, step_engine: str, tree: 
                    f"{widest:,}) {'train' if wide != 1 else 'trains'} on {limit:,} sampled candidates per batch")
 
 
-#: How far from 1 the squared length of every row of a dense X may be for the rows to count as
-#: normalised (float32 rounding of a normalised vector is far below it).
-UNIT_ROWS_TOLERANCE = 2e-3
-
 
 def unit_length_rows(X: Any) -> bool:
     """Whether every row of a dense ``X`` (NumPy or torch) has length 1: embeddings normalised
@@ -454,58 +392,82 @@ def unit_length_rows(X: Any) -> bool:
 
 
 def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
-                      data_parallel: bool, sample_weight: np.ndarray | None = None) -> tuple[float, str, bool]:
-    """``(weight, why, on_candidates)`` of the flat linear term of the re-ranking; weight 0:
-    none; ``on_candidates``: its SVM is the SVM of the candidates
+                      data_parallel: bool, sample_weight: np.ndarray | None = None, *,
+                      config: FitConfig) -> tuple[float, str, bool, str]:
+    """``(weight, why, on_candidates, tried)`` of the flat linear term of the re-ranking;
+    weight 0: none; ``on_candidates``: its SVM is the SVM of the candidates
     (:meth:`~hiclass_parallel.estimators.FlatMargins.fit_on_candidates`), fitted once the
-    network has trained, not the SVM against every row.
+    network has trained, not the SVM against every row; ``tried``: which terms the answer model
+    tries, each with its estimated cost against the budget (``config_.terms_tried_reason``).
 
+    A term is tried where its estimated cost (:mod:`._costs`) is at most
+    :data:`~hiclass_parallel.estimators._defaults.TERM_BUDGET` of the network's estimated fit
+    under ``config``: on sparse rows the SVM against every row where it is, else the SVM of
+    the candidates where that is; on dense rows of unit length the least-squares SVM.
     ``flat_term=None`` never keeps one; a number keeps one of that weight wherever it can be
-    fitted (:func:`_flat_term_refusal`; elsewhere a named error); ``"auto"`` keeps one of
-    weight :data:`~hiclass_parallel.estimators.prototypes._flat_margins.DEFAULT_WEIGHT`
-    (:data:`~hiclass_parallel.estimators.prototypes._flat_margins.CANDIDATES_WEIGHT` for the
-    SVM of the candidates) where it can be fitted and is worth it (:func:`_flat_term_auto_off`).
-    On sparse rows the SVM against every row is fitted within the work and weight limits
-    (:func:`_flat_over_limits`), the SVM of the candidates beyond them. ``ids`` are the
-    training rows' node ids (``None``: a stream's, unread), ``X`` the rows (``None``:
-    streamed), ``partial`` whether this is ``partial_fit`` (one call's rows),
-    ``data_parallel`` whether each rank holds a shard, ``sample_weight`` the rows' weights
-    (the SVM's too): a target only rows of weight 0 name is no training target, and the
-    rows per target count what the weights are worth
-    (:func:`~..calibration._calibration.effective_rows`).
+    fitted (:func:`_flat_term_refusal`; elsewhere a named error), the SVM against every row
+    over the budget only where the SVM of the candidates is over it too; ``"auto"`` keeps one
+    within the budget, its weight learnt on held-out rows (:mod:`~..answer._held_out`; the
+    weight returned here, 1, only builds it). ``ids`` are the training rows' node ids
+    (``None``: a stream's, unread), ``X`` the rows (``None``: streamed), ``partial`` whether
+    this is ``partial_fit`` (one call's rows), ``data_parallel`` whether each rank holds a
+    shard, ``sample_weight`` the rows' weights (the SVM's too): a target only rows of weight 0
+    name is no training target.
     """
     requested = getattr(estimator, "flat_term", None)
-    if requested is None:
-        return 0.0, "flat_term=None", False
-
-    # Rows of weight 0 teach the SVM nothing: they name no target and count as no row.
     counted = None if ids is None else (ids >= 0) & (True if sample_weight is None else sample_weight > 0)
+    if X is None or ids is None or not type(estimator)._reranks:
+        tried = "no term is tried: " + ("label sets have no single answer to re-rank" if not type(estimator)._reranks
+                                        else "a streamed data set passes once (arrays keep the terms)")
+        network = None
+    else:
+        hidden = _costs.hidden_width(estimator, config.module_class)
+        columns = _costs.mean_path_columns(tree, np.where(counted, ids, -1), config.stop, config.softmax_sample)
+        network = _costs.network_cost(X, columns, config.max_epochs, hidden)
+        tried = (f"budget {TERM_BUDGET:g} x the network's estimated fit ({network:.3g} multiply-adds); "
+                 f"prototypes: {_share(_costs.prototypes_cost(X), network)} (one pass over the rows), "
+                 + ("tried" if getattr(estimator, "prototypes", None) is not None else "prototypes=None"))
+    if requested is None:
+        return 0.0, "flat_term=None", False, _with_flat(tried, "flat_term=None")
+    # Rows of weight 0 teach the SVM nothing: they name no target and count as no row.
     targets = None if X is None or ids is None else np.unique(ids[counted])
     refusal = _flat_term_refusal(estimator, tree, targets, partial, data_parallel)
     if refusal is not None:
         if not isinstance(requested, str):
             raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
-        return 0.0, refusal, False
-    labelled = int(effective_rows(None if sample_weight is None else sample_weight[counted], int(counted.sum())))
-    over = _flat_over_limits(X, targets.size, labelled)
-    on_candidates = over is not None and sp.issparse(X)
-    route = (f"{over}: the SVM of the candidates (each target against the rows whose "
-             f"{estimator.prototype_candidates} most probable answers hold it)" if on_candidates else None)
-    if not isinstance(requested, str):
-        return float(requested), f"flat_term={float(requested)!r}" + (f"; {route}" if route else ""), on_candidates
-    off = _flat_term_auto_off(estimator, X, targets.size, labelled, over)
-    if off is not None:
-        return 0.0, off, False
-    if on_candidates:
-        return CANDIDATES_WEIGHT, (f"{route}, as the targets have {labelled / targets.size:.0f} training rows each "
-                                   f"on average (at least {FLAT_MANY_ROWS}): its margins re-rank the answers with "
-                                   f"weight {CANDIDATES_WEIGHT:g}"), True
+        return 0.0, refusal, False, _with_flat(tried, f"not tried: {refusal}")
+    budget = TERM_BUDGET * network
     if sp.issparse(X):
-        limit = _flat_max_work(targets.size, labelled)
-        return DEFAULT_WEIGHT, (f"targets x non-zeros = {targets.size * int(X.nnz):,}, at most {limit:,}: a flat "
-                                f"linear SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}"), False
-    return DEFAULT_WEIGHT, (f"dense rows of unit length ({X.shape[1]} features, {targets.size} targets): a flat "
-                            f"least-squares SVM's margins re-rank the answers with weight {DEFAULT_WEIGHT:g}"), False
+        every = _costs.flat_svm_cost(X, targets.size)
+        candidates = _costs.candidates_svm_cost(X, targets.size, estimator.prototype_candidates, columns, hidden)
+        costs = (f"the SVM against every row {_share(every, network)}, the SVM of the candidates "
+                 f"{_share(candidates, network)}")
+        on_candidates = every > budget and (candidates <= budget or not isinstance(requested, str))
+        within = every <= budget or candidates <= budget
+        route = "the SVM of the candidates" if on_candidates else "a flat linear SVM against every row"
+    else:
+        every = _costs.least_squares_cost(X, targets.size)
+        costs = f"the least-squares SVM {_share(every, network)}"
+        on_candidates, within, route = False, every <= budget, "a flat least-squares SVM"
+    if not isinstance(requested, str):
+        why = f"flat_term={float(requested)!r}: {route} ({costs})"
+        return float(requested), why, on_candidates, _with_flat(tried, f"{costs}: {route}, fixed weight")
+    off = _flat_term_auto_off(estimator, X)
+    if off is None and not within:
+        off = f"{costs}: over the budget"
+    if off is not None:
+        return 0.0, off, False, _with_flat(tried, f"not tried: {off}")
+    why = f"{route} ({costs}, within the budget of {TERM_BUDGET:g}): its weight is learnt on held-out rows"
+    return 1.0, why, on_candidates, _with_flat(tried, f"{costs}: {route} tried")
+
+
+def _share(cost: float, network: float) -> str:
+    """A cost as a share of the network's: ``"0.05x"``."""
+    return f"{cost / network:.2g}x" if network else "unknown"
+
+
+def _with_flat(tried: str, flat: str) -> str:
+    return f"{tried}; flat_term: {flat}"
 
 
 def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, partial: bool,
@@ -527,48 +489,15 @@ def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, p
     return None
 
 
-def _flat_max_work(n_targets: int, n_rows: int) -> int:
-    """``"auto"``'s limit on the flat SVM's work (targets x non-zeros) for ``n_rows`` labelled
-    training rows of ``n_targets`` distinct targets."""
-    return FLAT_MAX_WORK_MANY_ROWS if n_rows >= FLAT_MANY_ROWS * n_targets else FLAT_MAX_WORK
-
-
-def _flat_over_limits(X: Any, n_targets: int, n_rows: int) -> str | None:
-    """Why the flat SVM against every row would cost too much (``None``: it would not), for
-    ``n_rows`` labelled training rows of ``n_targets`` distinct targets."""
-    if sp.issparse(X):
-        weights = n_targets * int(X.shape[1])
-        if weights > FLAT_MAX_WEIGHTS:
-            return f"targets x features = {weights:,} is over {FLAT_MAX_WEIGHTS:,} weights"
-        work, limit = n_targets * int(X.nnz), _flat_max_work(n_targets, n_rows)  # liblinear's cost per pass
-        if work > limit:
-            return f"targets x non-zeros = {work:,} is over {limit:,}"
-        return None
-    features = int(X.shape[1])
-    work = features * features * (int(X.shape[0]) + n_targets)  # the Gram matrix, one solve per target
-    if work > FLAT_MAX_DENSE_WORK:
-        return f"features^2 x (rows + targets) = {work:,} is over {FLAT_MAX_DENSE_WORK:,}"
-    return None
-
-
-def _flat_term_auto_off(estimator: Any, X: Any, n_targets: int, n_rows: int, over: str | None) -> str | None:
-    """Why ``flat_term="auto"`` leaves a term that could be fitted off (``None``: it keeps it);
-    ``n_targets``: the distinct training targets, ``n_rows`` the labelled training rows,
-    ``over``: why the SVM against every row would cost too much (:func:`_flat_over_limits`)."""
+def _flat_term_auto_off(estimator: Any, X: Any) -> str | None:
+    """Why ``flat_term="auto"`` leaves a term that could be fitted off whatever it costs
+    (``None``: the budget decides)."""
     if estimator._skorch_kwargs("module__").get("class_features") is not None:
         return ("module__class_features names classes no training row has, which the flat SVM, knowing only the "
                 "training targets, would vote against")
     if not sp.issparse(X) and not unit_length_rows(X):
         return ("dense X with rows not all of length 1: the term was measured to help on sparse text and normalised "
                 "embeddings, and to hurt where classes are not linear in X (set a weight to use it)")
-    if over is None:
-        return None
-    if not sp.issparse(X):
-        return f"{over}: the flat least-squares SVM would cost more than the fit"
-    if n_rows < FLAT_MANY_ROWS * n_targets:
-        # The SVM of the candidates did not gain where targets have a few rows each.
-        return (f"{over}, and the targets have {n_rows / n_targets:.1f} training rows each on average (under "
-                f"{FLAT_MANY_ROWS}): the flat SVM would cost more than it gains")
     return None
 
 

@@ -12,7 +12,6 @@ import torch
 from scipy.special import expit
 from skorch.dataset import ValidSplit
 from support import sparsify
-from support import sparsify
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
@@ -238,7 +237,8 @@ def test_the_flat_term_counts_targets_and_rows_of_positive_weight():
     ids = tree.to_ids(y)
     keep = ids == ids[0]
     weight = keep.astype(float)  # only one target's rows carry weight
-    args = dict(partial=False, data_parallel=False)
+    config = HierarchicalClassifier(tree, flat_term=None, prototypes=None, max_epochs=1).fit(X, y).config_
+    args = dict(partial=False, data_parallel=False, config=config)
     assert resolve_flat_term(HierarchicalClassifier(tree, flat_term=1.0), tree, ids, X, **args)[0] == 1.0
     with pytest.raises(ValueError, match="1 distinct training target"):
         resolve_flat_term(HierarchicalClassifier(tree, flat_term=1.0), tree, ids, X, **args, sample_weight=weight)

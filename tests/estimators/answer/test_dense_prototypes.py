@@ -216,13 +216,17 @@ def test_reranked_answer_equals_the_brute_force_argmax_over_every_candidate(rand
     assert (got != clf.set_params(prototypes=None).predict_node(X)).any()  # the re-ranking changed answers
 
 
-def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_rows(gaussian):
+def test_without_held_out_rows_auto_builds_none_a_weight_is_kept_and_partial_fit_adds_rows(gaussian):
     import torch
 
     X, y, tree = gaussian
     clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0, calibration=None).fit(X, y)
-    assert clf.answer_.weights["prototypes"] == GaussianPrototypes.DEFAULT_WEIGHT
-    first = HierarchicalClassifier(tree, random_state=0).partial_fit(torch.from_numpy(X[:1000]), y[:1000])
+    assert clf.answer_.term("prototypes") is None and "prototypes" in clf.config_.term_weights_reason
+    weight = GaussianPrototypes.DEFAULT_WEIGHT
+    clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0, calibration=None, prototypes=weight).fit(X, y)
+    assert clf.answer_.weights["prototypes"] == weight
+    first = HierarchicalClassifier(tree, random_state=0, prototypes=weight)
+    first.partial_fit(torch.from_numpy(X[:1000]), y[:1000])
     first.partial_fit(X[1000:], y[1000:])
     whole = GaussianPrototypes.from_rows(X, tree.to_ids(y), tree)
     np.testing.assert_allclose(first.answer_.terms["prototypes"].sums, whole.sums, rtol=1e-6)

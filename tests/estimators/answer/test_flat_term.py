@@ -13,7 +13,6 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.svm import LinearSVC
 from support import text_like
-from support import text_like
 
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier, serving_module
 from hiclass_parallel.estimators.fitting import _config, _costs
@@ -23,8 +22,18 @@ from hiclass_parallel.estimators.answer._prototypes import last_nodes
 from hiclass_parallel.exceptions import ModelFileError
 
 
+@pytest.fixture(autouse=True)
+def _every_svm_within_the_budget(monkeypatch):
+    """These tests fit a network of a few epochs, beside which an SVM's estimated cost is over
+    the budget; each test that is about the budget sets the estimates itself."""
+    _costs_of(monkeypatch)
+
+
 def _fit(X, y, tree, **params):
+    """A fit with a flat term of a fixed weight unless ``flat_term`` is given ("auto" tries it
+    within the budget, and may drop it where it does not gain)."""
     params.setdefault("semantics", "terminal")
+    params.setdefault("flat_term", 8.0)
     return HierarchicalClassifier(tree, max_epochs=3, random_state=0, **params).fit(X, y)
 
 
@@ -203,7 +212,8 @@ def test_where_only_the_svm_of_the_candidates_is_within_the_budget_it_is_the_one
     X, y, tree = text_like(shuffle_ids=True, n_samples=400)
     ids = tree.to_ids(y)
     _candidates_only(monkeypatch)
-    assert _fit(X, y, tree, calibration=None).config_.flat_term_reason.startswith("the SVM of the candidates")
+    assert _fit(X, y, tree, calibration=None, flat_term="auto").config_.terms_tried_reason.endswith(
+        "the SVM of the candidates tried")
     clf = _fit(X, y, tree, calibration=None, flat_term=4.0)  # (a fixed weight keeps it, whatever it gains)
     reason = clf.config_.flat_term_reason
     assert clf.answer_.weight("flat_term") == 4.0
@@ -220,7 +230,7 @@ def test_where_only_the_svm_of_the_candidates_is_within_the_budget_it_is_the_one
 def test_over_the_budget_auto_keeps_none_and_a_weight_the_cheaper_svm(monkeypatch):
     X, y, tree = text_like(shuffle_ids=True, n_samples=400)
     _costs_of(monkeypatch, every=float("inf"), candidates=float("inf"))
-    clf = _fit(X, y, tree)
+    clf = _fit(X, y, tree, flat_term="auto")
     assert clf.config_.flat_term == 0 and clf.answer_.term("flat_term") is None
     assert clf.config_.flat_term_reason.endswith("over the budget")
     assert sp.issparse(_fit(X, y, tree, flat_term=4.0).answer_.terms["flat_term"].coef)  # a weight set by hand: the candidates'
@@ -267,7 +277,7 @@ def test_the_svm_of_the_candidates_exports_saves_and_loads(monkeypatch, tmp_path
 def test_a_fit_within_the_budget_tries_the_term_and_says_why(monkeypatch):
     X, y, tree = text_like(shuffle_ids=True)
     _costs_of(monkeypatch)
-    clf = _fit(X, y, tree)
+    clf = _fit(X, y, tree, flat_term="auto")
     assert "a flat linear SVM against every row" in clf.config_.flat_term_reason
     assert "within the budget" in clf.config_.flat_term_reason or "flat_term: weight" in clf.config_.flat_term_reason
     assert "against every row tried" in clf.config_.terms_tried_reason
@@ -279,7 +289,8 @@ def test_a_fit_within_the_budget_tries_the_term_and_says_why(monkeypatch):
 def test_over_the_budget_auto_keeps_none(monkeypatch):
     X, y, tree = text_like(shuffle_ids=True)
     monkeypatch.setattr(_config, "TERM_BUDGET", 0.0)
-    clf = _fit(X, y, tree)
+    _costs_of(monkeypatch, every=1.0, candidates=1.0, dense=1.0)
+    clf = _fit(X, y, tree, flat_term="auto")
     assert clf.config_.flat_term == 0 and clf.answer_.term("flat_term") is None
     assert clf.config_.flat_term_reason.endswith("over the budget")
     # a weight set by hand is kept whatever the cost
@@ -307,19 +318,19 @@ def test_a_calibrating_fit_decodes_its_held_out_rows_with_a_term_of_the_other_ro
     assert _fit(X, y, tree, flat_term=8.0, calibration="beta").answer_.calibrator is not None
 
 
-def test_dense_rows_keep_the_term_where_they_are_normalised_embeddings():
+def test_dense_rows_keep_the_term_where_they_are_normalised_embeddings(monkeypatch):
     X, y, tree = text_like(shuffle_ids=True)
     dense = X.toarray()
     unit = dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-6)
     unit[np.linalg.norm(unit, axis=1) < 0.5, 0] = 1.0  # an empty row becomes a unit one
-    clf = _fit(unit, y, tree)
+    clf = _fit(unit, y, tree, flat_term="auto")
     assert clf.config_.flat_term and "least-squares" in clf.config_.flat_term_reason
     assert isinstance(_fit(unit, y, tree, flat_term=4.0).answer_.terms["flat_term"], FlatMargins)
-    assert _fit(torch.from_numpy(unit), y, tree).config_.flat_term
-    other = _fit(dense, y, tree)  # numeric features: classes need not be linear in X
+    assert _fit(torch.from_numpy(unit), y, tree, flat_term="auto").config_.flat_term
+    other = _fit(dense, y, tree, flat_term="auto")  # numeric features: classes need not be linear in X
     assert other.answer_.term("flat_term") is None and "not all of length 1" in other.config_.flat_term_reason
     assert _fit(dense, y, tree, flat_term=4.0).config_.flat_term == 4.0
-    coo = _fit(torch.from_numpy(X.toarray()).to_sparse(), y, tree)  # sparse as a scipy matrix is
+    coo = _fit(torch.from_numpy(X.toarray()).to_sparse(), y, tree, flat_term="auto")  # sparse as a scipy matrix is
     assert coo.config_.flat_term and "linear SVM" in coo.config_.flat_term_reason
 
 
@@ -327,7 +338,7 @@ def test_over_the_dense_work_limit_auto_keeps_none(monkeypatch):
     X, y, tree = text_like(shuffle_ids=True)
     unit = np.eye(X.shape[1], dtype=np.float32)[np.arange(X.shape[0]) % X.shape[1]]
     _costs_of(monkeypatch, dense=float("inf"))
-    clf = _fit(unit, y, tree)
+    clf = _fit(unit, y, tree, flat_term="auto")
     assert clf.answer_.term("flat_term") is None and clf.config_.flat_term_reason.endswith("over the budget")
 
 
@@ -338,7 +349,7 @@ def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():
     with pytest.raises(ValueError, match="flat_term=2.0 cannot be fitted here: partial_fit"):
         HierarchicalClassifier(tree, semantics="terminal", flat_term=2.0).partial_fit(X, y)
     # partial semantics answer with leaves: internal targets have no answer's margin
-    partial = _fit(X, y, tree, semantics="partial")
+    partial = _fit(X, y, tree, semantics="partial", flat_term="auto")
     assert partial.answer_.term("flat_term") is None and "internal nodes" in partial.config_.flat_term_reason
     leaves_only = text_like(shuffle_ids=True, terminal_fraction=0.0)
     assert _fit(*leaves_only, semantics="partial").answer_.term("flat_term") is not None

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from support import sparse_rows, text_like
-from support import sparse_rows, text_like
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier
@@ -199,11 +198,15 @@ def test_prototypes_none_or_zero_gives_the_models_own_answer(text, fitted):
         fitted.set_params(prototypes="auto", flat_term="auto")
 
 
-def test_without_held_out_rows_the_weight_is_the_default_and_partial_fit_adds_rows(text):
+def test_without_held_out_rows_auto_builds_none_a_weight_is_kept_and_partial_fit_adds_rows(text):
     X, y, tree = text
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=2, random_state=0, calibration=None).fit(X, y)
+    assert clf.answer_.term("prototypes") is None and "prototypes" in clf.config_.term_weights_reason
+    clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=2, random_state=0, calibration=None,
+                                 prototypes=DEFAULT_WEIGHT).fit(X, y)
     assert clf.answer_.weights["prototypes"] == DEFAULT_WEIGHT
-    first = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X[:1000], y[:1000])
+    first = HierarchicalClassifier(tree, semantics="terminal", random_state=0, prototypes=DEFAULT_WEIGHT)
+    first.partial_fit(X[:1000], y[:1000])
     first.partial_fit(X[1000:], y[1000:])
     whole = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
     np.testing.assert_allclose(first.answer_.terms["prototypes"].sums.toarray(), whole.sums.toarray(), rtol=1e-5)
@@ -213,7 +216,7 @@ def test_class_text_is_one_more_row_of_its_class(text):
     X, y, tree = text
     names = sparse_rows(tree.n_classes, X.shape[1], density=0.05, seed=1)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=1, random_state=0, calibration=None,
-                                 module__hidden_units=8, module__class_features=names).fit(X, y)
+                                 prototypes=16.0, module__hidden_units=8, module__class_features=names).fit(X, y)
     rows = ClassPrototypes.from_rows(X, tree.to_ids(y), tree)
     np.testing.assert_allclose(clf.answer_.terms["prototypes"].sums.toarray(), (rows.sums + names).toarray(), rtol=1e-5, atol=1e-6)
 
@@ -295,12 +298,13 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
         with np.errstate(divide="ignore"):
             log_p = np.log(np.take_along_axis(proba, top, axis=1))
         cos = np.take_along_axis(X[:300].toarray() @ _dense_prototypes(clf.answer_.terms["prototypes"].sums.toarray()).T, top, axis=1)
-        assert clf.answer_.term("flat_term") is not None  # a small text fit keeps the flat term beside the prototypes
-        rows = np.searchsorted(clf.answer_.terms["flat_term"].classes, top)
-        seen = clf.answer_.terms["flat_term"].classes[np.minimum(rows, len(clf.answer_.terms["flat_term"].classes) - 1)] == top
-        decision = X[:300].toarray() @ clf.answer_.terms["flat_term"].coef.T.astype(np.float64) + clf.answer_.terms["flat_term"].intercept
-        margin = np.where(seen, np.take_along_axis(decision, np.where(seen, rows, 0), axis=1), -1.0)
-        combined = clf.answer_.scale * (log_p + clf.answer_.weights["prototypes"] * cos + clf.answer_.weight("flat_term") * margin)
+        margin = 0.0  # the flat term, where the fit tried it within the budget and kept it
+        if clf.answer_.term("flat_term") is not None:
+            rows = np.searchsorted(clf.answer_.terms["flat_term"].classes, top)
+            seen = clf.answer_.terms["flat_term"].classes[np.minimum(rows, len(clf.answer_.terms["flat_term"].classes) - 1)] == top
+            decision = X[:300].toarray() @ clf.answer_.terms["flat_term"].coef.T.astype(np.float64) + clf.answer_.terms["flat_term"].intercept
+            margin = clf.answer_.weight("flat_term") * np.where(seen, np.take_along_axis(decision, np.where(seen, rows, 0), axis=1), -1.0)
+        combined = clf.answer_.scale * (log_p + clf.answer_.weights["prototypes"] * cos + margin)
         expected, _ = expected_hf1_paths(tree.paths[top], combined.astype(np.float32))
         assert (got == expected).all(axis=1).mean() > 0.98  # near-ties of float32 aside
         own = clf.set_params(prototypes=None, flat_term=None)._predict_ids(X[:300])

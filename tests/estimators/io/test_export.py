@@ -234,11 +234,14 @@ def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_
     """A model whose class prototypes (and flat term) re-rank the answer exports the re-ranking:
     eager torch, torch.export (batches of 1 and all) and onnxruntime give predict's answers, on
     every row whose best re-ranked score leads the next by more than float noise.
-    ``"candidates"``: the flat term's SVM of the candidates (sparse weights, over the limits)."""
-    if flat_term == "candidates":
-        from hiclass_parallel.estimators.fitting import _config
+    ``"candidates"``: the flat term's SVM of the candidates (sparse weights: the SVM against every
+    row over the cost budget); a number: the SVM against every row (within it)."""
+    from hiclass_parallel.estimators.fitting import _costs
 
-        monkeypatch.setattr(_config, "FLAT_MAX_WEIGHTS", 10)
+    every_row = float("inf") if flat_term == "candidates" else 0.0
+    monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: every_row)
+    monkeypatch.setattr(_costs, "least_squares_cost", lambda *args: 0.0)
+    if flat_term == "candidates":
         flat_term = 8.0
     X, y, tree = make_hierarchical_classification(n_samples=1200, n_features=12, branching=3, depth=3, noise=1.5,
                                                   random_state=0)

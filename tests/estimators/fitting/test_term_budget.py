@@ -1,0 +1,85 @@
+"""Which re-ranking terms a fit tries: each term's estimated cost against one budget, and the
+terms left at "auto" not built where their weights cannot be learnt."""
+
+import numpy as np
+import pytest
+from support import text_like
+
+from hiclass_parallel.estimators import HierarchicalClassifier
+from hiclass_parallel.estimators.fitting import _answer_fit, _config, _costs
+
+
+def _fit(X, y, tree, **params):
+    params = {"semantics": "terminal", "max_epochs": 3, "random_state": 0, **params}
+    return HierarchicalClassifier(tree, **params).fit(X, y)
+
+
+def test_a_term_within_the_budget_is_tried_and_the_record_says_what_it_costs():
+    X, y, tree = text_like(n_samples=240)
+    clf = _fit(X, y, tree, max_epochs=10)  # (the network's cost grows with its epochs)
+    tried = clf.config_.terms_tried_reason
+    assert tried.startswith(f"budget {_config.TERM_BUDGET:g} x the network's estimated fit")
+    assert "prototypes:" in tried and "flat_term:" in tried and "tried" in tried
+    assert "within the budget" in clf.config_.flat_term_reason
+    assert clf.config_.term_weights_reason.startswith("learnt on")
+
+
+def test_a_term_over_the_budget_is_not_tried_but_a_number_still_builds_it(monkeypatch):
+    X, y, tree = text_like(n_samples=240)
+    monkeypatch.setattr(_config, "TERM_BUDGET", 1e-9)
+    clf = _fit(X, y, tree)
+    assert clf.config_.flat_term == 0 and "over the budget" in clf.config_.flat_term_reason
+    assert "flat_term: not tried" in clf.config_.terms_tried_reason
+    assert clf.answer_.term("flat_term") is None
+    fixed = _fit(X, y, tree, flat_term=2.0)  # a number: the term wherever it can be fitted
+    assert fixed.answer_.weight("flat_term") == 2.0
+    assert "the SVM of the candidates" in fixed.config_.flat_term_reason  # the cheaper one, over the budget
+
+
+def test_the_budget_picks_the_svm_of_the_candidates_where_only_it_fits(monkeypatch):
+    X, y, tree = text_like(n_samples=240)
+    monkeypatch.setattr(_costs, "flat_svm_cost", lambda X, n_targets: float("inf"))
+    monkeypatch.setattr(_costs, "candidates_svm_cost", lambda *args: 0.0)
+    clf = _fit(X, y, tree)
+    assert clf.config_.terms_tried_reason.endswith("the SVM of the candidates tried")
+
+
+def test_weights_that_cannot_be_learnt_leave_the_auto_terms_unbuilt(monkeypatch):
+    """calibration=None on a fit too large to cross-fit: no rows to learn the weights on, so the
+    terms left at "auto" are not built, and a term given a number stays."""
+    X, y, tree = text_like(n_samples=240)
+    monkeypatch.setattr(_answer_fit, "CROSS_FIT_MAX_ROWS", 100)
+    clf = _fit(X, y, tree, calibration=None)
+    reason = clf.config_.term_weights_reason
+    assert reason.startswith("no weight learnt: 240 rows, at least 100") and "not built" in reason
+    assert clf.answer_.kept() == []
+    network = _fit(X, y, tree, calibration=None, prototypes=None, flat_term=None)
+    np.testing.assert_array_equal(clf.predict(X), network.predict(X))  # the network's own answers
+    mixed = _fit(X, y, tree, calibration=None, prototypes=4.0)
+    assert mixed.answer_.kept() == ["prototypes"] and mixed.answer_.weight("prototypes") == 4.0
+    assert "kept with a fixed weight: prototypes" in mixed.config_.term_weights_reason
+
+
+def test_the_first_partial_fit_builds_no_auto_term():
+    X, y, tree = text_like(n_samples=120)
+    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0)
+    clf.partial_fit(X, y)
+    assert clf.answer_.kept() == [] and "partial_fit" in clf.config_.term_weights_reason
+
+
+def test_term_weights_is_no_parameter():
+    X, y, tree = text_like(n_samples=60)
+    with pytest.raises(ValueError, match="term_weights"):
+        HierarchicalClassifier(tree, term_weights="learnt").fit(X, y)
+    assert "term_weights" not in HierarchicalClassifier(tree).get_params()
+
+
+def test_the_estimates_grow_with_what_each_part_reads():
+    X, y, tree = text_like(n_samples=240)
+    ids = np.asarray(tree.to_ids(y))
+    columns = _costs.mean_path_columns(tree, ids, stop=True)
+    assert columns > _costs.mean_path_columns(tree, ids, stop=False) > 0
+    assert _costs.network_cost(X, columns, 4, 256) == 2 * _costs.network_cost(X, columns, 2, 256)
+    assert _costs.flat_svm_cost(X, 20) > _costs.flat_svm_cost(X, 10)
+    assert _costs.candidates_svm_cost(X, 10, 20, columns, 256) > _costs.candidates_svm_cost(X, 10, 5, columns, 256)
+    assert _costs.prototypes_cost(X) == X.nnz
