@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 from skorch.callbacks import EarlyStopping, ProgressBar
 from skorch.dataset import ValidSplit
 from torch.utils.data import DataLoader

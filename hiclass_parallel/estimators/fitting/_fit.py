@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
