@@ -4,8 +4,8 @@ A module directly under ``estimators/``, below every sub-package: any of them re
 from here, and no other module of ``fitting/`` or ``answer/`` defines a number of its own
 (``tests/estimators/test_defaults.py`` scans them, and checks that each row's evidence names a
 section of the documentation that exists). Each constant below has one row of :data:`TABLE`
-(:class:`Default`: name, value, rule, evidence), which ``docs/choosing-settings.md`` ("Every
-default") prints.
+(:class:`Default`: name, value, rule, evidence); ``docs/choosing-settings.md`` ("Every default")
+points here.
 
 ============================  ==========  =============================================================
 name                          value       rule that applies it

@@ -20,8 +20,8 @@ multiply-adds, the work of each part's inner loops:
 The liblinear passes are an effective count
 (:data:`~hiclass_parallel.estimators._defaults.SVM_PASSES`): it also folds in that one of
 liblinear's multiply-adds costs more time than one of the fused training step's, so that the
-ratio of two estimates is the ratio of the measured seconds (``docs/performance.md``, "The
-cost of the answer's terms").
+ratio of two estimates is the ratio of the measured seconds (``docs/performance.md``, "Small
+taxonomies"; ``benchmarks/bench_term_costs.py``).
 """
 
 from __future__ import annotations
