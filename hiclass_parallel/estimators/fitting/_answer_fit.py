@@ -180,6 +180,8 @@ def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.nd
     from sklearn.base import clone
     from sklearn.utils import _safe_indexing, check_random_state
 
+    if not hasattr(y, "__getitem__"):  # an array-like that only converts (``__array__``): index its array
+        y = np.asarray(y)
     n = X.shape[0]
     fold_of = check_random_state(seed).permutation(n) % FOLDS
     params = {"calibration": None, "warm_start": False, "verbose": 0,
