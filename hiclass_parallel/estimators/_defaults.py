@@ -71,15 +71,16 @@ class Default(NamedTuple):
 TERM_BUDGET = 0.5
 
 #: liblinear's effective passes over the non-zeros in the flat SVMs' cost estimates: the
-#: measured seconds of the SVM against every row over the network's, divided by the ratio of
-#: their estimates at one pass, ran 13-54 on WordNet subtrees of 150 to 4,500 classes; 27 is
-#: their geometric mean (it also counts that one of liblinear's multiply-adds takes longer than
-#: one of the fused training step's; ``docs/performance.md``, "Small taxonomies").
+#: geometric mean, over WordNet subtrees of a hundred to thousands of classes, of the measured
+#: seconds of the SVM against every row over the network's, divided by the ratio of their
+#: estimates at one pass (it also counts that one of liblinear's multiply-adds takes longer than
+#: one of the fused training step's; ``benchmarks/bench_term_costs.py``, ``docs/performance.md``,
+#: "Small taxonomies").
 SVM_PASSES = 27.0
 
 #: The fixed cost of one target's ``LinearSVC`` in the SVM of the candidates, in the estimates'
-#: multiply-adds: 1.7-2.4 ms a target measured, against the network's seconds per estimated
-#: multiply-add on the same subtrees.
+#: multiply-adds: the measured time per target over the network's seconds per estimated
+#: multiply-add on the same subtrees (``benchmarks/bench_term_costs.py``).
 SVM_TARGET_COST = 1e6
 
 #: Folds of the cross-fitting: two more fits on half the rows each, about the network's own fit
@@ -122,7 +123,7 @@ PROTOTYPES_START_WEIGHT = 16.0
 GAUSSIAN_SHRINKAGE = 1.0
 
 #: The largest weight the Gaussian prototypes' single-term fit gives (per nat of
-#: log-likelihood): on the synthetic benchmarks the weights fitted were 4-420.
+#: log-likelihood): above every weight fitted on the synthetic benchmarks.
 GAUSSIAN_MAX_WEIGHT = 1024.0
 
 #: The Gaussian prototypes' weight before the answer model learns it: the log-likelihood added

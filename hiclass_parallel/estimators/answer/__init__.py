@@ -7,7 +7,7 @@ the terms: ``_prototypes`` (the cosine class prototypes of sparse rows, the ``Pr
 protocol of both kinds and the likelihood that fits the rules' weight and scale),
 ``_dense_prototypes`` (the Gaussian kind of dense rows), ``_flat_margins`` (the flat linear
 SVM's margins, of three kinds); ``_fit_prototypes``: the rows the prototypes are built from,
-their rules' weight chosen on held-out rows, rows added when training continues;
+their start weight (before one is learnt), rows added when training continues;
 ``_calibration``: the answer calibrator (:class:`BetaCalibrator`), the held-out rows it is
 fitted on and how they are shown; ``_joint``: the joint fit of the terms' weights and the
 scale, a conditional logit over the candidates (:func:`fit_term_weights`); ``_held_out``:
@@ -22,7 +22,7 @@ Nothing here imports ``prediction`` or ``fitting``: decoding rows and fitting es
 from ._calibration import (CLIP, MIN_AUTO_ROWS, BetaCalibrator, CalibrationPlan, answer_correct, effective_rows,
                            held_out_size, held_out_view, plan_calibration, rejoins)
 from ._dense_prototypes import GaussianPrototypes
-from ._fit_prototypes import added_prototypes, fitted_prototypes, held_out_prototypes, rules_weight, wants_prototypes
+from ._fit_prototypes import added_prototypes, fitted_prototypes, held_out_prototypes, start_weight, wants_prototypes
 from ._flat_margins import NO_TARGET_MARGIN, FlatMargins
 from ._held_out import learn_from_candidates, learn_on_held_out, learns_weights, not_learnt
 from ._joint import MIN_GAIN, PENALTY, TermWeights, fit_term_weights
@@ -35,5 +35,5 @@ __all__ = ["CLIP", "MIN_AUTO_ROWS", "MIN_GAIN", "NO_TARGET_MARGIN", "PENALTY", "
            "Term", "TermWeights", "added_prototypes", "answer_correct", "effective_rows",
            "fit_term_weights", "fitted_prototypes", "held_out_prototypes", "held_out_size", "held_out_view",
            "last_nodes", "learn_from_candidates", "learn_on_held_out", "learns_weights", "not_learnt",
-           "plan_calibration", "prototypes_kind", "rejoins", "rerank_order", "rules_weight", "term_from_arrays",
+           "plan_calibration", "prototypes_kind", "rejoins", "rerank_order", "start_weight", "term_from_arrays",
            "term_scores", "wants_prototypes"]

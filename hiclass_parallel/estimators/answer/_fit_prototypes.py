@@ -8,7 +8,7 @@ The fit pipeline (:mod:`..fitting._fit`) calls three functions:
   ``prototypes="auto"``'s weight and scale chosen on the held-out rows
   (:func:`~._prototypes.choose_weight_and_scale`, agreed over the ranks of a data-parallel fit);
 - :func:`fitted_prototypes`, at the end of a fresh fit: the prototypes of every training row
-  (their weight, chosen on the held-out rows or :func:`rules_weight`, is the answer model's);
+  (their weight, chosen on the held-out rows or :func:`start_weight`, is the answer model's);
 - :func:`added_prototypes`, when training continues: a copy of the fitted prototypes with the
   call's rows added.
 
@@ -28,7 +28,7 @@ from ..networks import data_parallel_group
 from ._calibration import answer_correct
 from ._prototypes import Prototypes, choose_weight_and_scale, prototypes_kind
 
-__all__ = ["added_prototypes", "fitted_prototypes", "held_out_prototypes", "rules_weight",
+__all__ = ["added_prototypes", "fitted_prototypes", "held_out_prototypes", "start_weight",
            "wants_prototypes"]
 
 Candidates = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -63,7 +63,7 @@ def held_out_prototypes(estimator: Any, targets: Any, X: Any, ids: np.ndarray, p
         return None, (0.0, 1.0), None
     fit_weight = None if sample_weight is None else sample_weight[plan.fit_rows]
     prototypes = _prototypes_of(estimator, targets, X[plan.fit_rows], ids[plan.fit_rows], sample_weight=fit_weight)
-    weight_and_scale = (rules_weight(estimator, X), 1.0)
+    weight_and_scale = (start_weight(estimator, X), 1.0)
     fitting, reranking = isinstance(estimator.prototypes, str), estimator.decoding == "best"
     candidates = candidates_of(prototypes) if fitting or reranking else None
     if fitting:
@@ -121,7 +121,7 @@ def _prototypes_of(estimator: Any, targets: Any, X: Any, ids: np.ndarray, class_
     return prototypes
 
 
-def rules_weight(estimator: Any, X: Any) -> float:
+def start_weight(estimator: Any, X: Any) -> float:
     """The prototypes' weight when none is chosen on held-out rows: the parameter's, or the
     default of the prototypes of rows like ``X``."""
     return prototypes_kind(X).DEFAULT_WEIGHT if isinstance(estimator.prototypes, str) else float(estimator.prototypes)

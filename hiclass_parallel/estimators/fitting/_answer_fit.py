@@ -29,7 +29,7 @@ import numpy as np
 from ...exceptions import caller_stacklevel
 from ..answer import (AnswerModel, BetaCalibrator, FlatMargins, answer_correct, fitted_prototypes, held_out_prototypes,
                       held_out_view, last_nodes, learn_from_candidates, learn_on_held_out, learns_weights, not_learnt,
-                      rules_weight, term_scores)
+                      start_weight, term_scores)
 from ..prediction import decode, decoder_of
 
 from .._defaults import CROSS_FIT_MAX_ROWS, FOLDS
@@ -137,7 +137,7 @@ def fitted_answer(estimator: Any, targets: Any, config: Any, X: Any, dataset: An
     terms, weights = {}, {}
     if prototypes is not None:
         terms["prototypes"] = prototypes
-        weights["prototypes"] = rules_weight(estimator, X) if held_out is None else held_out.answer.weight("prototypes")
+        weights["prototypes"] = start_weight(estimator, X) if held_out is None else held_out.answer.weight("prototypes")
     if flat is not None and (held_out is None or held_out.answer.term("flat_term") is not None):
         terms["flat_term"] = flat  # (a weight learnt on the calibration share as 0 dropped it there)
         weights["flat_term"] = float(config.flat_term) if held_out is None else held_out.answer.weight("flat_term")
