@@ -38,7 +38,9 @@ part imports only from the parts before it, and another folder only through its 
   own checks of what an estimator is given (its settings, the scale of ``X``, its labels:
   ``_validation``), the guards while training (``_guards``) and the fit of the answer model
   (``_answer_fit``: the flat term, the weights and calibrator chosen on the calibration share
-  by decoding it as ``predict`` will, the cross-fitting's fold models);
+  by decoding it as ``predict`` will, the cross-fitting's fold models), the estimated costs that
+  decide which re-ranking terms are tried within the budget (``_costs``) and growing a fitted
+  model into a larger tree (``_grow``);
 - ``estimators/prediction/``: the prediction methods (``_predict``) and the answer at predict
   time, decided in one place, by one dispatcher (``_decode``: model paths, re-ranking,
   decoding rule, output form; ``decoder_of`` reads the answer model);
@@ -47,7 +49,7 @@ part imports only from the parts before it, and another folder only through its 
   ``_terms``: the one protocol every term follows -- fit on training rows,
   ``score(X, candidates)``, its arrays for saving and export); the terms: the class prototypes
   (``_prototypes``: the ``Prototypes`` protocol both kinds follow, the cosine kind, the
-  re-ranking and the likelihood that fits the rules' weight and scale; ``_dense_prototypes``:
+  re-ranking and the likelihood that fits its own weight and scale; ``_dense_prototypes``:
   the Gaussian kind; ``_fit_prototypes``: the rows they are built from, rows added when
   training continues) and the flat linear SVM of three kinds (``_flat_margins``); the answer
   calibrator and the held-out rows it is fitted on (``_calibration``); the weights learnt on

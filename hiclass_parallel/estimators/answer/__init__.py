@@ -4,7 +4,7 @@
 their weights, the scale of ``log p`` and the calibrator; ``_terms``: the protocol every term
 follows (fit on training rows, ``score(X, candidates)``, its arrays for saving and export);
 the terms: ``_prototypes`` (the cosine class prototypes of sparse rows, the ``Prototypes``
-protocol of both kinds and the likelihood that fits the rules' weight and scale),
+protocol of both kinds and the likelihood that fits their own weight and scale),
 ``_dense_prototypes`` (the Gaussian kind of dense rows), ``_flat_margins`` (the flat linear
 SVM's margins, of three kinds); ``_fit_prototypes``: the rows the prototypes are built from,
 their start weight (before one is learnt), rows added when training continues;
