@@ -150,16 +150,24 @@ def learn_by_cross_fitting(estimator: Any, X: Any, y: Any, ids: np.ndarray, samp
                            targets: Any, config: Any, answer: AnswerModel, seed: int | None,
                            partial: bool = False) -> tuple[Any, AnswerModel]:
     """``(config, answer)`` with the weights learnt by cross-fitting (:data:`FOLDS` folds) on
-    the rows ``X`` labelled ``y`` (node ids ``ids``) of a fit that held none out; a flat term
+    the rows ``X`` labelled ``y`` (node ids ``ids``) of a fit that held none out (the folds
+    drawn over the rows of positive ``sample_weight`` only: a row of weight 0 is none); a flat term
     of weight 0 dropped. As they were, with the reason in ``config_.term_weights_reason``, where
     cross-fitting does not apply (``partial``: the first call of ``partial_fit``, which trains
     one call's rows for one epoch)."""
     if not learns_weights(estimator):
         return config, answer
     refusal = "partial_fit trains one call's rows (fit learns them)" if partial else \
-        _cross_fit_refusal(estimator, X, answer)
+        _cross_fit_refusal(estimator, X, answer, sample_weight)
     if refusal is not None:
         return not_learnt(estimator, config, answer, refusal)
+    if sample_weight is not None and not np.all(sample_weight > 0):
+        # A row of weight 0 is no row, as in the network's fit and the terms': the folds are
+        # drawn over the other rows only, so the fit learns what the fit without those rows learns.
+        from sklearn.utils import _safe_indexing
+
+        kept = np.flatnonzero(sample_weight > 0)
+        X, y, ids, sample_weight = X[kept], _safe_indexing(y, kept), ids[kept], sample_weight[kept]
     try:
         paths, log_prob, scores = cross_fitted_candidates(estimator, X, y, sample_weight, targets, config, answer, seed)
     except ValueError as exc:  # a fold the terms cannot be fitted on (one target, say)
@@ -216,16 +224,18 @@ def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.nd
     return paths, log_prob, scores
 
 
-def _cross_fit_refusal(estimator: Any, X: Any, answer: AnswerModel) -> str | None:
-    """Why this fit cannot learn its weights by cross-fitting (``None``: it can)."""
+def _cross_fit_refusal(estimator: Any, X: Any, answer: AnswerModel, sample_weight: np.ndarray | None) -> str | None:
+    """Why this fit cannot learn its weights by cross-fitting (``None``: it can); rows of
+    ``sample_weight`` 0 are not counted."""
     import scipy.sparse as sp
 
     if not answer.terms:
         return "no re-ranking term was fitted"
     if X is None or not (sp.issparse(X) or isinstance(X, np.ndarray)):
         return "the rows are not a NumPy array or a scipy sparse matrix"
-    if X.shape[0] >= CROSS_FIT_MAX_ROWS:
-        return (f"{X.shape[0]:,} rows, at least {CROSS_FIT_MAX_ROWS:,}, and no calibration share held out "
+    n_rows = X.shape[0] if sample_weight is None else int(np.count_nonzero(sample_weight > 0))
+    if n_rows >= CROSS_FIT_MAX_ROWS:
+        return (f"{n_rows:,} rows, at least {CROSS_FIT_MAX_ROWS:,}, and no calibration share held out "
                 "(calibration=None, a validation split or too much weight held out) to learn them on")
     if estimator.callbacks:
         return "callbacks are set, which the folds' fits would run again"

@@ -92,12 +92,14 @@ def _assert_same_model(a: HierarchicalClassifier, b: HierarchicalClassifier, X) 
 @pytest.mark.parametrize("route", sorted(ROUTES))
 def test_integer_weights_train_what_repeated_rows_train(route):
     """Weights 0-3 against each row repeated that many times (0: dropped): the same model,
-    prototypes included, on the fused step and on the torch routes, dense and sparse."""
+    prototypes included, on the fused step and on the torch routes, dense and sparse. The
+    prototypes' weight is fixed: a learnt one is learnt by cross-fitting, whose folds split
+    rows, and a repeated row's copies can fall in both folds (docs/classifier.md, "Sample weights")."""
     tree, X, y = _data(ROUTES[route][0])
     weight = np.random.default_rng(3).integers(0, 4, y.shape[0])
     repeat = np.repeat(np.arange(y.shape[0]), weight)
-    weighted = _fit(route, X, y, weight.astype(float))
-    repeated = _fit(route, _rows(X, repeat), y[repeat])
+    weighted = _fit(route, X, y, weight.astype(float), prototypes=8.0)
+    repeated = _fit(route, _rows(X, repeat), y[repeat], prototypes=8.0)
     if weighted.path_local_:
         engine = "fused" if ROUTES[route][2] else "torch"
         assert weighted.net_.step_engine_ == repeated.net_.step_engine_ == engine
@@ -109,11 +111,17 @@ def test_integer_weights_train_what_repeated_rows_train(route):
 
 @pytest.mark.parametrize("route", ["fused-path-local", "torch-path-local-sparse", "torch-full-dense"])
 def test_a_zero_weight_is_a_dropped_row(route):
-    """Zero and one against the rows of weight one alone (the unweighted fit of fewer rows)."""
+    """Zero and one against the rows of weight one alone (the unweighted fit of fewer rows),
+    the prototypes' weight learnt by cross-fitting included: its folds are drawn over the rows
+    of positive weight only, so both fits' folds hold the same rows."""
     tree, X, y = _data(ROUTES[route][0])
     keep = np.random.default_rng(4).random(y.shape[0]) < 0.7
     weighted = _fit(route, X, y, keep.astype(float))
     dropped = _fit(route, _rows(X, np.flatnonzero(keep)), y[keep])
+    assert "cross-fitting" in weighted.config_.term_weights_reason
+    assert "cross-fitting" in dropped.config_.term_weights_reason
+    assert weighted.answer_.weights == pytest.approx(dropped.answer_.weights, rel=1e-6)
+    assert weighted.answer_.scale == pytest.approx(dropped.answer_.scale, rel=1e-6)
     _assert_same_model(weighted, dropped, X)
 
 
@@ -308,22 +316,34 @@ def _small():
     return tree, X, y, weight
 
 
+def _spy_on_outer_fits(monkeypatch) -> list:
+    """The ``sample_weight`` of each fit the caller starts, in order. A fit that learns its
+    re-ranking weights by cross-fitting fits fold models inside it, which are not recorded."""
+    import hiclass_parallel.estimators.classifier as classifier
+
+    seen, depth = [], [0]
+    real = classifier.run_fit
+
+    def spy(*args, **kwargs):
+        if not depth[0]:
+            seen.append(kwargs.get("sample_weight"))
+        depth[0] += 1
+        try:
+            return real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(classifier, "run_fit", spy)
+    return seen
+
+
 def test_metadata_routing_carries_sample_weight_through_pipeline_and_grid_search(monkeypatch):
     from sklearn.model_selection import GridSearchCV, KFold
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import MaxAbsScaler
 
-    import hiclass_parallel.estimators.classifier as classifier
-
     tree, X, y, weight = _small()
-    seen = []
-    real = classifier.run_fit
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("sample_weight"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(classifier, "run_fit", spy)
+    seen = _spy_on_outer_fits(monkeypatch)
     cv = KFold(2, shuffle=True, random_state=0)
     with sklearn.config_context(enable_metadata_routing=True):
         clf = HierarchicalClassifier(tree, max_epochs=1, random_state=0, calibration=None)
@@ -366,7 +386,6 @@ def test_class_text_classifier_passes_sample_weight_on(monkeypatch):
     in a Pipeline), and trains what it trains on the vectorized rows with those weights."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    import hiclass_parallel.estimators.classifier as classifier
     from hiclass_parallel.estimators import ClassTextClassifier
 
     tree = Tree.from_edges([("animal", None), ("plant", None), ("dog", "animal"), ("cat", "animal"),
@@ -374,9 +393,7 @@ def test_class_text_classifier_passes_sample_weight_on(monkeypatch):
     docs = ["dog barks loud", "cat purrs soft", "oak tree tall", "rose red flower"] * 6
     y = ["dog", "cat", "oak", "rose"] * 6
     weight = np.tile([1.0, 2.0, 0.0, 1.0], 6)
-    seen = []
-    real = classifier.run_fit
-    monkeypatch.setattr(classifier, "run_fit", lambda *a, **k: (seen.append(k.get("sample_weight")), real(*a, **k))[1])
+    seen = _spy_on_outer_fits(monkeypatch)
     params = dict(FULL_BATCH, max_epochs=2)
     text = {"dog": "dog", "cat": "cat"}
     fitted = ClassTextClassifier(TfidfVectorizer(), HierarchicalClassifier(tree, **params), text).fit(docs, y, weight)
