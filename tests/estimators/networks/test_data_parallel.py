@@ -39,9 +39,12 @@ MODELS = ["MLP-full", "MLP-path-local", "SparseMLP-path-local", "SparseMLP-a-ran
 
 
 def _params(model: str):
-    # flat_term=None: a data-parallel fit keeps no flat term, so the one-process fit keeps none either
+    # flat_term=None: a data-parallel fit keeps no flat term, so the one-process fit keeps none either.
+    # prototypes=8.0: a data-parallel fit holds no rows out to learn a weight left at "auto" on (it
+    # cannot cross-fit across ranks), so it would not build the prototypes, where the one-process
+    # fit learns their weight by cross-fitting; a fixed weight builds them alike on both.
     common = {"max_epochs": 3, "batch_size": BATCH, "random_state": 0, "iterator_train__shuffle": False,
-              "flat_term": None}
+              "flat_term": None, "prototypes": 8.0}
     if model == "MLP-full":  # every class scored: no in-batch level term
         return dict(common, module__dropout=0.0, training="full")
     # The in-batch level term draws its negatives from each rank's own half batch, so only
