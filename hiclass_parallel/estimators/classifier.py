@@ -666,16 +666,19 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         Examples
         --------
         >>> import numpy as np
+        >>> import scipy.sparse as sp
         >>> from hiclass_parallel import Tree
         >>> from hiclass_parallel.estimators import HierarchicalClassifier
-        >>> X = np.eye(3).repeat(20, axis=0)
+        >>> X = sp.csr_matrix(np.eye(3).repeat(20, axis=0))  # sparse rows, as of text
         >>> y = ["cat"] * 20 + ["dog"] * 20 + ["puppy"] * 20
         >>> small = Tree.from_edges([("cat", "animal"), ("dog", "animal")])
         >>> clf = HierarchicalClassifier(small, semantics="terminal", max_epochs=20, random_state=0)
         >>> clf = clf.fit(X[:40], y[:40])  # a dog is an answer, not only a coarse label
         >>> big = Tree.from_edges([("cat", "animal"), ("dog", "animal"), ("puppy", "dog")])
         >>> clf = clf.grow(big, X[40:], y[40:], max_epochs=20)  # rows of the new class only
-        >>> clf.predict(np.eye(3)).tolist()
+        >>> clf.grown_["unseen_features"]  # the puppies' feature, which no row of the fit had
+        1
+        >>> clf.predict(sp.csr_matrix(np.eye(3))).tolist()
         [['animal', 'cat', ''], ['animal', 'dog', ''], ['animal', 'dog', 'puppy']]
         """
         with keep_fitted_state_on_error(self):
