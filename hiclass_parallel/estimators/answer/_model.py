@@ -41,7 +41,7 @@ class AnswerModel:
         absent and costs nothing at predict.
     weights : dict of str to float
         Each term's weight in nats per unit of its score, as the fit set it (learnt on held-out
-        rows, chosen by the rules, or the number given); 0: kept but not scored. A number
+        rows, the start weight where none was learnt, or the number given); 0: kept but not scored. A number
         given to the estimator after the fit (``prototypes=8.0``) replaces it at predict.
     scale : float, default=1.0
         The coefficient of the re-ranked score in the fitted conditional logit over the

@@ -131,7 +131,7 @@ def fitted_answer(estimator: Any, targets: Any, config: Any, X: Any, dataset: An
                   flat: FlatMargins | None, held_out: HeldOut | None) -> AnswerModel:
     """The fitted answer model: the prototypes of every training row ``X`` (node ids the ``y``
     of ``dataset``; ``None``: streamed, none), the flat term ``flat``, and the weights, scale
-    and calibrator the calibration share chose (``held_out``; ``None``: the rules' weights,
+    and calibrator the calibration share chose (``held_out``; ``None``: the start weights (or the numbers given),
     no calibrator)."""
     prototypes = fitted_prototypes(estimator, targets, X, dataset, sample_weight)
     terms, weights = {}, {}
