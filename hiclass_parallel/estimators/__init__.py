@@ -39,7 +39,7 @@ from .path_encoder import PathEncoder
 
 __all__ = ["HierarchicalClassifier", "MultiLabelHierarchicalClassifier", "PathEncoder", "MLP", "SparseMLP", "SparseLinear", "ColumnScorer", "TextBatch", "LazyAdam",
            "save_classifier", "load_classifier", "ModelFileError",
-           "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
+           "TreeDecoder", "AnswerReranker", "ServingModule", "serving_module", "export_program", "export_onnx",
            "DataParallel", "FitConfig", "ModuleCapabilities", "module_capabilities", "NonFiniteLossError",
            "DivergedError", "DivergenceWarning", "FeatureScaleWarning", "IgnoredSettingWarning", "ClassTextClassifier", "BetaCalibrator", "FlatMargins",
            "ConformalHierarchicalClassifier", "save_conformal", "load_conformal", "UnsupportedEstimatorError",
@@ -64,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(networks, name)
     if name in ("save_classifier", "load_classifier", "save_conformal", "load_conformal", "save_model", "load_model",
-                "TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
+                "TreeDecoder", "AnswerReranker", "ServingModule", "serving_module", "export_program", "export_onnx"):
         from . import io
 
         return getattr(io, name)

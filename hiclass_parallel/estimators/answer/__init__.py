@@ -6,7 +6,8 @@ follows (fit on training rows, ``score(X, candidates)``, its arrays for saving a
 the terms: ``_prototypes`` (the cosine class prototypes of sparse rows, the ``Prototypes``
 protocol of both kinds and the likelihood that fits their own weight and scale),
 ``_dense_prototypes`` (the Gaussian kind of dense rows), ``_flat_margins`` (the flat linear
-SVM's margins, of three kinds); ``_fit_prototypes``: the rows the prototypes are built from,
+SVM's margins, of three kinds); ``_export_terms``: each term's scores as a torch module, for
+export (``Term.export_module``); ``_fit_prototypes``: the rows the prototypes are built from,
 their start weight (before one is learnt), rows added when training continues;
 ``_calibration``: the answer calibrator (:class:`BetaCalibrator`), the held-out rows it is
 fitted on and how they are shown; ``_joint``: the joint fit of the terms' weights and the

@@ -33,12 +33,15 @@ scaled means, float32, while predicting.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from .._defaults import GAUSSIAN_MAX_WEIGHT, GAUSSIAN_START_WEIGHT
 from .._defaults import GAUSSIAN_SHRINKAGE as SHRINKAGE
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["GaussianPrototypes"]
 
@@ -146,10 +149,16 @@ class GaussianPrototypes:
         return scaled
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """What an exported model needs to compute :meth:`score` (``_export.PrototypeReranker``)
-        from rows already centred (:meth:`centre`, rounded to float32): ``m_c / var`` and ``m_c . m_c / (2 var)``
-        per class, ``m_c = mu_c - centre``."""
+        """What :meth:`score` is computed from, of rows already centred (:meth:`centre`, rounded
+        to float32): ``m_c / var`` and ``m_c . m_c / (2 var)`` per class, ``m_c = mu_c - centre``."""
         return self._scaled_means()[:2]
+
+    def export_module(self) -> torch.nn.Module:
+        """:meth:`score` in torch ops, for export (:class:`~._export_terms.GaussianScores`: the
+        scaled means, their offsets and the centre as buffers)."""
+        from ._export_terms import GaussianScores
+
+        return GaussianScores(*self._scaled_means())
 
     def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """The log-likelihood of each row ``i`` under each candidate ``c = nodes[i, j]``, up to a

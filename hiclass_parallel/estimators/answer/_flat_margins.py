@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.linalg
@@ -42,6 +42,9 @@ import scipy.sparse as sp
 
 from .._checks import sparse_tensor_to_csr
 from .._defaults import LEAST_SQUARES_PENALTY, NO_TARGET_MARGIN
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["NO_TARGET_MARGIN", "FlatMargins"]
 
@@ -153,6 +156,15 @@ class FlatMargins:
                 found[start:start + step] = np.take_along_axis(decision, chunk, axis=1)
         found = found + self.intercept[np.maximum(rows, 0)]
         return np.where(rows >= 0, found, np.float32(NO_TARGET_MARGIN)).astype(np.float32)
+
+    def export_module(self) -> torch.nn.Module:
+        """:meth:`score` in torch ops, for export (:meth:`~._terms.Term.export_module`): the
+        weights as buffers, dense (:class:`~._export_terms.DenseMarginScores`) or as the sparse
+        weights' entries (:class:`~._export_terms.SparseMarginScores`)."""
+        from ._export_terms import DenseMarginScores, SparseMarginScores
+
+        kind = SparseMarginScores if sp.issparse(self.coef) else DenseMarginScores
+        return kind(self.rows_of(np.arange(-1, self.n_classes)), self.coef, self.intercept)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The SVM as plain arrays, for saving without pickle (sparse weights as their CSR parts)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
@@ -40,6 +40,9 @@ from .._defaults import PROTOTYPES_MIN_ROWS as MIN_ROWS
 from .._defaults import PROTOTYPES_START_WEIGHT as DEFAULT_WEIGHT
 from ._calibration import effective_rows
 from ._dense_prototypes import GaussianPrototypes
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["ClassPrototypes", "DEFAULT_WEIGHT", "MAX_WEIGHT", "Prototypes", "choose_weight", "choose_weight_and_scale",
            "last_nodes", "prototypes_from_arrays", "prototypes_kind", "rerank_order"]
@@ -88,8 +91,12 @@ class Prototypes(Protocol):
         ...
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """The two per-class arrays an exported model computes :meth:`score` from
-        (``_export.PrototypeReranker``)."""
+        """The two per-class arrays :meth:`score` is computed from, in float32 (what
+        :meth:`export_module` holds as buffers; a saved model's are checked finite)."""
+        ...
+
+    def export_module(self) -> torch.nn.Module:
+        """:meth:`score` in torch ops, for export (:meth:`~._terms.Term.export_module`)."""
         ...
 
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -173,9 +180,16 @@ class ClassPrototypes:
         return unit
 
     def export_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """What an exported model needs to compute :meth:`score` (``_export.PrototypeReranker``):
-        each class's kept feature ids (``-1`` pads) and unit values."""
+        """What :meth:`score` is computed from: each class's kept feature ids (``-1`` pads) and
+        unit values."""
         return self._unit_rows()
+
+    def export_module(self) -> torch.nn.Module:
+        """:meth:`score` in torch ops, for export (:class:`~._export_terms.CosineScores`: the
+        kept feature ids and unit values as buffers; rows taken dense)."""
+        from ._export_terms import CosineScores
+
+        return CosineScores(*self._unit_rows())
 
     def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """``x_i . u_c`` for each row ``i`` and candidate ``c = nodes[i, j]``, ``(n, k)`` float32,

@@ -11,8 +11,11 @@ A candidate answer ``c`` of a row ``x`` scores ``log p(c | x) + sum_i w_i * term
   that does not depend on the other candidates;
 - gives its arrays for saving (:meth:`Term.to_arrays`) and is read back from them, checked
   against the model it belongs to (:meth:`Term.from_arrays`, through :func:`term_from_arrays`);
-- gives the arrays an exported model scores it with (its kind's buffers of
-  ``io._export.PrototypeReranker``).
+- gives a torch module for export (:meth:`Term.export_module`): ``module(X, nodes)`` of a
+  dense float32 batch ``X`` and candidate ids ``nodes`` (a ``LongTensor``) is :meth:`Term.score`
+  in torch ops that ``torch.export`` and the ONNX exporter trace, its fitted arrays as
+  buffers (:mod:`._export_terms`); an exported classifier's re-ranker adds these modules'
+  scores, each times its weight, and knows nothing of the kinds.
 
 The terms (:data:`TERMS`): ``"prototypes"``, the class prototypes
 (:class:`~._prototypes.ClassPrototypes`: the cosine of the row and the candidate's prototype,
@@ -25,12 +28,15 @@ SVM was fitted: against every row, of the candidates, or least-squares).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ._flat_margins import FlatMargins
 from ._prototypes import prototypes_from_arrays
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["TERMS", "Term", "term_from_arrays", "term_scores"]
 
@@ -46,6 +52,14 @@ class Term(Protocol):
     def score(self, X: Any, nodes: np.ndarray) -> np.ndarray:
         """``(n_rows, k)`` float32 scores of the candidate ``nodes`` of rows ``X``; higher:
         likelier."""
+        ...
+
+    def export_module(self) -> torch.nn.Module:
+        """:meth:`score` as a torch module for export: ``forward(X, nodes)``, ``X`` a dense
+        float32 tensor ``(batch, n_features)`` and ``nodes`` a ``LongTensor`` ``(batch, k)``
+        (``-1``: no candidate), gives ``(batch, k)`` float32 scores equal to :meth:`score`'s up
+        to float32 rounding, in torch ops without a Python branch on data (``torch.export``
+        and ONNX trace it); the fitted arrays are buffers, not parameters."""
         ...
 
     def to_arrays(self) -> dict[str, np.ndarray]:

@@ -8,9 +8,9 @@ export for serving (``_export``).
 """
 
 from ._conformal_persistence import load_conformal, save_conformal
-from ._export import PrototypeReranker, ServingModule, TreeDecoder, export_onnx, export_program, serving_module
+from ._export import AnswerReranker, ServingModule, TreeDecoder, export_onnx, export_program, serving_module
 from ._persistence import load_classifier, save_classifier
 from ._whole_model import load_model, save_model
 
-__all__ = ["PrototypeReranker", "ServingModule", "TreeDecoder", "export_onnx", "export_program", "load_classifier",
+__all__ = ["AnswerReranker", "ServingModule", "TreeDecoder", "export_onnx", "export_program", "load_classifier",
            "load_conformal", "load_model", "save_classifier", "save_conformal", "save_model", "serving_module"]

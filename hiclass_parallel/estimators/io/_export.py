@@ -34,24 +34,21 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import nn
 
 from ...ops.engine._engine import check_partition, check_semantics
 from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
-from ..answer import CLIP as _CLIP, NO_TARGET_MARGIN
+from ..answer import CLIP as _CLIP, TERMS
 from ..classifier import HierarchicalClassifier
 from ..multilabel import MultiLabelHierarchicalClassifier
 
-if TYPE_CHECKING:
-    from ..answer import FlatMargins, Prototypes
-
-__all__ = ["TreeDecoder", "PrototypeReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
+__all__ = ["TreeDecoder", "AnswerReranker", "ServingModule", "serving_module", "export_program", "export_onnx"]
 
 
 class TreeDecoder(nn.Module):
@@ -167,32 +164,26 @@ class TreeDecoder(nn.Module):
         return _blank(torch.index_select(self.paths, 0, best), log_prob, undecidable)
 
 
-class PrototypeReranker(nn.Module):
-    """The re-ranking of the answer by the class prototypes and the flat term, in torch ops (exportable).
+class AnswerReranker(nn.Module):
+    """The re-ranking of the answer by the answer model's terms, in torch ops (exportable).
 
     Of the ``k`` most probable candidates, the one with the highest
-    ``log p + weight * similarity + flat_weight * margin``, the margin the flat term's SVM's
-    (``x . coef[c] + intercept[c]``, -1 for a candidate that was no training target; sparse
-    weights, the SVM of the candidates, are summed per target by a scatter), and where
-    the similarity is the prototypes kind's own: the cosine with each class's unit prototype
-    (``"cosine"``: ``features`` and ``values`` per class) or the Gaussian log-likelihood up to
-    the row's constant (``"gaussian"``: ``m / var`` and ``m . m / (2 var)`` per class, ``m``
-    the class mean less the mean of all training rows, ``centre``, which the rows lose first,
-    as ``GaussianPrototypes.similarity`` computes it).
+    ``log p + sum_i weight_i * term_i(x, candidate)``, over the terms kept (a weight above 0),
+    in the order the answer model adds them (:data:`~hiclass_parallel.estimators.answer.TERMS`).
+    Each term scores itself through its own export module
+    (:meth:`~hiclass_parallel.estimators.answer.Term.export_module`): the re-ranker holds them in
+    an ``nn.ModuleDict`` (``terms``) and each weight as a buffer (``weight_<name>``), and knows
+    nothing of their kinds.
 
     Parameters
     ----------
-    prototypes : Prototypes or None
-        The class prototypes of a fitted classifier's answer model (``answer_``), of either kind
-        (``ClassPrototypes`` or ``GaussianPrototypes``); ``None``: no similarity term.
-    weight : float or None
-        The weight of the similarity (``clf``'s, as ``predict`` uses it).
+    terms : mapping of str to Term or None
+        The fitted terms by name (``"prototypes"``, ``"flat_term"``); ``None``: no such term.
+    weights : mapping of str to float or None
+        Each term's weight (``clf``'s, as ``predict`` uses it); a term whose weight is missing,
+        ``None`` or 0 is not scored.
     k : int
         How many of the model's most probable answers are re-ranked.
-    flat : FlatMargins or None, default=None
-        The flat term of a fitted classifier's answer model; ``None``: no flat term.
-    flat_weight : float or None, default=None
-        The weight of its margin (``clf``'s, as ``predict`` uses it).
 
     Examples
     --------
@@ -203,76 +194,30 @@ class PrototypeReranker(nn.Module):
     ...     n_samples=300, n_features=8, branching=2, depth=2, random_state=0)
     >>> clf = HierarchicalClassifier(tree, max_epochs=2, prototypes=1.0, random_state=0).fit(X, y)
     >>> reranker = serving_module(clf).reranker   # dense rows: Gaussian prototypes
-    >>> reranker.kind, reranker.k, float(reranker.weight)
-    ('gaussian', 4, 1.0)
+    >>> list(reranker.terms), type(reranker.terms["prototypes"]).__name__, reranker.k
+    (['prototypes'], 'GaussianScores', 4)
+    >>> float(reranker.weight_prototypes)
+    1.0
     """
 
-    def __init__(self, prototypes: Prototypes | None, weight: float | None, k: int, flat: FlatMargins | None = None,
-                 flat_weight: float | None = None):
+    def __init__(self, terms: Mapping[str, Any], weights: Mapping[str, float | None], k: int):
         super().__init__()
-        self.kind = prototypes.KIND if prototypes is not None and weight else None
+        unknown = (set(terms) | set(weights)) - set(TERMS)
+        if unknown:
+            raise ValueError(f"unknown re-ranking terms {sorted(unknown)}; known: {list(TERMS)}")
+        kept = [name for name in TERMS if terms.get(name) is not None and weights.get(name)]
         self.k = int(k)
-        self.register_buffer("weight", torch.tensor(float(weight or 0.0), dtype=torch.float32))
-        if self.kind is not None:
-            first, second = prototypes.export_arrays()
-            self.register_buffer("first", torch.from_numpy(np.ascontiguousarray(first)))
-            self.register_buffer("second", torch.from_numpy(np.ascontiguousarray(second)))
-        if self.kind == "gaussian":
-            self.register_buffer("centre", torch.from_numpy(prototypes.centre().astype(np.float32)))
-        self.flat = flat is not None and bool(flat_weight)
-        self.flat_sparse = self.flat and sp.issparse(flat.coef)
-        if self.flat:
-            self.register_buffer("flat_weight", torch.tensor(float(flat_weight), dtype=torch.float32))
-            # row of each node id in coef (-1: no training target); coef's last row is the
-            # margin of those, all zeros with intercept -1
-            rows = flat.rows_of(np.arange(flat.n_classes))
-            self.register_buffer("flat_row", torch.from_numpy(np.where(rows >= 0, rows, flat.classes.size)))
-            intercept = np.concatenate([flat.intercept, np.float32([NO_TARGET_MARGIN])])
-            self.register_buffer("flat_intercept", torch.from_numpy(intercept))
-            if self.flat_sparse:  # the SVM of the candidates: its weights as (target, feature, value) entries
-                coo = flat.coef.tocoo()
-                self.register_buffer("flat_entry_row", torch.from_numpy(coo.row.astype(np.int64)))
-                self.register_buffer("flat_entry_feature", torch.from_numpy(coo.col.astype(np.int64)))
-                self.register_buffer("flat_entry_value", torch.from_numpy(coo.data.astype(np.float32)))
-            else:
-                coef = np.concatenate([flat.coef, np.zeros((1, flat.coef.shape[1]), np.float32)])
-                self.register_buffer("flat_coef", torch.from_numpy(coef))
-
-    def margin(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
-        """``(batch, k)`` margins of the flat term's SVM for the candidate classes ``nodes``."""
-        batch, k = nodes.shape
-        rows = torch.index_select(self.flat_row, 0, nodes.reshape(-1)).reshape(batch, k)
-        intercept = torch.index_select(self.flat_intercept, 0, rows.reshape(-1)).reshape(batch, k)
-        if self.flat_sparse:
-            # Every target's decision (memory: batch x the SVM's weights), then the candidates'.
-            found = torch.index_select(X, 1, self.flat_entry_feature) * self.flat_entry_value
-            decision = torch.zeros(batch, self.flat_intercept.shape[0], dtype=X.dtype, device=X.device)
-            decision = decision.scatter_add(1, self.flat_entry_row.expand(batch, -1), found)
-            return torch.gather(decision, 1, rows) + intercept
-        coef = torch.index_select(self.flat_coef, 0, rows.reshape(-1)).reshape(batch, k, -1)
-        return torch.einsum("bf,bkf->bk", X, coef) + intercept
-
-    def similarity(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
-        """``(batch, k)`` similarities of the rows ``X`` to the candidate classes ``nodes``."""
-        batch, k = nodes.shape
-        if self.kind == "cosine":  # first: feature ids (pad -1), second: unit values (pad 0)
-            features = torch.index_select(self.first, 0, nodes.reshape(-1)).reshape(batch, -1)
-            found = torch.gather(X, 1, features.clamp(min=0)).reshape(batch, k, -1)
-            values = torch.index_select(self.second, 0, nodes.reshape(-1)).reshape(batch, k, -1)
-            return (found * values).sum(2)
-        scaled = torch.index_select(self.first, 0, nodes.reshape(-1)).reshape(batch, k, -1)
-        offset = torch.index_select(self.second, 0, nodes.reshape(-1)).reshape(batch, k)
-        return torch.einsum("bf,bkf->bk", X - self.centre, scaled) - offset
+        self.terms = nn.ModuleDict({name: terms[name].export_module() for name in kept})
+        for name in kept:
+            self.register_buffer(f"weight_{name}", torch.tensor(float(weights[name]), dtype=torch.float32))
 
     def forward(self, X: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The chosen node and its log-probability per row, from the candidates' log-probabilities
         ``value`` (:meth:`TreeDecoder.candidate_log_probs`)."""
         top, nodes = torch.topk(value, self.k, dim=1)  # most probable first
         score = top
-        if self.kind is not None:
-            score = score + self.weight * self.similarity(X, nodes)
-        if self.flat:
-            score = score + self.flat_weight * self.margin(X, nodes)
+        for name, term in self.terms.items():  # the kept terms, unrolled at export
+            score = score + getattr(self, f"weight_{name}") * term(X, nodes)
         score = torch.where(torch.isfinite(top), score, torch.full_like(top, float("-inf")))
         pick = torch.argmax(score, dim=1, keepdim=True)  # the first maximum: the model's order among ties
         return torch.gather(nodes, 1, pick).squeeze(1), torch.gather(top, 1, pick).squeeze(1)
@@ -297,12 +242,12 @@ class ServingModule(nn.Module):
         ``(a, b, c)`` of the classifier's :class:`~hiclass_parallel.estimators.BetaCalibrator`:
         ``forward`` then also returns the calibrated confidence of each answer
         (``predict_confidence``); ``(1, 1, 0)`` is the identity (the model's own probability).
-    reranker : PrototypeReranker or None, default=None
-        The class prototypes' re-ranking of the answer, where the classifier has it.
+    reranker : AnswerReranker or None, default=None
+        The answer model's re-ranking of the answer by its terms, where the classifier has one.
     """
 
     def __init__(self, module: nn.Module, decoder: TreeDecoder,
-                 calibration: tuple[float, float, float] | None = None, reranker: PrototypeReranker | None = None):
+                 calibration: tuple[float, float, float] | None = None, reranker: AnswerReranker | None = None):
         super().__init__()
         self.module = module
         self.decoder = decoder
@@ -338,7 +283,7 @@ class ServingModule(nn.Module):
 
 
 def _answer_parts(clf: Any, decoder: TreeDecoder, confidence: bool
-                  ) -> tuple[PrototypeReranker | None, tuple[float, float, float] | None]:
+                  ) -> tuple[AnswerReranker | None, tuple[float, float, float] | None]:
     """The serving module's parts of the classifier's answer model, the one place export reads
     it: the re-ranking, with the terms and weights ``predict`` uses (its decoder's; ``None``
     where nothing re-ranks), and the calibrator's map (the identity without one; ``None``
@@ -347,9 +292,9 @@ def _answer_parts(clf: Any, decoder: TreeDecoder, confidence: bool
     reranker = None
     if reranking.reranking is not None:
         n_candidates = int(decoder.candidate.sum())
-        reranker = PrototypeReranker(reranking.prototypes, reranking.weight,
-                                     min(reranking.prototype_candidates, n_candidates), flat=reranking.flat,
-                                     flat_weight=reranking.flat_weight)
+        reranker = AnswerReranker({"prototypes": reranking.prototypes, "flat_term": reranking.flat},
+                                  {"prototypes": reranking.weight, "flat_term": reranking.flat_weight},
+                                  min(reranking.prototype_candidates, n_candidates))
     if not confidence:
         return reranker, None
     cal = clf.answer_.calibrator
@@ -393,10 +338,10 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
     -----
     Where the answer model's class prototypes or flat term re-rank the answer (``answer_``,
     a term with a weight above 0), the module re-ranks the same way
-    (:class:`PrototypeReranker`; the flat term's SVM weights as a buffer): the model's
-    ``prototype_candidates`` most probable answers, scored exhaustively, and the prototypes'
-    per-class arrays as buffers (a float32 row per class for dense input; 32 features per class
-    for sparse input, which the module takes made dense).
+    (:class:`AnswerReranker`): the model's ``prototype_candidates`` most probable answers,
+    scored exhaustively, each term by its own export module with its fitted arrays as buffers
+    (the prototypes: a float32 row per class for dense input, 32 features per class for sparse
+    input, which the module takes made dense; the flat term: its SVM's weights).
 
     Examples
     --------

@@ -114,7 +114,6 @@ def test_the_exported_similarity_centres_as_the_prototypes_do():
     import torch
 
     from hiclass_parallel import Tree
-    from hiclass_parallel.estimators import PrototypeReranker
 
     rng = np.random.default_rng(2)
     tree = Tree.from_parents([-1] * 4 + [0, 0, 1, 1, 2, 2, 3, 3])
@@ -122,7 +121,7 @@ def test_the_exported_similarity_centres_as_the_prototypes_do():
     X = X.astype(np.float32)
     nodes = rng.integers(0, tree.n_classes, (300, 5))
     prototypes = GaussianPrototypes.from_rows(X, ids, tree)
-    exported = PrototypeReranker(prototypes, 1.0, 5).similarity(torch.from_numpy(X), torch.from_numpy(nodes))
+    exported = prototypes.export_module()(torch.from_numpy(X), torch.from_numpy(nodes))
     got = exported.numpy().astype(np.float64)
     reference = _reference_log_likelihood(X, ids, tree, nodes)
     np.testing.assert_allclose(got - got[:, :1], reference - reference[:, :1], rtol=1e-4, atol=1e-3)

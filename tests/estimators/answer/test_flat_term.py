@@ -413,7 +413,7 @@ def test_the_exported_module_answers_as_predict():
     paths, _ = serving_module(clf)(torch.from_numpy(X.toarray()))
     np.testing.assert_array_equal(paths.numpy(), np.asarray(clf.tree_.paths)[clf.predict_node(X)])
     module = serving_module(clf.set_params(prototypes=None))  # the flat term alone
-    assert module.reranker.kind is None and module.reranker.flat
+    assert list(module.reranker.terms) == ["flat_term"]
     np.testing.assert_array_equal(module(torch.from_numpy(X.toarray()))[0].numpy(),
                                   np.asarray(clf.tree_.paths)[clf.predict_node(X)])
 

@@ -276,3 +276,22 @@ def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_
                                                providers=["CPUExecutionProvider"])
         paths, _ = session.run(None, {"X": dense.numpy()})
         np.testing.assert_array_equal(as_labels(clf, paths)[clear], expected[clear])
+
+
+def test_the_reranker_holds_the_kept_terms_modules_only():
+    from hiclass_parallel import Tree
+    from hiclass_parallel.estimators import AnswerReranker
+    from hiclass_parallel.estimators.answer import ClassPrototypes, FlatMargins
+
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 1])
+    X = sp.csr_matrix(np.eye(6, dtype=np.float32)[[2, 2, 3, 3, 4, 5]])
+    ids = np.array([2, 2, 3, 3, 4, 5])
+    flat, prototypes = FlatMargins.fit(X, ids, tree.n_classes, random_state=0), ClassPrototypes.from_rows(X, ids, tree)
+    reranker = AnswerReranker({"prototypes": prototypes, "flat_term": flat}, {"prototypes": 0.0, "flat_term": 2.0}, 3)
+    assert list(reranker.terms) == ["flat_term"] and float(reranker.weight_flat_term) == 2.0
+    assert not hasattr(reranker, "weight_prototypes")
+    value = torch.tensor([[-9.0, -9.0, -0.1, -3.0, -4.0, -5.0]])  # the model's best: node 2
+    best, log_prob = reranker(torch.from_numpy(X[[3]].toarray()), value)  # a row of node 3's feature
+    assert int(best) == 3 and float(log_prob) == -3.0  # the margin outweighs the model's 2.9 nats
+    with pytest.raises(ValueError, match=r"unknown re-ranking terms \['rules'\]"):
+        AnswerReranker({"rules": flat}, {"rules": 1.0}, 3)
