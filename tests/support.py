@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from hiclass_parallel.dag import Dag
 from hiclass_parallel.ops.groups import node_log_probs
@@ -114,3 +115,16 @@ def text_like(n_samples: int = 300, n_features: int = 40, seed: int = 0, fingerp
     if fingerprints:
         Xs = sp.hstack([Xs, sp.identity(n_samples, dtype=np.float32, format="csr")], format="csr")
     return Xs, y, tree
+
+
+class Pairs(Dataset):
+    """A torch dataset of ``(X[i], y[i])`` pairs, as a user's streamed data would give them."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, i):
+        return self.X[i], self.y[i]

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from support import Pairs
 
 from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, MultiLabelHierarchicalClassifier, PathEncoder
@@ -288,18 +289,6 @@ def test_from_edges_repeated_name_points_to_from_paths():
 
 
 def test_a_streamed_dataset_of_path_strings(data):
-    from torch.utils.data import Dataset
-
-    class Pairs(Dataset):
-        def __init__(self, X, y):
-            self.X, self.y = X, y
-
-        def __len__(self):
-            return len(self.X)
-
-        def __getitem__(self, i):
-            return self.X[i], self.y[i]
-
     X, y = data
     tree = Tree.from_paths(y)  # labelled by paths of names: the path strings are split and walked
     strings = [" > ".join(p) for p in y]

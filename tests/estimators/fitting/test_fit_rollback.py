@@ -21,7 +21,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 from skorch.callbacks import Callback
-from torch.utils.data import Dataset
+from support import Pairs
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import (
@@ -215,16 +215,9 @@ def test_every_estimator_lets_the_interrupt_out(data, one_torch_thread):
         multi.fit(X, [[label] for label in y])
     assert not hasattr(multi, "net_")
 
-    class Pairs(Dataset):
-        def __len__(self):
-            return len(X)
-
-        def __getitem__(self, i):
-            return X[i], y[i]
-
     streamed = HierarchicalClassifier(tree, callbacks=[Raise(epoch=2)], **fast)
     with pytest.raises(KeyboardInterrupt):
-        streamed.fit(Pairs())
+        streamed.fit(Pairs(X, y))
     assert not hasattr(streamed, "net_")
 
 

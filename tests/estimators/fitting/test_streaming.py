@@ -6,23 +6,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import IterableDataset
+from support import Pairs
 
 from hiclass_parallel.datasets import make_hierarchical_classification
 from hiclass_parallel.estimators import HierarchicalClassifier
 
 pytestmark = pytest.mark.scale_out
-
-
-class Pairs(Dataset):
-    def __init__(self, X, y):
-        self.X, self.y = X, y
-
-    def __len__(self):
-        return len(self.X)
-
-    def __getitem__(self, i):
-        return self.X[i], self.y[i]
 
 
 class Stream(IterableDataset):
