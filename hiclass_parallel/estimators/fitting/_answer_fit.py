@@ -25,6 +25,9 @@ import warnings
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.utils import _safe_indexing, check_random_state
 
 from ...exceptions import caller_stacklevel
 from ..answer import (AnswerModel, BetaCalibrator, FlatMargins, answer_correct, fitted_prototypes, held_out_prototypes,
@@ -161,11 +164,11 @@ def learn_by_cross_fitting(estimator: Any, X: Any, y: Any, ids: np.ndarray, samp
         _cross_fit_refusal(estimator, X, answer, sample_weight)
     if refusal is not None:
         return not_learnt(estimator, config, answer, refusal)
+    if not hasattr(y, "__getitem__"):  # an array-like that only converts (``__array__``): index its array
+        y = np.asarray(y)
     if sample_weight is not None and not np.all(sample_weight > 0):
         # A row of weight 0 is no row, as in the network's fit and the terms': the folds are
         # drawn over the other rows only, so the fit learns what the fit without those rows learns.
-        from sklearn.utils import _safe_indexing
-
         kept = np.flatnonzero(sample_weight > 0)
         X, y, ids, sample_weight = X[kept], _safe_indexing(y, kept), ids[kept], sample_weight[kept]
     try:
@@ -184,12 +187,7 @@ def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.nd
     the terms the fit's ``answer`` holds). A fold's network trains as many epochs in batches as
     large as the fit's (``config``): each row is seen as often as in the final model, and a
     fold costs its share of the rows, where the epoch rule for fewer rows would train about as
-    many steps as the whole fit."""
-    from sklearn.base import clone
-    from sklearn.utils import _safe_indexing, check_random_state
-
-    if not hasattr(y, "__getitem__"):  # an array-like that only converts (``__array__``): index its array
-        y = np.asarray(y)
+    many steps as the whole fit (``y``: indexable by row positions)."""
     n = X.shape[0]
     fold_of = check_random_state(seed).permutation(n) % FOLDS
     params = {"calibration": None, "warm_start": False, "verbose": 0,
@@ -227,8 +225,6 @@ def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.nd
 def _cross_fit_refusal(estimator: Any, X: Any, answer: AnswerModel, sample_weight: np.ndarray | None) -> str | None:
     """Why this fit cannot learn its weights by cross-fitting (``None``: it can); rows of
     ``sample_weight`` 0 are not counted."""
-    import scipy.sparse as sp
-
     if not answer.terms:
         return "no re-ranking term was fitted"
     if X is None or not (sp.issparse(X) or isinstance(X, np.ndarray)):

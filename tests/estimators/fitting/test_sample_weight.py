@@ -125,6 +125,23 @@ def test_a_zero_weight_is_a_dropped_row(route):
     _assert_same_model(weighted, dropped, X)
 
 
+def test_zero_weights_with_labels_that_only_convert_to_an_array():
+    """scikit-learn's ``_NotAnArray`` (``__array__`` only, no indexing) as ``y`` beside rows of
+    weight 0: cross-fitting reads it through its array before it drops those rows."""
+    from sklearn.utils.estimator_checks import _NotAnArray
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 6)).astype(np.float32)
+    y = np.array(["a", "b", "c"] * 40)
+    weight = np.ones(120)
+    weight[:5] = 0.0
+    clf = HierarchicalClassifier(max_epochs=3, random_state=0).fit(X, _NotAnArray(y), sample_weight=weight)
+    plain = HierarchicalClassifier(max_epochs=3, random_state=0).fit(X, y, sample_weight=weight)
+    assert "cross-fitting" in clf.config_.term_weights_reason
+    assert clf.answer_.weights == plain.answer_.weights
+    assert np.array_equal(clf.predict(X), plain.predict(X))
+
+
 def test_fractional_weights_scale_free_and_ones_change_nothing():
     """Weights all 1 train bit for bit as no weights (the unweighted route runs); weights
     times a constant train the same model (a weighted mean per batch)."""
