@@ -7,7 +7,11 @@ on the fitted network's ``prototype_candidates`` most probable answers) and the 
 and prints each part's seconds over the network's beside its estimated cost over the network's
 (:mod:`hiclass_parallel.estimators.fitting._costs`): ``SVM_PASSES`` (``estimators/_defaults.py``)
 times the measured ratio over the estimated one is the effective passes that would make the
-estimate of the SVM against every row the time.
+estimate of the SVM against every row the time. It ends with the constants that would make the
+estimates the times: ``SVM_PASSES`` and ``DECODE_SHARE`` (the decoding of the SVM of the
+candidates) as geometric means over the subsets, ``SVM_TARGET_COST`` (the SVM of the candidates'
+cost per target) as the largest, since an estimate that counts too little breaks the fit-time
+targets where one that counts too much only leaves a term out.
 
 Usage::
 
@@ -34,16 +38,17 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     against every row, which takes minutes on thousands of targets)."""
     import torch
 
-    from benchmarks.bench_text import SUBSETS, make_text
+    from benchmarks.bench_text import CUTS, SUBSETS, make_text
     from hiclass_parallel import HierarchicalClassifier, Tree
     from hiclass_parallel.estimators import FlatMargins
     from hiclass_parallel.estimators.fitting import _costs
     from hiclass_parallel.estimators.prediction._decode import decoder_of
+    from hiclass_parallel.estimators._defaults import DECODE_SHARE, SVM_TARGET_COST
     from hiclass_parallel.estimators.answer import AnswerModel, ClassPrototypes, last_nodes
 
     torch.set_num_threads(1)
-    root = SUBSETS.get(name) or (name if "." in name else f"{name}.n.01")
-    d = make_text(root, 0)
+    root = SUBSETS[name] if name in SUBSETS else (name if "." in name else f"{name}.n.01")
+    d = make_text(root, 0, cut_depth=CUTS.get(name))
     tree = Tree.from_parents(np.asarray(d["tree"].parents))
     X, y = d["X_train"], d["y_train"]
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, prototypes=None, flat_term=None,
@@ -65,16 +70,24 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     decoder = decoder_of(clf, clf.net_, clf.targets_, clf.config_, AnswerModel(), rows=lambda rows: rows)
     start = time.perf_counter()
     paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
-    out["candidates_decode_s"] = time.perf_counter() - start
+    out["decode_s"] = time.perf_counter() - start
+    # the decoding estimate at one training multiply-add each (DECODE_SHARE 1): its measured share
+    out["decode_cost"] = _costs.decode_cost(X, clf.prototype_candidates, columns, hidden) / DECODE_SHARE
     start = time.perf_counter()
     FlatMargins.fit_on_candidates(X, ids, last_nodes(paths), tree.n_classes, random_state=0)
-    out["candidates_s"] = time.perf_counter() - start
+    out["candidates_s"] = time.perf_counter() - start + out["decode_s"]
     out["candidates_cost"] = _costs.candidates_svm_cost(X, out["targets"], clf.prototype_candidates, columns, hidden)
     start = time.perf_counter()
     ClassPrototypes.from_rows(X, ids, clf.targets_.tree)
     out["prototypes_s"] = time.perf_counter() - start
     out["prototypes_cost"] = _costs.prototypes_cost(X)
-    for part in ("flat", "candidates", "prototypes"):
+    # The per-target cost that makes the SVM of the candidates' estimate its time (in the
+    # network's multiply-adds: its seconds per estimated multiply-add on this subset).
+    svm_s = out["candidates_s"] - out["decode_s"]
+    passes = out["candidates_cost"] - _costs.decode_cost(X, clf.prototype_candidates, columns, hidden) \
+        - out["targets"] * SVM_TARGET_COST
+    out["target_cost"] = (svm_s * net_cost / out["network_s"] - passes) / out["targets"]
+    for part in ("flat", "decode", "candidates", "prototypes"):
         if f"{part}_s" in out:
             time_ratio = out[f"{part}_s"] / out["network_s"]
             cost_ratio = out[f"{part}_cost"] / net_cost
@@ -82,6 +95,12 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
             # the estimate's ratio over the measured one (1: the estimate is the time)
             out[f"{part}_estimate_over_time"] = cost_ratio / time_ratio
     return out
+
+
+def _geometric_mean(result: dict[str, dict[str, float]], part: str) -> float:
+    """The geometric mean over the subsets of ``part``'s estimate over its measured time."""
+    ratios = [r[f"{part}_estimate_over_time"] for r in result.values() if f"{part}_estimate_over_time" in r]
+    return float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
 
 
 if __name__ == "__main__":
@@ -95,5 +114,12 @@ if __name__ == "__main__":
     for name in names:
         result[name] = measure(name, flat=name not in skip)
         print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in result[name].items()}, flush=True)
+    # The constants that would make the estimates the times: the geometric means over the subsets.
+    fitted = {"SVM_PASSES": SVM_PASSES / _geometric_mean(result, "flat"),
+              "DECODE_SHARE": 1.0 / _geometric_mean(result, "decode"),
+              # the largest: an estimate that counts too little breaks the fit-time targets
+              "SVM_TARGET_COST": max(r["target_cost"] for r in result.values())}
+    print("constants that make the estimates the measured times:", {k: round(v, 4) for k, v in fitted.items()})
     Path(sys.argv[2]).write_text(json.dumps({"load_average_before": before, "load_average": os.getloadavg(),
-                                             "svm_passes_of_the_estimates": SVM_PASSES, "subsets": result}, indent=1))
+                                             "svm_passes_of_the_estimates": SVM_PASSES, "fitted_constants": fitted,
+                                             "subsets": result}, indent=1))

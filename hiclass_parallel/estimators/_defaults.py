@@ -13,7 +13,8 @@ name                          value       rule that applies it
 ``TERM_BUDGET``               0.5         a term is tried where its estimated cost is within this
                                           share of the network's estimated fit
 ``SVM_PASSES``                27          liblinear's effective passes in the cost estimates
-``SVM_TARGET_COST``           1e6         the fixed cost of one target's SVM of the candidates
+``SVM_TARGET_COST``           4e6         the fixed cost of one target's SVM of the candidates
+``DECODE_SHARE``              0.05        a decoding multiply-add against a training one, in the estimates
 ``FOLDS``                     2           folds of the cross-fitting that learns the weights
 ``CROSS_FIT_MAX_ROWS``        2000        cross-fitting below this many rows; the calibration share from it
 ``MIN_GAIN``                  1.92        a term whose held-out gain is under this is dropped
@@ -80,8 +81,16 @@ SVM_PASSES = 27.0
 
 #: The fixed cost of one target's ``LinearSVC`` in the SVM of the candidates, in the estimates'
 #: multiply-adds: the measured time per target over the network's seconds per estimated
-#: multiply-add on the same subtrees (``benchmarks/bench_term_costs.py``).
-SVM_TARGET_COST = 1e6
+#: multiply-add, the largest over the measured subtrees (``benchmarks/bench_term_costs.py``): it
+#: varies several-fold between them, and an estimate that counts too little breaks the
+#: fit-time targets where one that counts too much only leaves the term out.
+SVM_TARGET_COST = 4e6
+
+#: What one multiply-add of decoding (the SVM of the candidates decodes every training row's
+#: most probable answers) costs against one of the training step's, in the estimates: the
+#: geometric mean of the measured decoding seconds over the network's, divided by the ratio of
+#: their estimates (``benchmarks/bench_term_costs.py``).
+DECODE_SHARE = 0.05
 
 #: Folds of the cross-fitting: two more fits on half the rows each, about the network's own fit
 #: again (three folds cost half as much again and were no more accurate on small subtrees).
@@ -187,6 +196,8 @@ TABLE: tuple[Default, ...] = (
     Default("SVM_PASSES", SVM_PASSES, "the flat SVMs' cost estimates: targets (or candidates + 1) x non-zeros x this",
             _SMALL),
     Default("SVM_TARGET_COST", SVM_TARGET_COST, "the SVM of the candidates' cost estimate: this per target", _SMALL),
+    Default("DECODE_SHARE", DECODE_SHARE, "the SVM of the candidates' cost estimate: its decoding's multiply-adds "
+            "count this share of a training one", _SMALL),
     Default("FOLDS", FOLDS, "folds of the cross-fitting that learns the weights where no rows are held out", _SMALL),
     Default("CROSS_FIT_MAX_ROWS", CROSS_FIT_MAX_ROWS, "fits of fewer rows learn the weights by cross-fitting; "
             "larger ones on the calibration share", "prototypes.md#weights-learnt-on-held-out-rows"),

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._defaults import SVM_PASSES, SVM_TARGET_COST
+from .._defaults import DECODE_SHARE, SVM_PASSES, SVM_TARGET_COST
 
-__all__ = ["candidates_svm_cost", "flat_svm_cost", "hidden_width", "input_entries", "least_squares_cost",
+__all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries", "least_squares_cost",
            "mean_path_columns", "network_cost", "prototypes_cost"]
 
 
@@ -97,14 +97,21 @@ def flat_svm_cost(X: Any, n_targets: int) -> float:
     return float(n_targets) * (input_entries(X) * SVM_PASSES + int(X.shape[1]))
 
 
+def decode_cost(X: Any, candidates: int, columns: float, hidden: int) -> float:
+    """Decoding every row's ``candidates`` most probable answers: ``rows x candidates x path
+    columns x hidden`` multiply-adds of a forward pass, each counted as
+    :data:`~hiclass_parallel.estimators._defaults.DECODE_SHARE` of one of the training step's
+    (a batched forward pass runs at a matrix product's speed; a training step updates
+    scattered rows of the weights and their moments)."""
+    return float(int(X.shape[0])) * candidates * columns * hidden * DECODE_SHARE
+
+
 def candidates_svm_cost(X: Any, n_targets: int, candidates: int, columns: float, hidden: int) -> float:
     """The SVM of the candidates: decoding every training row's ``candidates`` most probable
-    answers (``rows x candidates x path columns x hidden``), then ``(candidates + 1) x
-    non-zeros x passes``, and a fixed cost per target
-    (:data:`~hiclass_parallel.estimators._defaults.SVM_TARGET_COST`: one small ``LinearSVC``
-    fit each)."""
-    rows = int(X.shape[0])
-    return (float(rows) * candidates * columns * hidden + float(candidates + 1) * input_entries(X) * SVM_PASSES
+    answers (:func:`decode_cost`), then ``(candidates + 1) x non-zeros x passes``, and a fixed
+    cost per target (:data:`~hiclass_parallel.estimators._defaults.SVM_TARGET_COST`: one small
+    ``LinearSVC`` fit each)."""
+    return (decode_cost(X, candidates, columns, hidden) + float(candidates + 1) * input_entries(X) * SVM_PASSES
             + float(n_targets) * SVM_TARGET_COST)
 
 

@@ -6,6 +6,7 @@ import pytest
 from support import text_like
 
 from hiclass_parallel.estimators import HierarchicalClassifier
+from hiclass_parallel.estimators import _defaults
 from hiclass_parallel.estimators.fitting import _answer_fit, _config, _costs
 
 
@@ -83,3 +84,12 @@ def test_the_estimates_grow_with_what_each_part_reads():
     assert _costs.flat_svm_cost(X, 20) > _costs.flat_svm_cost(X, 10)
     assert _costs.candidates_svm_cost(X, 10, 20, columns, 256) > _costs.candidates_svm_cost(X, 10, 5, columns, 256)
     assert _costs.prototypes_cost(X) == X.nnz
+
+
+def test_decoding_counts_its_share_of_a_training_multiply_add_in_the_svm_of_the_candidates():
+    X, y, tree = text_like(n_samples=240)
+    columns = _costs.mean_path_columns(tree, np.asarray(tree.to_ids(y)), stop=True)
+    decode = _costs.decode_cost(X, 20, columns, 256)
+    assert decode == pytest.approx(X.shape[0] * 20 * columns * 256 * _defaults.DECODE_SHARE)
+    rest = 21 * X.nnz * _defaults.SVM_PASSES + 10 * _defaults.SVM_TARGET_COST
+    assert _costs.candidates_svm_cost(X, 10, 20, columns, 256) == pytest.approx(decode + rest)
