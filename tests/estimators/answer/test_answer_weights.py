@@ -123,6 +123,25 @@ def test_no_held_out_row_is_scored_by_a_model_that_trained_on_it(monkeypatch):
         assert not np.abs(model.answer_.terms["flat_term"].coef[:, columns]).sum()
 
 
+def test_each_fold_trains_the_fit_s_epochs_in_equal_batches_about_the_fit_s_size(monkeypatch):
+    X, y, tree = text_like(n_samples=300)
+    models = []
+    real_decoder = _answer_fit.decoder_of
+
+    def recording_decoder(model, *args, **kwargs):
+        if model.get_params()["calibration"] is None:
+            models.append(model)
+        return real_decoder(model, *args, **kwargs)
+
+    monkeypatch.setattr(_answer_fit, "decoder_of", recording_decoder)
+    clf = _fit(X, y, tree, batch_size=64)
+    assert len(models) == _answer_fit.FOLDS
+    for model in models:
+        assert model.config_.max_epochs == clf.config_.max_epochs
+        # 150 rows a fold: two equal batches of 75, not 64, 64 and 22
+        assert model.config_.batch_size == _answer_fit.fold_batch_size(150, 64) == 75
+
+
 def test_the_calibration_share_learns_the_weights_on_rows_the_parts_did_not_train_on(monkeypatch):
     """From 2,000 rows the fit holds a share out: the network has trained on the other rows only
     when the weights are learnt on the held-out ones, and the prototypes and the flat term are
@@ -223,3 +242,13 @@ def test_fixed_weights_answer_as_before_and_learnt_ones_save_load_and_export(tmp
     assert loaded.answer_.weights == learnt.answer_.weights and loaded.answer_.scale == learnt.answer_.scale
     paths, _ = serving_module(learnt)(torch.from_numpy(X.toarray()))
     np.testing.assert_array_equal(paths.numpy(), np.asarray(learnt.tree_.paths)[learnt.predict_node(X)])
+
+
+@pytest.mark.parametrize("batch", [1, 7, 32, 256])
+def test_a_fold_s_batches_are_about_the_fit_s_and_never_cost_an_extra_step(batch):
+    for rows in range(1, 2000, 37):
+        size = _answer_fit.fold_batch_size(rows, batch)
+        steps = -(-rows // size)
+        assert min(rows, 2 * batch // 3) <= size <= -(-3 * batch // 2)
+        assert steps <= max(1, round(rows / batch + 1e-9))  # never more than the nearest whole number
+        assert steps <= -(-rows // batch)  # never more than in batches of the fit's size
