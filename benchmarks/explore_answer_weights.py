@@ -20,7 +20,11 @@ the mean:
 - ``flat-only``, ``prototypes-only``: one term learnt alone;
 - ``svm``: the flat SVM alone among the candidates (its weight unbounded), which is about
   ``LinearSVC``: how much the candidates keep of it;
-- ``oracle``: the right answer wherever it is a candidate, the bound of any re-ranking.
+- ``oracle``: the right answer wherever it is a candidate, the bound of any re-ranking;
+- ``ancestral-svm``: a third term beside the two, a candidate path's summed margins of one
+  ``LinearSVC`` per node on it (a row positive for every node on its target's path), fitted on
+  the other fold's rows for the training rows and on every training row for the test rows (a
+  term the package does not have: what a path-level SVM would add).
 
 Usage::
 
@@ -34,13 +38,34 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-VARIANTS = ("network", "learnt", "learnt-x0.5", "learnt-x1.5", "flat-only", "prototypes-only", "svm", "oracle")
+VARIANTS = ("network", "learnt", "learnt-x0.5", "learnt-x1.5", "flat-only", "prototypes-only", "svm", "oracle",
+            "ancestral-svm")
+
+
+def node_margins(X_fit: Any, y_fit: np.ndarray, paths: np.ndarray, X: Any) -> np.ndarray:
+    """``(rows of X, classes)`` margins of one ``LinearSVC`` per node on the fit rows' target
+    paths (positive: the rows whose path holds the node; a node every row holds: 1, none: -1)."""
+    from sklearn.svm import LinearSVC
+
+    margins = np.full((X.shape[0], paths.shape[0]), -1.0)
+    on_path = paths[y_fit]
+    for node in np.unique(on_path[on_path >= 0]):
+        positive = (on_path == node).any(axis=1)
+        margins[:, node] = 1.0 if positive.all() else LinearSVC().fit(X_fit, positive).decision_function(X)
+    return margins
+
+
+def path_sums(margins: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Each candidate path's summed node margins (``candidates``: ``(rows, k, depth)``, -1 padded)."""
+    rows = np.arange(candidates.shape[0])[:, None, None]
+    return np.where(candidates >= 0, margins[rows, np.maximum(candidates, 0)], 0.0).sum(axis=2)
 
 
 def candidates_of(name: str, seed: int) -> dict:
@@ -50,7 +75,9 @@ def candidates_of(name: str, seed: int) -> dict:
     from benchmarks.bench_text import SUBSETS, make_text
     from hiclass_parallel import HierarchicalClassifier, Tree
     from hiclass_parallel.estimators.answer import last_nodes, term_scores
-    from hiclass_parallel.estimators.fitting._answer_fit import cross_fitted_candidates
+    from sklearn.utils import check_random_state
+
+    from hiclass_parallel.estimators.fitting._answer_fit import FOLDS, cross_fitted_candidates
     from hiclass_parallel.estimators.prediction import decoder_of
 
     torch.set_num_threads(1)
@@ -65,6 +92,16 @@ def candidates_of(name: str, seed: int) -> dict:
     decoder = decoder_of(clf, clf.net_, clf.targets_, clf.config_, clf.answer_, rows=lambda rows: rows)
     paths, log_prob, _ = decoder.candidates(X_test)
     test = (paths, log_prob, term_scores(clf.answer_.terms, X_test, last_nodes(paths)))
+    # the ancestral SVM's scores: the training rows' by the other fold's SVMs (the folds of
+    # cross_fitted_candidates), the test rows' by those of every training row
+    tree_paths = np.asarray(tree.paths)
+    fold_of = check_random_state(seed).permutation(X_train.shape[0]) % FOLDS
+    ancestral = np.zeros(train[1].shape)
+    for fold in range(FOLDS):
+        held, fit = fold_of == fold, fold_of != fold
+        ancestral[held] = path_sums(node_margins(X_train[fit], y_train[fit], tree_paths, X_train[held]), train[0][held])
+    train[2]["ancestral-svm"] = ancestral
+    test[2]["ancestral-svm"] = path_sums(node_margins(X_train, y_train, tree_paths, X_test), paths)
     return {"tree": tree, "train": train, "y_train": y_train, "test": test, "y_test": np.asarray(d["y_test"])}
 
 
@@ -88,7 +125,8 @@ def evaluate(split: dict) -> dict[str, list[float]]:
     both = learnt(("prototypes", "flat_term"))
     weights = {"network": {}, "learnt": both, "learnt-x0.5": {k: v * 0.5 for k, v in both.items()},
                "learnt-x1.5": {k: v * 1.5 for k, v in both.items()}, "flat-only": learnt(("flat_term",)),
-               "prototypes-only": learnt(("prototypes",)), "svm": {"flat_term": 1e6}, "oracle": {"right": 1e6}}
+               "prototypes-only": learnt(("prototypes",)), "svm": {"flat_term": 1e6}, "oracle": {"right": 1e6},
+               "ancestral-svm": learnt(("prototypes", "flat_term", "ancestral-svm"))}
     scores = {**scores, "right": right}
     tree = split["tree"]
     true = np.asarray(tree.paths)[split["y_test"]]
