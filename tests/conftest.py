@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import threading
 
 import numpy as np
 import pytest
@@ -25,6 +27,21 @@ settings.register_profile(
 )
 if os.environ.get("HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_reaches_python():
+    """Python's own Ctrl-C handler for the session, where the run was started with SIGINT
+    ignored (a shell starts a background job, ``pytest ... &``, that way): the interrupt tests
+    call the handler, or send SIGINT to a child that would inherit the ignoring."""
+    ignored = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 
 # The paper's Figure 1 with ids shifted to 0-based: 1 dog, 2 cat, 3 small dog, 4 big dog,
 # 5 sleepy cat, 6 curious cat, 7 happy big dog, 8 moody big dog, 9 Hound of Hades.
