@@ -42,9 +42,9 @@ import scipy.sparse as sp
 import torch
 
 from ..ops.groups import stop_columns
-from .answer import last_nodes
+from .answer import TERMS, last_nodes
 from .networks import MLP, SparseMLP
-from .prediction import host_rows, decode
+from .prediction import decode, host_rows, term_label
 
 __all__ = ["ClassExplanation", "Explanation", "explain_classes", "explain_predictions"]
 
@@ -270,15 +270,14 @@ def explain_predictions(estimator: Any, X: Any, *, top: int = 5, feature_names: 
     answer = last_nodes(paths[:, None, :])[:, 0]
     terms = {"log_prob": log_prob.astype(np.float32)}
     zero = np.zeros(len(answer), dtype=np.float32)
-    if decoder.reranking is not None and decoder.decoding != "threshold":
-        similarity = (decoder.prototypes.score(host_rows(X), answer[:, None])[:, 0]
-                      if decoder.weight else zero)
-        terms["prototypes"] = np.float32(decoder.weight or 0.0) * similarity
-        terms["flat"] = np.asarray(decoder.flat_prior(X, paths[:, None, :]), dtype=np.float32).reshape(-1) \
-            if decoder.flat_weight else zero
-    else:
-        terms["prototypes"], terms["flat"] = zero, zero.copy()
-    terms["total"] = terms["log_prob"] + terms["prototypes"] + terms["flat"]
+    reranks = decoder.reranking is not None and decoder.decoding != "threshold"
+    terms["prototypes"] = (np.float32(decoder.weight) * decoder.prototypes.score(host_rows(X), answer[:, None])[:, 0]
+                           if reranks and decoder.weight else zero)
+    for name in (name for name in TERMS if name != "prototypes"):  # weighted score of the answer; 0: no re-ranking
+        term, weight = decoder.terms.get(name, (None, 0.0))
+        terms[term_label(name)] = (np.float32(weight) * term.score(host_rows(X), answer[:, None])[:, 0]
+                                   if reranks and term is not None else zero.copy())
+    terms["total"] = sum((terms[name] for name in terms if name != "log_prob"), start=terms["log_prob"])
 
     columns = _step_columns(clf, paths, answer)
     groups = _column_groups(clf)

@@ -114,7 +114,7 @@ def fit_on_held_out(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     # decoded with them (the loaders draw from throwaway generators: the fit's stream stays).
     prototypes, (weight, scale), candidates = held_out_prototypes(
         estimator, targets, X, ids, plan, lambda p: decoder_with(with_prototypes(p)).candidates(view), sample_weight,
-        prior=lambda paths: decoder_with(flat_only).flat_prior(view, paths))
+        prior=lambda paths: decoder_with(flat_only).prior(view, paths))
     answer = with_prototypes(prototypes, weight, scale)
     if learns_weights(estimator):  # every "auto" weight at once, on these rows
         config, answer = learn_on_held_out(estimator, config, answer,

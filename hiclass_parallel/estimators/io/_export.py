@@ -292,8 +292,10 @@ def _answer_parts(clf: Any, decoder: TreeDecoder, confidence: bool
     reranker = None
     if reranking.reranking is not None:
         n_candidates = int(decoder.candidate.sum())
-        reranker = AnswerReranker({"prototypes": reranking.prototypes, "flat_term": reranking.flat},
-                                  {"prototypes": reranking.weight, "flat_term": reranking.flat_weight},
+        reranker = AnswerReranker({"prototypes": reranking.prototypes,
+                                   **{name: term for name, (term, _) in reranking.terms.items()}},
+                                  {"prototypes": reranking.weight,
+                                   **{name: weight for name, (_, weight) in reranking.terms.items()}},
                                   min(reranking.prototype_candidates, n_candidates))
     if not confidence:
         return reranker, None

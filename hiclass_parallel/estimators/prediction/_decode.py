@@ -6,9 +6,10 @@ A decoded answer goes through four stages, each decided here and nowhere else:
    :func:`~hiclass_parallel.ops.decode.decoding_route`'s route (best-first from the hidden rows
    for path-locally trained models on the CPU, exhaustive over every score otherwise);
 2. **re-ranking** (optional): the order of those candidates by the answer model's score
-   ``log p + weight * similarity + flat_weight * margin`` (:mod:`..answer._model`), the class
-   prototypes' similarity and the flat linear term's margin, when the model has either with a
-   positive weight (``decoding`` "best" and "hf1", and top-``k``; never "threshold");
+   ``log p + weight * similarity + sum_i w_i * term_i`` (:mod:`..answer._model`), the class
+   prototypes' similarity and each other term's score (the flat linear term's margin), when
+   the model has any with a positive weight (``decoding`` "best" and "hf1", and top-``k``;
+   never "threshold");
 3. **decoding rule**: ``"best"`` (the first path), ``"threshold"`` (the deepest path whose
    nodes pass the threshold), ``"hf1"`` (the path of highest expected hierarchical F1 among
    the ``top_k`` candidates and their ancestors) or ``"top_k"`` (the first ``k``);
@@ -26,7 +27,7 @@ the :class:`Route` it took.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,9 +36,9 @@ import torch
 from ...ops.best_first import best_first_paths
 from ...ops.decode import best_paths, decoding_route, expected_hf1_paths, topk_paths
 from .._checks import inference_batch_size
-from ..answer import AnswerModel, last_nodes, rerank_order
+from ..answer import TERMS, AnswerModel, last_nodes, rerank_order
 
-__all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of", "host_rows"]
+__all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of", "host_rows", "term_label"]
 
 
 def check_semantics(semantics: str, stop: bool) -> None:
@@ -60,8 +61,10 @@ class Route:
         How the model's paths were found (:func:`~hiclass_parallel.ops.decode.decoding_route`).
     n_model : int or None
         How many paths per row the model gave (``None``: its best one).
-    reranking : {"prototypes", "flat", "prototypes+flat", None}
-        What re-ranked the model's paths: the class prototypes, the flat linear term, both.
+    reranking : str or None
+        What re-ranked the model's paths: the labels (:func:`term_label`) of the terms that
+        did, joined by ``+`` (``"prototypes"``, ``"flat"``, ``"prototypes+flat"``); ``None``:
+        nothing.
     rule : {"best", "threshold", "hf1", "top_k"}
         The decoding rule.
     output : {"path", "top_k"}
@@ -108,10 +111,10 @@ class Decoder:
         The prototypes' weight at prediction (``None``: no re-ranking by them).
     scale : float
         The conditional logit's scale for ``"hf1"`` with prototypes (1 for a weight set by hand).
-    flat : FlatMargins or None
-        The flat linear term's SVM (``None``: none).
-    flat_weight : float or None
-        Its weight at prediction (``None``: no re-ranking by it).
+    terms : dict of str to (Term, float)
+        The answer model's other terms that re-rank at prediction (the flat linear term), by
+        name, each with its weight (above 0); their weighted scores join ``log p`` before the
+        prototypes' similarity (:meth:`prior`).
     rows : callable
         ``X`` checked for prediction (the estimator's ``validate_X``; the identity for rows
         the fit already checked).
@@ -135,14 +138,13 @@ class Decoder:
     scale: float
     rows: Callable[[Any], Any]
     dataset: Callable[[Any], Any]
-    flat: Any = None
-    flat_weight: float | None = None
+    terms: dict[str, tuple[Any, float]] = field(default_factory=dict)
 
     @property
     def reranking(self) -> str | None:
         """What re-ranks the model's paths (:attr:`Route.reranking`)."""
-        terms = [name for name, weight in (("prototypes", self.weight), ("flat", self.flat_weight)) if weight]
-        return "+".join(terms) or None
+        names = (["prototypes"] if self.weight else []) + [term_label(name) for name in self.terms]
+        return "+".join(names) or None
 
     @property
     def n_candidates(self) -> int:
@@ -195,12 +197,23 @@ class Decoder:
             return paths, log_prob, np.zeros(log_prob.shape, dtype=np.float32)
         return paths, log_prob, self.prototypes.score(host_rows(X), last_nodes(paths))
 
-    def flat_prior(self, X: Any, paths: np.ndarray) -> np.ndarray | float:
-        """``flat_weight * margin`` of each candidate path's answer (``(n, k)``), the flat term's
-        part of the re-ranked score; 0 without the term."""
-        if not self.flat_weight:
-            return 0.0
-        return np.float32(self.flat_weight) * self.flat.score(host_rows(X), last_nodes(paths))
+    def prior(self, X: Any, paths: np.ndarray) -> np.ndarray | float:
+        """``sum_i w_i * term_i`` of each candidate path's answer (``(n, k)``) over the
+        :attr:`terms`, their part of the re-ranked score; 0 without any."""
+        return sum((np.float32(weight) * term.score(host_rows(X), last_nodes(paths))
+                    for term, weight in self.terms.values()), start=0.0)
+
+
+def term_label(name: str) -> str:
+    """A term's label in :attr:`Route.reranking` and in explanations: its name without
+    ``_term`` (``"flat_term"``: ``"flat"``).
+
+    Examples
+    --------
+    >>> term_label("flat_term"), term_label("prototypes")
+    ('flat', 'prototypes')
+    """
+    return name.removesuffix("_term")
 
 
 def host_rows(X: Any) -> Any:
@@ -221,10 +234,15 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, answer: Answ
     just trained, to fit the answer calibrator on held-out rows (``rows``: the identity for rows
     the fit already checked), without marking the estimator fitted before it is.
     """
-    prototypes, flat = answer.term("prototypes"), answer.term("flat_term")
+    prototypes = answer.term("prototypes")
     weight = None if prototypes is None else _weight_at_prediction(estimator.prototypes, answer.weight("prototypes"))
-    flat_weight = None if flat is None else _weight_at_prediction(getattr(estimator, "flat_term", None),
-                                                                  answer.weight("flat_term"))
+    terms = {}
+    for name in TERMS:
+        term = None if name == "prototypes" else answer.term(name)
+        at_prediction = None if term is None else _weight_at_prediction(getattr(estimator, name, None),
+                                                                        answer.weight(name))
+        if at_prediction is not None:
+            terms[name] = (term, at_prediction)
     accepts_sparse = config.capabilities.accepts_sparse
     return Decoder(
         net=net, tree=targets.tree, partition=config.partition, stop=config.stop, path_local=config.path_local,
@@ -233,7 +251,7 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, answer: Answ
         batch_size=inference_batch_size(estimator.batch_size),
         prototypes=prototypes, weight=weight,
         scale=answer.scale if weight is not None and isinstance(estimator.prototypes, str) else 1.0,
-        rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse), flat=flat, flat_weight=flat_weight,
+        rows=rows, dataset=lambda X: targets.dataset(X, None, accepts_sparse), terms=terms,
     )
 
 
@@ -298,23 +316,23 @@ def decode(decoder: Decoder, X: Any, k: int | None = None,
     if rule == "hf1":
         # The path of highest expected hierarchical F1 among the candidates (the model's
         # max(top_k, prototype_candidates) best) and their ancestors, the candidates weighed by
-        # softmax(scale * (log p + weight * similarity + flat term)) (the conditional logit
+        # softmax(scale * (log p + weight * similarity + the other terms)) (the conditional logit
         # fitted with the weight), and the model's log-probability of the chosen path.
 
         paths, log_prob, similarity = decoder.candidates(X, min(decoder.top_k, decoder.n_candidates))
         with np.errstate(invalid="ignore"):  # NaN rows stay NaN: expected_hf1_paths gives them the empty path
             combined = np.where(np.isneginf(log_prob), -np.inf, np.float32(decoder.scale) * (
-                log_prob + np.float32(decoder.weight or 0.0) * similarity + decoder.flat_prior(X, paths)
+                log_prob + np.float32(decoder.weight or 0.0) * similarity + decoder.prior(X, paths)
             )).astype(np.float32)
         chosen, _ = expected_hf1_paths(paths, combined)
         n_model = paths.shape[1]
         paths, log_prob = chosen, chosen_log_prob(paths, log_prob, chosen)
-    else:  # best or top-k: the candidates ordered by log p + weight * similarity + flat term, the first (k)
+    else:  # best or top-k: the candidates ordered by log p + weight * similarity + the other terms, the first (k)
         if candidates is None:
             candidates = decoder.candidates(X, k or 1)
         paths, log_prob, similarity = candidates
         n_model = paths.shape[1]
-        order = rerank_order(log_prob + decoder.flat_prior(X, paths), similarity, decoder.weight or 0.0)[:, : (k or 1)]
+        order = rerank_order(log_prob + decoder.prior(X, paths), similarity, decoder.weight or 0.0)[:, : (k or 1)]
         paths = np.take_along_axis(paths, order[..., None], axis=1)
         log_prob = np.take_along_axis(log_prob, order, axis=1)
         if k is None:

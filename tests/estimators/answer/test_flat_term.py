@@ -379,7 +379,7 @@ def test_the_answer_is_the_brute_force_best_of_the_three_terms(seed, decoding):
     clf = _fit(X, y, tree, decoding=decoding, prototypes=16.0, flat_term=16.0)
     decoder = clf._decoder()
     paths, log_prob, similarity = decoder.candidates(decoder.rows(X))
-    assert decoder.weight and decoder.flat_weight == 16.0
+    assert decoder.weight and decoder.terms["flat_term"][1] == 16.0
     margins = clf.answer_.terms["flat_term"].score(X, last_nodes(paths))
     score = log_prob + decoder.weight * similarity + 16.0 * margins
     score = np.where(np.isfinite(log_prob), score, -np.inf)
