@@ -21,10 +21,11 @@ the mean:
 - ``svm``: the flat SVM alone among the candidates (its weight unbounded), which is about
   ``LinearSVC``: how much the candidates keep of it;
 - ``oracle``: the right answer wherever it is a candidate, the bound of any re-ranking;
-- ``ancestral-svm``: a third term beside the two, a candidate path's summed margins of one
-  ``LinearSVC`` per node on it (a row positive for every node on its target's path), fitted on
-  the other fold's rows for the training rows and on every training row for the test rows (a
-  term the package does not have: what a path-level SVM would add).
+- ``ancestral-svm``: a third term beside the two, the path-level SVM
+  (:class:`~hiclass_parallel.estimators.answer.PathMargins`: a candidate path's summed margins
+  of one-vs-rest SVMs of every node, a row positive for every node on its target's path),
+  fitted on the other fold's rows for the training rows and on every training row for the test
+  rows (no estimator parameter fits it yet: what it would add).
 
 Usage::
 
@@ -38,7 +39,6 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -49,32 +49,13 @@ VARIANTS = ("network", "learnt", "learnt-x0.5", "learnt-x1.5", "flat-only", "pro
             "ancestral-svm")
 
 
-def node_margins(X_fit: Any, y_fit: np.ndarray, paths: np.ndarray, X: Any) -> np.ndarray:
-    """``(rows of X, classes)`` margins of one ``LinearSVC`` per node on the fit rows' target
-    paths (positive: the rows whose path holds the node; a node every row holds: 1, none: -1)."""
-    from sklearn.svm import LinearSVC
-
-    margins = np.full((X.shape[0], paths.shape[0]), -1.0)
-    on_path = paths[y_fit]
-    for node in np.unique(on_path[on_path >= 0]):
-        positive = (on_path == node).any(axis=1)
-        margins[:, node] = 1.0 if positive.all() else LinearSVC().fit(X_fit, positive).decision_function(X)
-    return margins
-
-
-def path_sums(margins: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """Each candidate path's summed node margins (``candidates``: ``(rows, k, depth)``, -1 padded)."""
-    rows = np.arange(candidates.shape[0])[:, None, None]
-    return np.where(candidates >= 0, margins[rows, np.maximum(candidates, 0)], 0.0).sum(axis=2)
-
-
 def candidates_of(name: str, seed: int) -> dict:
     """The cross-fitted training candidates and the final model's test candidates of one split."""
     import torch
 
     from benchmarks.bench_text import SUBSETS, make_text
     from hiclass_parallel import HierarchicalClassifier, Tree
-    from hiclass_parallel.estimators.answer import last_nodes, term_scores
+    from hiclass_parallel.estimators.answer import PathMargins, last_nodes, term_scores
     from sklearn.utils import check_random_state
 
     from hiclass_parallel.estimators.fitting._answer_fit import FOLDS, cross_fitted_candidates
@@ -94,14 +75,15 @@ def candidates_of(name: str, seed: int) -> dict:
     test = (paths, log_prob, term_scores(clf.answer_.terms, X_test, last_nodes(paths)))
     # the ancestral SVM's scores: the training rows' by the other fold's SVMs (the folds of
     # cross_fitted_candidates), the test rows' by those of every training row
-    tree_paths = np.asarray(tree.paths)
     fold_of = check_random_state(seed).permutation(X_train.shape[0]) % FOLDS
-    ancestral = np.zeros(train[1].shape)
+    ancestral = np.zeros(train[1].shape, dtype=np.float32)
     for fold in range(FOLDS):
         held, fit = fold_of == fold, fold_of != fold
-        ancestral[held] = path_sums(node_margins(X_train[fit], y_train[fit], tree_paths, X_train[held]), train[0][held])
+        term = PathMargins.fit(X_train[fit], y_train[fit], tree, random_state=seed)
+        ancestral[held] = term.score(X_train[held], last_nodes(train[0][held]))
     train[2]["ancestral-svm"] = ancestral
-    test[2]["ancestral-svm"] = path_sums(node_margins(X_train, y_train, tree_paths, X_test), paths)
+    test[2]["ancestral-svm"] = PathMargins.fit(X_train, y_train, tree, random_state=seed).score(X_test,
+                                                                                              last_nodes(paths))
     return {"tree": tree, "train": train, "y_train": y_train, "test": test, "y_test": np.asarray(d["y_test"])}
 
 

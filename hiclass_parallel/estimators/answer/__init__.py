@@ -6,7 +6,9 @@ follows (fit on training rows, ``score(X, candidates)``, its arrays for saving a
 the terms: ``_prototypes`` (the cosine class prototypes of sparse rows, the ``Prototypes``
 protocol of both kinds and the likelihood that fits their own weight and scale),
 ``_dense_prototypes`` (the Gaussian kind of dense rows), ``_flat_margins`` (the flat linear
-SVM's margins, of three kinds); ``_export_terms``: each term's scores as a torch module, for
+SVM's margins, of three kinds), ``_path_margins`` (the path-level SVM's margins summed along a
+candidate's path: a term of the protocol that no estimator parameter fits yet; the benchmarks
+measure it); ``_export_terms``: each term's scores as a torch module, for
 export (``Term.export_module``); ``_fit_prototypes``: the rows the prototypes are built from,
 their start weight (before one is learnt), rows added when training continues;
 ``_calibration``: the answer calibrator (:class:`BetaCalibrator`), the held-out rows it is
@@ -28,11 +30,13 @@ from ._flat_margins import NO_TARGET_MARGIN, FlatMargins
 from ._held_out import learn_from_candidates, learn_on_held_out, learns_weights, not_learnt
 from ._joint import MIN_GAIN, PENALTY, TermWeights, fit_term_weights
 from ._model import AnswerModel
+from ._path_margins import PathMargins
 from ._prototypes import ClassPrototypes, Prototypes, last_nodes, prototypes_kind, rerank_order
 from ._terms import TERMS, Term, term_from_arrays, term_scores
 
 __all__ = ["CLIP", "MIN_AUTO_ROWS", "MIN_GAIN", "NO_TARGET_MARGIN", "PENALTY", "TERMS", "AnswerModel",
-           "BetaCalibrator", "CalibrationPlan", "ClassPrototypes", "FlatMargins", "GaussianPrototypes", "Prototypes",
+           "BetaCalibrator", "CalibrationPlan", "ClassPrototypes", "FlatMargins", "GaussianPrototypes", "PathMargins",
+           "Prototypes",
            "Term", "TermWeights", "added_prototypes", "answer_correct", "effective_rows",
            "fit_term_weights", "fitted_prototypes", "held_out_prototypes", "held_out_size", "held_out_view",
            "last_nodes", "learn_from_candidates", "learn_on_held_out", "learns_weights", "not_learnt",

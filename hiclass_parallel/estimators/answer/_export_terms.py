@@ -25,7 +25,7 @@ from torch import nn
 
 from .._defaults import NO_TARGET_MARGIN
 
-__all__ = ["CosineScores", "DenseMarginScores", "GaussianScores", "SparseMarginScores"]
+__all__ = ["CosineScores", "DenseMarginScores", "GaussianScores", "PathMarginScores", "SparseMarginScores"]
 
 
 def _buffer(array: np.ndarray, dtype: np.dtype) -> torch.Tensor:
@@ -197,3 +197,38 @@ class SparseMarginScores(_MarginScores):
         decision = decision.scatter_add(1, self.entry_target.expand(batch, -1), found)
         rows = self.candidate_rows(nodes)
         return self.finish(torch.gather(decision, 1, rows.clamp(min=0)), rows)
+
+
+class PathMarginScores(nn.Module):
+    """The path-level term's score (:class:`~._path_margins.PathMargins`): the margins of the
+    nodes on each candidate's path (a :class:`DenseMarginScores` of every node), summed; 0 for
+    ``-1``.
+
+    Parameters
+    ----------
+    paths : ndarray of int of shape (n_classes, n_levels)
+        The tree's ancestral paths (``-1`` pads).
+    margins : DenseMarginScores
+        Every node's margin.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> margins = DenseMarginScores(np.array([-1, 0, 1]), np.array([[1.0, 0.0], [0.0, 1.0]]), np.zeros(2))
+    >>> module = PathMarginScores(np.array([[0, -1], [0, 1]]), margins)  # node 1 is node 0's child
+    >>> module(torch.tensor([[2.0, 3.0]]), torch.tensor([[1, 0, -1]]))
+    tensor([[5., 2., 0.]])
+    """
+
+    def __init__(self, paths: np.ndarray, margins: nn.Module):
+        super().__init__()
+        self.register_buffer("paths", _buffer(paths, np.int64))
+        self.margins = margins
+
+    def forward(self, X: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        """``(batch, k)`` scores of the candidate ``nodes`` of the rows ``X``."""
+        batch, k = nodes.shape
+        paths = _rows(self.paths, nodes)  # (batch, k, L); a -1 candidate read row 0's path
+        on_path = torch.where((nodes >= 0).unsqueeze(2), paths, torch.full_like(paths, -1))
+        margin = self.margins(X, on_path.reshape(batch, -1)).reshape(on_path.shape)
+        return torch.where(on_path >= 0, margin, torch.zeros_like(margin)).sum(2)

@@ -8,13 +8,14 @@ import scipy.sparse as sp
 import torch
 from support import complete_tree, shuffled_ids
 
-from hiclass_parallel.estimators.answer import ClassPrototypes, FlatMargins, GaussianPrototypes, Term
+from hiclass_parallel.estimators.answer import ClassPrototypes, FlatMargins, GaussianPrototypes, PathMargins, Term
 from hiclass_parallel.estimators.answer._export_terms import (CosineScores, DenseMarginScores, GaussianScores,
-                                                              SparseMarginScores)
+                                                              PathMarginScores, SparseMarginScores)
 
-KINDS = ["cosine", "gaussian", "flat_dense", "flat_dense_of_sparse_rows", "flat_sparse"]
+KINDS = ["cosine", "gaussian", "flat_dense", "flat_dense_of_sparse_rows", "flat_sparse", "path", "path_dense"]
 MODULES = {"cosine": CosineScores, "gaussian": GaussianScores, "flat_dense": DenseMarginScores,
-           "flat_dense_of_sparse_rows": DenseMarginScores, "flat_sparse": SparseMarginScores}
+           "flat_dense_of_sparse_rows": DenseMarginScores, "flat_sparse": SparseMarginScores,
+           "path": PathMarginScores, "path_dense": PathMarginScores}
 
 
 def _data(seed: int = 0):
@@ -44,6 +45,10 @@ def _term(kind: str, X, ids, tree, rng):
         return FlatMargins.fit(dense, ids, tree.n_classes), dense
     if kind == "flat_dense_of_sparse_rows":
         return FlatMargins.fit(X, ids, tree.n_classes, random_state=0), X
+    if kind == "path":
+        return PathMargins.fit(X, ids, tree, random_state=0), X
+    if kind == "path_dense":
+        return PathMargins.fit(dense, ids, tree), dense
     rivals = np.where(ids[:, None] >= 0, rng.choice(np.unique(ids[ids >= 0]), size=(ids.size, 3)), -1)
     return FlatMargins.fit_on_candidates(X, ids, rivals, tree.n_classes, random_state=0), X
 
