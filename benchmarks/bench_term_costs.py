@@ -71,8 +71,9 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     start = time.perf_counter()
     paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
     out["decode_s"] = time.perf_counter() - start
+    decode_cost = _costs.decode_cost(X, clf.prototype_candidates, columns, hidden)
     # the decoding estimate at one training multiply-add each (DECODE_SHARE 1): its measured share
-    out["decode_cost"] = _costs.decode_cost(X, clf.prototype_candidates, columns, hidden) / DECODE_SHARE
+    out["decode_cost"] = decode_cost / DECODE_SHARE
     start = time.perf_counter()
     FlatMargins.fit_on_candidates(X, ids, last_nodes(paths), tree.n_classes, random_state=0)
     out["candidates_s"] = time.perf_counter() - start + out["decode_s"]
@@ -84,8 +85,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     # The per-target cost that makes the SVM of the candidates' estimate its time (in the
     # network's multiply-adds: its seconds per estimated multiply-add on this subset).
     svm_s = out["candidates_s"] - out["decode_s"]
-    passes = out["candidates_cost"] - _costs.decode_cost(X, clf.prototype_candidates, columns, hidden) \
-        - out["targets"] * SVM_TARGET_COST
+    passes = out["candidates_cost"] - decode_cost - out["targets"] * SVM_TARGET_COST
     out["target_cost"] = (svm_s * net_cost / out["network_s"] - passes) / out["targets"]
     for part in ("flat", "decode", "candidates", "prototypes"):
         if f"{part}_s" in out:

@@ -133,8 +133,8 @@ def run(subsets: list[str], seeds: list[int]) -> dict[str, dict[str, list[float]
             print(name, seed, out[f"{name}-{seed}"], flush=True)
     for name in subsets:
         rows = [v for k, v in out.items() if k.rsplit("-", 1)[0] == name]
-        print(f"{name:20s}", "  ".join(f"{v} {np.mean([r[v][0] for r in rows]):.3f}/{np.mean([r[v][1] for r in rows]):.3f}"
-                                      for v in VARIANTS))
+        means = {v: np.mean([r[v] for r in rows], axis=0) for v in VARIANTS}
+        print(f"{name:20s}", "  ".join(f"{v} {m[0]:.3f}/{m[1]:.3f}" for v, m in means.items()))
     print("mean", {v: np.round(np.mean([r[v] for r in out.values()], axis=0), 4).tolist() for v in VARIANTS})
     return out
 

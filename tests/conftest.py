@@ -35,7 +35,8 @@ def ctrl_c_reaches_python():
     """Python's own Ctrl-C handler for the session, where the run was started with SIGINT
     ignored (a shell starts a background job, ``pytest ... &``, that way): the interrupt tests
     call the handler, or send SIGINT to a child that would inherit the ignoring."""
-    ignored = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    main = threading.current_thread() is threading.main_thread()
+    ignored = main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     if ignored:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     yield

@@ -42,7 +42,7 @@ import scipy.sparse as sp
 import torch
 
 from ..ops.groups import stop_columns
-from .answer import TERMS, last_nodes
+from .answer import PRIOR_TERMS, last_nodes
 from .networks import MLP, SparseMLP
 from .prediction import decode, host_rows, term_label
 
@@ -271,11 +271,12 @@ def explain_predictions(estimator: Any, X: Any, *, top: int = 5, feature_names: 
     terms = {"log_prob": log_prob.astype(np.float32)}
     zero = np.zeros(len(answer), dtype=np.float32)
     reranks = decoder.reranking is not None and decoder.decoding != "threshold"
-    terms["prototypes"] = (np.float32(decoder.weight) * decoder.prototypes.score(host_rows(X), answer[:, None])[:, 0]
+    host = host_rows(X)
+    terms["prototypes"] = (np.float32(decoder.weight) * decoder.prototypes.score(host, answer[:, None])[:, 0]
                            if reranks and decoder.weight else zero)
-    for name in (name for name in TERMS if name != "prototypes"):  # weighted score of the answer; 0: no re-ranking
+    for name in PRIOR_TERMS:  # each term's weighted score of the answer; 0 where it did not re-rank
         term, weight = decoder.terms.get(name, (None, 0.0))
-        terms[term_label(name)] = (np.float32(weight) * term.score(host_rows(X), answer[:, None])[:, 0]
+        terms[term_label(name)] = (np.float32(weight) * term.score(host, answer[:, None])[:, 0]
                                    if reranks and term is not None else zero.copy())
     terms["total"] = sum((terms[name] for name in terms if name != "log_prob"), start=terms["log_prob"])
 

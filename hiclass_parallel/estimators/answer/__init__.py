@@ -32,9 +32,9 @@ from ._joint import MIN_GAIN, PENALTY, TermWeights, fit_term_weights
 from ._model import AnswerModel
 from ._path_margins import PathMargins
 from ._prototypes import ClassPrototypes, Prototypes, last_nodes, prototypes_kind, rerank_order
-from ._terms import TERMS, Term, term_from_arrays, term_scores
+from ._terms import PRIOR_TERMS, TERMS, Term, term_from_arrays, term_scores
 
-__all__ = ["CLIP", "MIN_AUTO_ROWS", "MIN_GAIN", "NO_TARGET_MARGIN", "PENALTY", "TERMS", "AnswerModel",
+__all__ = ["CLIP", "MIN_AUTO_ROWS", "MIN_GAIN", "NO_TARGET_MARGIN", "PENALTY", "PRIOR_TERMS", "TERMS", "AnswerModel",
            "BetaCalibrator", "CalibrationPlan", "ClassPrototypes", "FlatMargins", "GaussianPrototypes", "PathMargins",
            "Prototypes",
            "Term", "TermWeights", "added_prototypes", "answer_correct", "effective_rows",

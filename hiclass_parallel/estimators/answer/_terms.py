@@ -38,11 +38,15 @@ from ._prototypes import prototypes_from_arrays
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TERMS", "Term", "term_from_arrays", "term_scores"]
+__all__ = ["PRIOR_TERMS", "TERMS", "Term", "term_from_arrays", "term_scores"]
 
 #: Every term's name, as the estimator's parameter and the answer model name it, in the order
 #: the re-ranked score adds them.
 TERMS = ("prototypes", "flat_term")
+
+#: The terms other than the prototypes: decoding adds their weighted scores to ``log p`` as one
+#: prior, before the prototypes' similarity, which the prototypes' own weight fit reads apart.
+PRIOR_TERMS = tuple(name for name in TERMS if name != "prototypes")
 
 
 @runtime_checkable

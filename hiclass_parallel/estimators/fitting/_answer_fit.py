@@ -30,9 +30,9 @@ from sklearn.base import clone
 from sklearn.utils import _safe_indexing, check_random_state
 
 from ...exceptions import caller_stacklevel
-from ..answer import (AnswerModel, BetaCalibrator, FlatMargins, answer_correct, fitted_prototypes, held_out_prototypes,
-                      held_out_view, last_nodes, learn_from_candidates, learn_on_held_out, learns_weights, not_learnt,
-                      start_weight, term_scores)
+from ..answer import (TERMS, AnswerModel, BetaCalibrator, FlatMargins, answer_correct, fitted_prototypes,
+                      held_out_prototypes, held_out_view, last_nodes, learn_from_candidates, learn_on_held_out,
+                      learns_weights, not_learnt, start_weight, term_scores)
 from ..prediction import decode, decoder_of
 
 from .._defaults import CROSS_FIT_MAX_ROWS, FOLDS
@@ -184,17 +184,17 @@ def cross_fitted_candidates(estimator: Any, X: Any, y: Any, sample_weight: np.nd
                             ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Every row's candidates (``paths``, ``log_prob``) and the terms' scores of them, in the
     rows' order, each fold's scored by a model fitted on the other folds only (its network and
-    the terms the fit's ``answer`` holds). A fold's network trains as many epochs in batches about as
-    large as the fit's (``config``; :func:`fold_batch_size`): each row is seen as often as in
-    the final model, and a fold costs its share of the rows, where the epoch rule for fewer rows would train about as
-    many steps as the whole fit (``y``: indexable by row positions)."""
+    the terms the fit's ``answer`` holds). A fold's network trains as many epochs in batches
+    about as large as the fit's (``config``; :func:`fold_batch_size`): each row is seen as often
+    as in the final model, and a fold costs its share of the rows, where the epoch rule for
+    fewer rows would train about as many steps as the whole fit (``y``: indexable by row
+    positions)."""
     n = X.shape[0]
     fold_of = check_random_state(seed).permutation(n) % FOLDS
     params = {"calibration": None, "warm_start": False, "verbose": 0,
               "max_epochs": config.max_epochs,
               "tree": targets.tree if estimator.tree is None else estimator.tree,
-              **{name: None if answer.term(name) is None else _fixed(getattr(estimator, name))
-                 for name in ("prototypes", "flat_term")}}
+              **{name: None if answer.term(name) is None else _fixed(getattr(estimator, name)) for name in TERMS}}
     parts = []
     for fold in range(FOLDS):
         train, held = np.flatnonzero(fold_of != fold), np.flatnonzero(fold_of == fold)
@@ -227,6 +227,7 @@ def fold_batch_size(rows: int, batch_size: int) -> int:
     """The batch of a fold's network of ``rows`` rows, where the fit trains in batches of
     ``batch_size``: the rows split into the nearest whole number of batches of that size, and
     each batch as large as that split needs.
+
     An epoch of the fold then costs its share of the fit's rows: counted in whole batches of
     ``batch_size``, a fold's last batch (often a small one) would cost a whole step, which on a
     few hundred rows adds a fifth to the folds' training on average. A batch is at most 1.5

@@ -33,8 +33,8 @@ import scipy.sparse as sp
 
 from .._defaults import DECODE_SHARE, SVM_PASSES, SVM_TARGET_COST
 
-__all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries", "least_squares_cost",
-           "mean_path_columns", "network_cost", "prototypes_cost"]
+__all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries",
+           "least_squares_cost", "mean_path_columns", "network_cost", "prototypes_cost"]
 
 
 def input_entries(X: Any) -> int:

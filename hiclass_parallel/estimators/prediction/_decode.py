@@ -36,7 +36,7 @@ import torch
 from ...ops.best_first import best_first_paths
 from ...ops.decode import best_paths, decoding_route, expected_hf1_paths, topk_paths
 from .._checks import inference_batch_size
-from ..answer import TERMS, AnswerModel, last_nodes, rerank_order
+from ..answer import PRIOR_TERMS, AnswerModel, last_nodes, rerank_order
 
 __all__ = ["Decoded", "Decoder", "Route", "check_semantics", "decode", "decoder_of", "host_rows", "term_label"]
 
@@ -237,8 +237,8 @@ def decoder_of(estimator: Any, net: Any, targets: Any, config: Any, answer: Answ
     prototypes = answer.term("prototypes")
     weight = None if prototypes is None else _weight_at_prediction(estimator.prototypes, answer.weight("prototypes"))
     terms = {}
-    for name in TERMS:
-        term = None if name == "prototypes" else answer.term(name)
+    for name in PRIOR_TERMS:
+        term = answer.term(name)
         at_prediction = None if term is None else _weight_at_prediction(getattr(estimator, name, None),
                                                                         answer.weight(name))
         if at_prediction is not None:
