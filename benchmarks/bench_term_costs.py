@@ -1,9 +1,10 @@
 """The cost of the answer's terms against the network's fit: measured seconds beside the estimates.
 
 Fits, per gloss subset (``bench_text``'s data, split seed 0, one thread), the network alone
-(``prototypes=None, flat_term=None, calibration=None``), then on the same rows the flat SVM
-against every row (``FlatMargins.fit``), the SVM of the candidates (``FlatMargins.fit_on_candidates``
-on the fitted network's ``prototype_candidates`` most probable answers) and the class prototypes,
+(``prototypes=None, flat_term=None, path_term=None, calibration=None``), then on the same rows
+the flat SVM against every row (``FlatMargins.fit``), the path-level SVM (``PathMargins.fit``),
+the SVM of the candidates (``FlatMargins.fit_on_candidates`` on the fitted network's
+``prototype_candidates`` most probable answers) and the class prototypes,
 and prints each part's seconds over the network's beside its estimated cost over the network's
 (:mod:`hiclass_parallel.estimators.fitting._costs`): ``SVM_PASSES`` (``estimators/_defaults.py``)
 times the measured ratio over the estimated one is the effective passes that would make the
@@ -35,7 +36,7 @@ if __package__ in (None, ""):
 
 def measure(name: str, flat: bool = True) -> dict[str, float]:
     """Seconds and estimated costs of the parts on one subset (``flat=False``: skip the SVM
-    against every row, which takes minutes on thousands of targets)."""
+    against every row and the path-level SVM, which take minutes on thousands of targets)."""
     import torch
 
     from benchmarks.bench_text import CUTS, SUBSETS, make_text
@@ -44,7 +45,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     from hiclass_parallel.estimators.fitting import _costs
     from hiclass_parallel.estimators.prediction._decode import decoder_of
     from hiclass_parallel.estimators._defaults import DECODE_SHARE, SVM_TARGET_COST
-    from hiclass_parallel.estimators.answer import AnswerModel, ClassPrototypes, last_nodes
+    from hiclass_parallel.estimators.answer import AnswerModel, ClassPrototypes, PathMargins, last_nodes
 
     torch.set_num_threads(1)
     root = SUBSETS[name] if name in SUBSETS else (name if "." in name else f"{name}.n.01")
@@ -52,7 +53,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     tree = Tree.from_parents(np.asarray(d["tree"].parents))
     X, y = d["X_train"], d["y_train"]
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0, prototypes=None, flat_term=None,
-                                 calibration=None)
+                                 path_term=None, calibration=None)
     start = time.perf_counter()
     clf.fit(X, y)
     out = {"rows": X.shape[0], "targets": int(np.unique(y).size), "classes": tree.n_classes,
@@ -67,6 +68,10 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
         FlatMargins.fit(X, ids, tree.n_classes, random_state=0)
         out["flat_s"] = time.perf_counter() - start
         out["flat_cost"] = _costs.flat_svm_cost(X, out["targets"])
+        start = time.perf_counter()
+        PathMargins.fit(X, ids, tree, random_state=0)
+        out["path_s"] = time.perf_counter() - start
+        out["path_cost"] = _costs.path_svm_cost(X, _costs.level_classes(tree, ids))
     decoder = decoder_of(clf, clf.net_, clf.targets_, clf.config_, AnswerModel(), rows=lambda rows: rows)
     start = time.perf_counter()
     paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
@@ -87,7 +92,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     svm_s = out["candidates_s"] - out["decode_s"]
     passes = out["candidates_cost"] - decode_cost - out["targets"] * SVM_TARGET_COST
     out["target_cost"] = (svm_s * net_cost / out["network_s"] - passes) / out["targets"]
-    for part in ("flat", "decode", "candidates", "prototypes"):
+    for part in ("flat", "path", "decode", "candidates", "prototypes"):
         if f"{part}_s" in out:
             time_ratio = out[f"{part}_s"] / out["network_s"]
             cost_ratio = out[f"{part}_cost"] / net_cost
@@ -120,6 +125,8 @@ if __name__ == "__main__":
               # the largest: an estimate that counts too little breaks the fit-time targets
               "SVM_TARGET_COST": max(r["target_cost"] for r in result.values())}
     print("constants that make the estimates the measured times:", {k: round(v, 4) for k, v in fitted.items()})
+    print("the path-level SVM's estimate over its time (geometric mean; 1: the estimate is the time):",
+          round(_geometric_mean(result, "path"), 3))
     Path(sys.argv[2]).write_text(json.dumps({"load_average_before": before, "load_average": os.getloadavg(),
                                              "svm_passes_of_the_estimates": SVM_PASSES, "fitted_constants": fitted,
                                              "subsets": result}, indent=1))

@@ -8,10 +8,11 @@ with the split: this script fits, per subtree and split seed, on the same TF-IDF
   answer model: the terms within the cost budget, their weights learnt on held-out rows,
   ``config_.terms_tried_reason``, ``config_.term_weights_reason``; ``batch_size="auto"`` trains
   in batches of 32-128 on these fits: ``config_.batch_size_reason``);
-- ``network``: the network alone (``prototypes=None, flat_term=None``);
-- ``no-flat-term``: the same with ``flat_term=None`` (the small batches alone);
-- ``batch-256``: the same with ``batch_size=256`` (the flat term alone);
-- ``previous``: ``flat_term=None, batch_size=256``, the defaults before both;
+- ``network``: the network alone (``prototypes=None, flat_term=None, path_term=None``);
+- ``no-path-term``: the defaults with ``path_term=None``;
+- ``no-flat-term``: the defaults with ``flat_term=None``;
+- ``batch-256``: the defaults with ``batch_size=256`` (the terms without the small batches);
+- ``previous``: ``flat_term=None, path_term=None, batch_size=256``, the defaults before the linear terms and the small batches;
 - ``linear-svc``: a flat ``LinearSVC()`` over the training targets.
 
 A subtree is named by its ``bench_text`` subset name (``nouns``: every noun) or by a noun
@@ -40,9 +41,10 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-METHODS = ("defaults", "network", "no-flat-term", "batch-256", "previous", "linear-svc")
-PARAMS = {"defaults": {}, "network": {"prototypes": None, "flat_term": None}, "no-flat-term": {"flat_term": None},
-          "batch-256": {"batch_size": 256}, "previous": {"flat_term": None, "batch_size": 256}}
+METHODS = ("defaults", "network", "no-path-term", "no-flat-term", "batch-256", "previous", "linear-svc")
+PARAMS = {"defaults": {}, "network": {"prototypes": None, "flat_term": None, "path_term": None},
+          "no-path-term": {"path_term": None}, "no-flat-term": {"flat_term": None},
+          "batch-256": {"batch_size": 256}, "previous": {"flat_term": None, "path_term": None, "batch_size": 256}}
 
 
 def run(subsets: list[str], seeds: list[int], candidates: dict[str, dict] | None = None,

@@ -65,7 +65,7 @@ class IgnoredSettingWarning(UserWarning):
 
     Raised by prediction for a re-ranking term given a weight after fit that the fit did not
     build (``prototypes=3.0`` set on a model fitted with ``prototypes=None``; ``flat_term=5.0``
-    on one that kept no flat term), and by continued training (``warm_start``,
+    or ``path_term=5.0`` on one that kept no such term), and by continued training (``warm_start``,
     ``partial_fit``) for parameters the network is built from. The message names the setting
     and what would apply it: a fresh ``fit``.
 

@@ -48,7 +48,7 @@ __all__ = ["FLOAT32_MAX", "PREDICTION_PARAMS", "NotBool", "check_column_indices"
 #: The parameters prediction reads (``decision_function``, ``predict*``, ``score``), which may
 #: be changed after fit.
 PREDICTION_PARAMS = ("semantics", "decoding", "threshold", "top_k", "prototypes", "prototype_candidates",
-                     "flat_term", "batch_size")
+                     "flat_term", "path_term", "batch_size")
 
 
 class NotBool(Interval):
@@ -79,20 +79,21 @@ def warn_unprepared_terms(estimator: Any) -> None:
     term given a weight after fit that the fit did not build, naming the setting and the refit
     that would build it.
 
-    ``prototypes`` and ``flat_term`` may change after fit, but only the weight of a term the
-    fit built: without the answer model's (``answer_``) class prototypes (a fit with
-    ``prototypes=None``) or flat term (a fit that kept none) a number would change nothing,
+    ``prototypes``, ``flat_term`` and ``path_term`` may change after fit, but only the weight
+    of a term the fit built: without the answer model's (``answer_``) class prototypes (a fit
+    with ``prototypes=None``) or linear term (a fit that kept none) a number would change nothing,
     silently. ``"auto"`` stands for
     the fit's choice, none included, and ``None`` or 0 ask for no term: neither warns.
     """
     if not getattr(type(estimator), "_reranks", False):
         return
-    terms = (("prototypes", "the fit built no class prototypes"), ("flat_term", "the fit kept no flat term"))
+    terms = (("prototypes", "the fit built no class prototypes"), ("flat_term", "the fit kept no flat term"),
+             ("path_term", "the fit kept no path-level term"))
     for name, missing in terms:
         value = getattr(estimator, name, None)
         if value is None or isinstance(value, str) or value == 0 or estimator.answer_.term(name) is not None:
             continue
-        reason = getattr(estimator.config_, "flat_term_reason", "") if name == "flat_term" else ""
+        reason = getattr(estimator.config_, f"{name}_reason", "") if name != "prototypes" else ""
         # The predict methods reach here from different depths: point at the user's line.
         warnings.warn(
             f"{name}={value!r} asks to re-rank the answers, but {missing}"

@@ -10,8 +10,8 @@ points here.
 ============================  ==========  =============================================================
 name                          value       rule that applies it
 ============================  ==========  =============================================================
-``TERM_BUDGET``               0.5         a term is tried where its estimated cost is within this
-                                          share of the network's estimated fit
+``TERM_BUDGET``               0.5         the linear terms are tried where their estimated costs together
+                                          are within this share of the network's estimated fit
 ``SVM_PASSES``                27          liblinear's effective passes in the cost estimates
 ``SVM_TARGET_COST``           4e6         the fixed cost of one target's SVM of the candidates
 ``DECODE_SHARE``              0.05        a decoding multiply-add against a training one, in the estimates
@@ -62,13 +62,14 @@ class Default(NamedTuple):
 
 # --- The answer model: which terms are tried, how their weights are learnt -------------------
 
-#: A re-ranking term is tried only where its estimated cost (:mod:`.fitting._costs`) is at
-#: most this share of the network's own estimated fit. From the fit-time target of small
-#: taxonomies, 3x the network alone: a fit that learns its weights by cross-fitting trains the
-#: network about twice (the final fit, and two folds on half the rows each) and fits each term
-#: about twice (the folds' and the final), 1 + 1 + 2 x 0.5 = 3. Where the weights are learnt on
-#: the calibration share (2,000 rows and more) a term costs at most half a network more; on
-#: taxonomies of thousands of classes no flat SVM comes within the budget.
+#: The linear re-ranking terms (the flat SVM, then the path-level SVM) are tried only where the
+#: sum of their estimated costs (:mod:`.fitting._costs`) is at most this share of the network's
+#: own estimated fit. From the fit-time target of small taxonomies, 3x the network alone: a fit
+#: that learns its weights by cross-fitting trains the network about twice (the final fit, and
+#: two folds on half the rows each) and fits the terms about twice (the folds' and the final),
+#: 1 + 1 + 2 x 0.5 = 3. Where the weights are learnt on the calibration share (2,000 rows and
+#: more) the terms cost at most half a network more; on taxonomies of thousands of classes no
+#: linear term comes within the budget.
 TERM_BUDGET = 0.5
 
 #: liblinear's effective passes over the non-zeros in the flat SVMs' cost estimates: the
@@ -191,8 +192,9 @@ _SMALL = "performance.md#small-taxonomies"
 
 #: Every default above, one row each.
 TABLE: tuple[Default, ...] = (
-    Default("TERM_BUDGET", TERM_BUDGET, "a term (prototypes, flat SVM) is tried where its estimated cost is at most "
-            "this share of the network's estimated fit; prototypes='auto' and flat_term='auto'", _SMALL),
+    Default("TERM_BUDGET", TERM_BUDGET, "the linear terms (flat SVM, path-level SVM) are tried where their estimated "
+            "costs together are at most this share of the network's estimated fit; flat_term='auto' and "
+            "path_term='auto'", _SMALL),
     Default("SVM_PASSES", SVM_PASSES, "the flat SVMs' cost estimates: targets (or candidates + 1) x non-zeros x this",
             _SMALL),
     Default("SVM_TARGET_COST", SVM_TARGET_COST, "the SVM of the candidates' cost estimate: this per target", _SMALL),

@@ -226,7 +226,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         ``decoding``, ``threshold``, ``top_k``, ``prototype_candidates``, ``batch_size``) may
         be changed after fit; prediction checks them as the constructor's constraints do.
     prototype_candidates : int, default=20
-        How many of the model's most probable answers the prototypes (and the flat term) re-rank.
+        How many of the model's most probable answers the prototypes (and the linear terms) re-rank.
     flat_term : "auto", float or None, default="auto"
         Re-rank the answer with a flat linear model too: one linear model per training target
         (one class against the rest: scikit-learn's ``LinearSVC`` on sparse rows, the
@@ -255,6 +255,23 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         data-parallel training, or
         ``semantics="partial"`` with internal targets; continuing training drops it (with a
         warning). ``None`` or another weight may be set after fit.
+    path_term : "auto", float or None, default="auto"
+        Re-rank the answer with a path-level linear model too: one linear model per node on a
+        training target's path (one node against the rest, a row positive for every node on
+        its target's path: its answer and all the answer's ancestors), fitted as one
+        multi-class SVM per level, whose margins summed along each candidate's path add
+        ``weight * sum`` to the re-ranked score. Where the flat term compares the candidates'
+        own classes, this one also credits a candidate whose ancestors the row resembles, so
+        a rare class borrows from its parent's rows (``docs/prototypes.md``). ``"auto"``:
+        tried where its estimated cost is within what the flat term leaves of the budget
+        (the two together within half the network's estimated fit), its weight learnt with
+        the others on held-out rows, and dropped where it does not gain, as ``flat_term``.
+        A float: that weight, wherever the term can be fitted (an error where it cannot);
+        ``None``: none. ``answer_.weights["path_term"]`` is the weight used (no such term:
+        none) and ``config_.path_term_reason`` says why. The same limits as ``flat_term``
+        (``partial_fit``, streams, data-parallel training, ``semantics="partial"`` with
+        internal targets; dropped when training continues or the tree grows). ``None`` or
+        another weight may be set after fit.
     verbose : int, default=0
         ``0``: silent. ``1`` or more: skorch's epoch log and a progress bar.
     device : str or torch.device, default="cpu"
@@ -320,9 +337,10 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         squares, for dense ``X``), absent with ``prototypes=None`` or a streamed data set;
         ``"flat_term"``, the flat linear term's SVM (``FlatMargins``: ``coef``, dense or for
         the SVM of the candidates a sparse CSR matrix, ``intercept`` and the target node ids
-        ``classes``), fitted on the training rows (without the rows held out for calibration,
-        when the fit holds some out), absent where the fit kept none and after training
-        continues. ``answer_.weights`` holds each term's weight, ``answer_.scale`` the scale
+        ``classes``) and ``"path_term"``, the path-level term's SVMs (``PathMargins``: its
+        ``margins``, a ``FlatMargins`` of every node on a training path), each fitted on the
+        training rows (without the rows held out for calibration, when the fit holds some
+        out), absent where the fit kept none and after training continues. ``answer_.weights`` holds each term's weight, ``answer_.scale`` the scale
         of the fitted conditional logit (``decoding="hf1"``), and ``answer_.calibrator`` the
         map from the probability of the predicted answer to the chance it is right
         (``BetaCalibrator``), fitted on held-out rows (``calibration``): ``None`` when the fit
@@ -417,6 +435,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         "prototypes": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
         "prototype_candidates": [Interval(Integral, 1, None, closed="left")],
         "flat_term": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
+        "path_term": [StrOptions({"auto"}), NotBool(Real, 0, None, closed="left"), None],
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -466,6 +485,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         prototypes: str | float | None = "auto",
         prototype_candidates: int = 20,
         flat_term: str | float | None = "auto",
+        path_term: str | float | None = "auto",
         verbose: int = 0,
         device: str | torch.device = "cpu",
         random_state: Any = None,
@@ -500,6 +520,7 @@ class HierarchicalClassifier(NetParamsMixin, PredictMixin, ClassifierMixin, Base
         self.prototypes = prototypes
         self.prototype_candidates = prototype_candidates
         self.flat_term = flat_term
+        self.path_term = path_term
         self.verbose = verbose
         self.device = device
         self.random_state = random_state

@@ -22,8 +22,8 @@ rival in that group, and by how much.
 
 The answer explained is the one :meth:`~HierarchicalClassifier.predict` gives, re-ranking
 included: :attr:`Explanation.terms` splits its final score into the model's log-probability
-and the re-ranking terms' shares (the class prototypes' ``weight * similarity`` and the flat
-term's ``weight * margin``).
+and the re-ranking terms' shares (the class prototypes' ``weight * similarity``, the flat
+term's ``weight * margin`` and the path-level term's ``weight * summed margins``).
 
 :func:`explain_classes` gives, per class, the features that raise it most over the rest of
 its group in general, read from the weights. Both take a fitted classifier or a
@@ -84,8 +84,9 @@ class Explanation:
     exact : bool
         Whether the contributions are exact (a module linear up to its scores).
     terms : dict of str to ndarray of shape (n_samples,)
-        The answer's final score, split: ``"log_prob"`` (the model's), ``"prototypes"`` and
-        ``"flat"`` (the re-ranking terms' shares; 0 where the model has none), ``"total"``.
+        The answer's final score, split: ``"log_prob"`` (the model's), ``"prototypes"``,
+        ``"flat"`` and ``"path"`` (the re-ranking terms' shares; 0 where the model has none),
+        ``"total"``.
     column_names : ndarray of object of shape (n_scores,)
         A name per score column: the class's label, or ``"(stop at <label>)"``.
     feature_names : ndarray of object or None

@@ -26,7 +26,7 @@ def _random_model(random_tree, seed: int, partition: str, stop: bool, class_text
     X = sparse_rows(120, 40, density=0.15, seed=seed)
     y = rng.integers(0, tree.n_classes, 120)
     params = dict(partition=partition, stop=stop, semantics="terminal" if stop else "partial", max_epochs=1,
-                  calibration=None, prototypes=None, flat_term=None, random_state=0, **kwargs)
+                  calibration=None, prototypes=None, flat_term=None, path_term=None, random_state=0, **kwargs)
     if class_text:
         params["module__class_features"] = sparse_rows(tree.n_classes, 40, density=0.1, seed=seed + 1)
     clf = HierarchicalClassifier(tree, **params).fit(X, y)
@@ -100,7 +100,7 @@ def test_the_explained_answer_is_the_reranked_one_and_the_terms_add_up():
     assert np.allclose(terms["prototypes"], 8.0 * prototypes.score(X, answer[:, None])[:, 0], atol=1e-5)
     assert np.allclose(terms["flat"], 4.0 * flat.score(X, answer[:, None])[:, 0], atol=1e-5)
     assert (terms["prototypes"] > 0).all()
-    clf.set_params(prototypes=None, flat_term=None)
+    clf.set_params(prototypes=None, flat_term=None, path_term=None)
     plain = explain_predictions(clf, X)
     assert (plain.terms["prototypes"] == 0).all() and (plain.terms["flat"] == 0).all()
 

@@ -88,8 +88,9 @@ def test_classifier_best_first_decoding_equals_exhaustive_decoding(random_tree):
     tree = random_tree(rng, 40)
     X = sparse_rows(200, 30, density=0.2, seed=0)
     y = rng.integers(0, 40, size=200)
+    # no re-ranking term: the model's own decoding is compared
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, module__hidden_units=16, random_state=0,
-                                 prototypes=None, flat_term=None)  # the model's own decoding is compared
+                                 prototypes=None, flat_term=None, path_term=None)
     clf.fit(X, y)
     assert clf.partition_ == "sibling" and clf.path_local_
     scores = torch.as_tensor(clf.decision_function(X))

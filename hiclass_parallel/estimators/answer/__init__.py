@@ -7,8 +7,7 @@ the terms: ``_prototypes`` (the cosine class prototypes of sparse rows, the ``Pr
 protocol of both kinds and the likelihood that fits their own weight and scale),
 ``_dense_prototypes`` (the Gaussian kind of dense rows), ``_flat_margins`` (the flat linear
 SVM's margins, of three kinds), ``_path_margins`` (the path-level SVM's margins summed along a
-candidate's path: a term of the protocol that no estimator parameter fits yet; the benchmarks
-measure it); ``_export_terms``: each term's scores as a torch module, for
+candidate's path); ``_export_terms``: each term's scores as a torch module, for
 export (``Term.export_module``); ``_fit_prototypes``: the rows the prototypes are built from,
 their start weight (before one is learnt), rows added when training continues;
 ``_calibration``: the answer calibrator (:class:`BetaCalibrator`), the held-out rows it is

@@ -1,12 +1,13 @@
 """Where the re-ranking weights are learnt and set: rows that neither the network nor the terms trained on.
 
-A fresh ``fit`` learns the weight of each re-ranking term left at ``"auto"`` (the class prototypes, the flat linear term) and the scale of the conditional
+A fresh ``fit`` learns the weight of each re-ranking term left at ``"auto"`` (the class
+prototypes, the flat and the path-level linear terms) and the scale of the conditional
 logit by :func:`~._joint.fit_term_weights`, on one of two sets of held-out rows:
 
 - **the calibration share** (:func:`learn_on_held_out`), where the fit holds one out
   (``calibration="auto"`` from about 2,000 rows): the network has trained on the other rows
-  only, the prototypes are those of the other rows, and the flat term's SVM was fitted with the
-  held-out rows unlabelled; the rows are shown as new documents
+  only, the prototypes are those of the other rows, and the linear terms' SVMs were fitted with
+  the held-out rows unlabelled; the rows are shown as new documents
   (:func:`~._calibration.held_out_view`).
 - **cross-fitting**, where the fit holds none out for lack of rows: each fold's candidates are
   scored by a model fitted on the other folds (``fitting._answer_fit``, which fits the fold
@@ -21,7 +22,7 @@ term (``prototypes=8.0``) fixes its weight: that term's score joins ``log p`` wi
 the others are learnt.
 
 The learnt weights and scale are set on the answer model (:class:`~._model.AnswerModel`): a
-term whose weight comes out 0 is dropped from it (the flat term; the prototypes keep their
+term whose weight comes out 0 is dropped from it (a linear term; the prototypes keep their
 statistics with a weight of 0, as a fixed weight given later can use them), and
 ``config_.term_weights_reason`` records, per term, whether it was tried, its weight and its
 held-out gain.
@@ -38,7 +39,7 @@ from ._calibration import answer_correct
 from ._joint import TermWeights, fit_term_weights
 from ._model import AnswerModel
 from ._prototypes import last_nodes
-from ._terms import TERMS, term_scores
+from ._terms import PRIOR_TERMS, TERMS, term_scores
 
 __all__ = ["learn_from_candidates", "learn_on_held_out", "learns_weights", "not_learnt"]
 
@@ -98,13 +99,13 @@ def _fit(estimator: Any, paths: np.ndarray, log_prob: np.ndarray, scores: dict[s
 def _apply(estimator: Any, config: Any, answer: AnswerModel, learnt: TermWeights | None,
            where: str) -> tuple[Any, AnswerModel]:
     """Set the learnt weights on the answer model (the scale too, where the prototypes are
-    fitted; a flat term of weight 0 dropped), and the record in ``term_weights_reason``."""
+    fitted; a linear term of weight 0 dropped), and the record in ``term_weights_reason``."""
     if learnt is None:
         return not_learnt(estimator, config, answer, f"fewer than the joint fit's minimum of usable rows in {where}")
     records = []
     for name in TERMS:
         if answer.term(name) is None:
-            records.append(f"{name}: not tried ({'prototypes=None or rows that keep none' if name == 'prototypes' else config.flat_term_reason})")
+            records.append(f"{name}: not tried ({_why_absent(config, name)})")
         elif name not in learnt.weights:
             records.append(f"{name}: fixed weight {getattr(estimator, name)!r}")
         else:
@@ -115,11 +116,13 @@ def _apply(estimator: Any, config: Any, answer: AnswerModel, learnt: TermWeights
     answer = answer.replace(weights=weights)
     if answer.term("prototypes") is not None and "prototypes" in learnt.weights:
         answer = answer.replace(scale=learnt.scale)
-    if answer.term("flat_term") is not None and "flat_term" in learnt.weights:
-        why = learnt.describe("flat_term") + f" ({config.flat_term_reason})"
-        config = dataclasses.replace(config, flat_term_reason=why)
-        if not answer.weight("flat_term"):  # dropped: it costs nothing at predict
-            answer = answer.without("flat_term")
+    for name in PRIOR_TERMS:
+        if answer.term(name) is None or name not in learnt.weights:
+            continue
+        why = learnt.describe(name) + f" ({_why_absent(config, name)})"
+        config = dataclasses.replace(config, **{_reason_field(name): why})
+        if not answer.weight(name):  # dropped: it costs nothing at predict
+            answer = answer.without(name)
     return dataclasses.replace(config, term_weights_reason=reason), answer
 
 
@@ -132,9 +135,24 @@ def not_learnt(estimator: Any, config: Any, answer: AnswerModel, why: str) -> tu
     dropped = [name for name in TERMS if answer.term(name) is not None and isinstance(getattr(estimator, name), str)]
     for name in dropped:
         answer = answer.without(name)
-    if "flat_term" in dropped:
-        config = dataclasses.replace(config, flat_term_reason=f"not built: {why} ({config.flat_term_reason})")
+    for name in dropped:
+        if name in PRIOR_TERMS:
+            config = dataclasses.replace(config, **{_reason_field(name): f"not built: {why} ({_why_absent(config, name)})"})
     built = (f"{' and '.join(dropped)} not built (their weights are left at 'auto')" if dropped
              else "no term left at 'auto' was built")
     kept = f"; kept with a fixed weight: {', '.join(answer.kept())}" if answer.kept() else ""
     return dataclasses.replace(config, term_weights_reason=f"no weight learnt: {why}: {built}{kept}"), answer
+
+
+def _reason_field(name: str) -> str:
+    """The configuration's field that says why the linear term ``name`` (one of
+    :data:`~._terms.PRIOR_TERMS`) is kept, fixed or left out: ``config_.flat_term_reason``."""
+    return f"{name}_reason"
+
+
+def _why_absent(config: Any, name: str) -> str:
+    """The configuration's reason for term ``name`` (the prototypes have no reason field: they
+    are absent only for ``prototypes=None`` or rows that keep none)."""
+    if name == "prototypes":
+        return "prototypes=None or rows that keep none"
+    return getattr(config, _reason_field(name), "no reason recorded")

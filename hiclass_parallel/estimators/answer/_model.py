@@ -36,7 +36,7 @@ class AnswerModel:
     Attributes
     ----------
     terms : dict of str to Term
-        Each fitted re-ranking term by name (``"prototypes"``, ``"flat_term"``: the protocol
+        Each fitted re-ranking term by name (``"prototypes"``, ``"flat_term"``, ``"path_term"``: the protocol
         of :mod:`~hiclass_parallel.estimators.answer._terms`); a term the fit did not keep is
         absent and costs nothing at predict.
     weights : dict of str to float

@@ -20,9 +20,11 @@ A candidate answer ``c`` of a row ``x`` scores ``log p(c | x) + sum_i w_i * term
 The terms (:data:`TERMS`): ``"prototypes"``, the class prototypes
 (:class:`~._prototypes.ClassPrototypes`: the cosine of the row and the candidate's prototype,
 sparse rows; :class:`~._dense_prototypes.GaussianPrototypes`: the Gaussian log-likelihood of
-the row under the candidate's mean, dense rows), and ``"flat_term"``, the flat linear term
+the row under the candidate's mean, dense rows), ``"flat_term"``, the flat linear term
 (:class:`~._flat_margins.FlatMargins`: the one-vs-rest margin of the candidate, of whichever
-SVM was fitted: against every row, of the candidates, or least-squares).
+SVM was fitted: against every row, of the candidates, or least-squares), and ``"path_term"``,
+the path-level linear term (:class:`~._path_margins.PathMargins`: every node's one-vs-rest
+margin, summed along the candidate's path).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._flat_margins import FlatMargins
+from ._path_margins import PathMargins
 from ._prototypes import prototypes_from_arrays
 
 if TYPE_CHECKING:
@@ -42,7 +45,7 @@ __all__ = ["PRIOR_TERMS", "TERMS", "Term", "term_from_arrays", "term_scores"]
 
 #: Every term's name, as the estimator's parameter and the answer model name it, in the order
 #: the re-ranked score adds them.
-TERMS = ("prototypes", "flat_term")
+TERMS = ("prototypes", "flat_term", "path_term")
 
 #: The terms other than the prototypes: decoding adds their weighted scores to ``log p`` as one
 #: prior, before the prototypes' similarity, which the prototypes' own weight fit reads apart.
@@ -84,6 +87,8 @@ def term_from_arrays(name: str, arrays: Any, tree: Any, n_features: int) -> Term
         return prototypes_from_arrays(arrays, tree, n_features)
     if name == "flat_term":
         return FlatMargins.from_arrays(arrays, tree, n_features)
+    if name == "path_term":
+        return PathMargins.from_arrays(arrays, tree, n_features)
     raise ValueError(f"unknown term {name!r}; known: {list(TERMS)}")
 
 

@@ -2,13 +2,14 @@
 
 The fit pipeline (:mod:`._fit`) trains the network and calls, in order:
 
-1. :func:`fit_flat_term`: the flat term's SVM, of the rows the network has trained on so far
-   (the calibration share's rows unlabelled), where the configuration keeps one;
+1. :func:`fit_linear_terms`: the linear terms' SVMs (the flat term, the path-level term), of
+   the rows the network has trained on so far (the calibration share's rows unlabelled), where
+   the configuration keeps them;
 2. :func:`fit_on_held_out`, where the fit holds a calibration share out: the rows are decoded
    by the network as trained without them (the dispatcher ``predict`` runs), every ``"auto"``
    weight learnt jointly on them, and the calibrator fitted on the answers ``predict`` will give;
 3. :func:`fitted_answer`, at the end: the answer model of the prototypes of every training
-   row, the flat term and the weights, scale and calibrator of step 2;
+   row, the linear terms and the weights, scale and calibrator of step 2;
 4. where no rows were held out and a weight is left at ``"auto"``, :func:`learn_by_cross_fitting`:
    the weights learnt on the candidates of :data:`FOLDS` fold models, each scoring the rows
    it did not train on (where that cannot run, the terms left at ``"auto"`` are not built).
@@ -30,14 +31,14 @@ from sklearn.base import clone
 from sklearn.utils import _safe_indexing, check_random_state
 
 from ...exceptions import caller_stacklevel
-from ..answer import (TERMS, AnswerModel, BetaCalibrator, FlatMargins, answer_correct, fitted_prototypes,
+from ..answer import (TERMS, AnswerModel, BetaCalibrator, FlatMargins, PathMargins, answer_correct, fitted_prototypes,
                       held_out_prototypes, held_out_view, last_nodes, learn_from_candidates, learn_on_held_out,
                       learns_weights, not_learnt, start_weight, term_scores)
 from ..prediction import decode, decoder_of
 
 from .._defaults import CROSS_FIT_MAX_ROWS, FOLDS
 
-__all__ = ["CROSS_FIT_MAX_ROWS", "FOLDS", "cross_fitted_candidates", "drop_stale", "fit_flat_term",
+__all__ = ["CROSS_FIT_MAX_ROWS", "FOLDS", "cross_fitted_candidates", "drop_stale", "fit_linear_terms",
            "fit_on_held_out", "fitted_answer", "fold_batch_size", "learn_by_cross_fitting"]
 
 
@@ -50,44 +51,52 @@ class HeldOut:
     calibrator: BetaCalibrator
 
 
-def fit_flat_term(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray | None,
-                  weights: np.ndarray | None, plan: Any, on_candidates: bool, seed: int) -> FlatMargins | None:
-    """The flat term's SVM (``None`` where ``config.flat_term`` is 0), of the rows ``X`` (node
-    ids ``ids``, weights ``weights``) the network has trained on so far: every row without
-    calibration, the calibration ``plan``'s held-out rows counting as unlabelled. Predict keeps
-    this one model, which lacks only the held-out rows (a few percent), so the calibrator sees
-    the very term predict adds; it is fitted once, not twice.
+def fit_linear_terms(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray | None,
+                     weights: np.ndarray | None, plan: Any, on_candidates: bool, seed: int) -> dict[str, Any]:
+    """The linear terms the configuration keeps (``config.flat_term``, ``config.path_term``
+    above 0), name to fitted term, of the rows ``X`` (node ids ``ids``, weights ``weights``) the
+    network has trained on so far: every row without calibration, the calibration ``plan``'s
+    held-out rows counting as unlabelled. Predict keeps these models, which lack only the
+    held-out rows (a few percent), so the calibrator sees the very terms predict adds; each is
+    fitted once, not twice.
 
-    ``on_candidates``: the SVM of the candidates, each target trained against the rows whose
-    ``prototype_candidates`` most probable answers of the network as trained so far hold it
-    (the answers the re-ranking will compare); else the SVM against every row."""
-    if not config.flat_term:
-        return None
+    ``on_candidates``: the flat term is the SVM of the candidates, each target trained against
+    the rows whose ``prototype_candidates`` most probable answers of the network as trained
+    so far hold it (the answers the re-ranking will compare); else the SVM against every row.
+    The path-level term (:class:`~..answer.PathMargins`) is one SVM per level against every
+    row."""
+    if not (config.flat_term or config.path_term):
+        return {}
     fit_ids = ids
     if plan is not None:
         fit_ids = ids.copy()
         fit_ids[plan.held_rows] = -1
     if weights is not None:  # a row of weight 0 is no row: a target only such rows name is none
         fit_ids = np.where(weights > 0, fit_ids, -1)
-    if not on_candidates:
-        return FlatMargins.fit(X, fit_ids, targets.tree.n_classes, weights, random_state=seed)
-    decoder = decoder_of(estimator, net, targets, config, AnswerModel(), rows=_checked)
-    # (its inference loader draws from a throwaway generator: the fit's stream stays as it is)
-    paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
-    return FlatMargins.fit_on_candidates(X, fit_ids, last_nodes(paths), targets.tree.n_classes, weights,
-                                         random_state=seed)
+    terms = {}
+    if config.flat_term and not on_candidates:
+        terms["flat_term"] = FlatMargins.fit(X, fit_ids, targets.tree.n_classes, weights, random_state=seed)
+    elif config.flat_term:
+        decoder = decoder_of(estimator, net, targets, config, AnswerModel(), rows=_checked)
+        # (its inference loader draws from a throwaway generator: the fit's stream stays as it is)
+        paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
+        terms["flat_term"] = FlatMargins.fit_on_candidates(X, fit_ids, last_nodes(paths), targets.tree.n_classes,
+                                                           weights, random_state=seed)
+    if config.path_term:
+        terms["path_term"] = PathMargins.fit(X, fit_ids, targets.tree, weights, random_state=seed)
+    return terms
 
 
 def fit_on_held_out(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray, plan: Any,
                     sample_weight: np.ndarray | None = None,
-                    flat: FlatMargins | None = None) -> tuple[HeldOut, Any]:
+                    linear: dict[str, Any] | None = None) -> tuple[HeldOut, Any]:
     """The weights, scale and calibrator chosen on the calibration ``plan``'s held-out rows of
     ``X`` (``ids``: every row's node id; each row counted with its ``sample_weight``), decoded
     by the net as trained so far, and the configuration (with the learnt weights' record).
 
     The prototypes are those of the rows the net trained on so far, their weight and scale
-    chosen on the held-out rows for ``prototypes="auto"`` (beside the flat term ``flat``'s
-    margins, fitted on the same rows), then every ``"auto"`` weight learnt jointly
+    chosen on the held-out rows for ``prototypes="auto"`` (beside the ``linear`` terms' scores
+    at their start weights, fitted on the same rows: :func:`fit_linear_terms`), then every ``"auto"`` weight learnt jointly
     (:func:`~..answer._held_out.learn_on_held_out`). The calibrator
     is fitted on the answers re-ranked with those weights: the answers ``predict`` will give.
 
@@ -98,23 +107,24 @@ def fit_on_held_out(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
     true = ids[plan.held_rows]
     held_weight = None if sample_weight is None else sample_weight[plan.held_rows]
     view = held_out_view(X, plan.fit_rows, plan.held_rows)
-    flat_only = AnswerModel() if flat is None else AnswerModel({"flat_term": flat}, {"flat_term": config.flat_term})
+    linear = linear or {}
+    linear_only = AnswerModel(dict(linear), {name: float(getattr(config, name)) for name in linear})
 
     def decoder_with(answer: AnswerModel) -> Any:
         return decoder_of(estimator, net, targets, config, answer, rows=_checked)
 
     def with_prototypes(prototypes: Any, weight: float = 0.0, scale: float = 1.0) -> AnswerModel:
         if prototypes is None:
-            return flat_only
-        return flat_only.replace(terms={"prototypes": prototypes, **flat_only.terms},
-                                 weights={"prototypes": weight, **flat_only.weights}, scale=scale)
+            return linear_only
+        return linear_only.replace(terms={"prototypes": prototypes, **linear_only.terms},
+                                   weights={"prototypes": weight, **linear_only.weights}, scale=scale)
 
     # The prototypes of the rows the model trained on so far (their weight and scale chosen
-    # on the held-out rows, beside the flat term's margins), and those rows' candidates
+    # on the held-out rows, beside the linear terms' scores), and those rows' candidates
     # decoded with them (the loaders draw from throwaway generators: the fit's stream stays).
     prototypes, (weight, scale), candidates = held_out_prototypes(
         estimator, targets, X, ids, plan, lambda p: decoder_with(with_prototypes(p)).candidates(view), sample_weight,
-        prior=lambda paths: decoder_with(flat_only).prior(view, paths))
+        prior=lambda paths: decoder_with(linear_only).prior(view, paths))
     answer = with_prototypes(prototypes, weight, scale)
     if learns_weights(estimator):  # every "auto" weight at once, on these rows
         config, answer = learn_on_held_out(estimator, config, answer,
@@ -131,19 +141,20 @@ def fit_on_held_out(estimator: Any, net: Any, targets: Any, config: Any, X: Any,
 
 
 def fitted_answer(estimator: Any, targets: Any, config: Any, X: Any, dataset: Any, sample_weight: np.ndarray | None,
-                  flat: FlatMargins | None, held_out: HeldOut | None) -> AnswerModel:
+                  linear: dict[str, Any], held_out: HeldOut | None) -> AnswerModel:
     """The fitted answer model: the prototypes of every training row ``X`` (node ids the ``y``
-    of ``dataset``; ``None``: streamed, none), the flat term ``flat``, and the weights, scale
-    and calibrator the calibration share chose (``held_out``; ``None``: the start weights (or the numbers given),
-    no calibrator)."""
+    of ``dataset``; ``None``: streamed, none), the ``linear`` terms (:func:`fit_linear_terms`),
+    and the weights, scale and calibrator the calibration share chose (``held_out``; ``None``:
+    the start weights (or the numbers given), no calibrator)."""
     prototypes = fitted_prototypes(estimator, targets, X, dataset, sample_weight)
     terms, weights = {}, {}
     if prototypes is not None:
         terms["prototypes"] = prototypes
         weights["prototypes"] = start_weight(estimator, X) if held_out is None else held_out.answer.weight("prototypes")
-    if flat is not None and (held_out is None or held_out.answer.term("flat_term") is not None):
-        terms["flat_term"] = flat  # (a weight learnt on the calibration share as 0 dropped it there)
-        weights["flat_term"] = float(config.flat_term) if held_out is None else held_out.answer.weight("flat_term")
+    for name, term in linear.items():
+        if held_out is None or held_out.answer.term(name) is not None:
+            terms[name] = term  # (a weight learnt on the calibration share as 0 dropped it there)
+            weights[name] = float(getattr(config, name)) if held_out is None else held_out.answer.weight(name)
     if held_out is None:
         return AnswerModel(terms, weights)
     return AnswerModel(terms, weights, scale=held_out.answer.scale, calibrator=held_out.calibrator)
@@ -154,8 +165,8 @@ def learn_by_cross_fitting(estimator: Any, X: Any, y: Any, ids: np.ndarray, samp
                            partial: bool = False) -> tuple[Any, AnswerModel]:
     """``(config, answer)`` with the weights learnt by cross-fitting (:data:`FOLDS` folds) on
     the rows ``X`` labelled ``y`` (node ids ``ids``) of a fit that held none out (the folds
-    drawn over the rows of positive ``sample_weight`` only: a row of weight 0 is none); a flat term
-    of weight 0 dropped. As they were, with the reason in ``config_.term_weights_reason``, where
+    drawn over the rows of positive ``sample_weight`` only: a row of weight 0 is none); a linear
+    term of weight 0 dropped. As they were, with the reason in ``config_.term_weights_reason``, where
     cross-fitting does not apply (``partial``: the first call of ``partial_fit``, which trains
     one call's rows for one epoch)."""
     if not learns_weights(estimator):
@@ -279,19 +290,22 @@ _STALE_ON_CONTINUE = {
     "flat_term": ("its linear SVM was fitted on the earlier rows only and cannot add this call's. The answers are "
                   "now re-ranked without it; fit afresh to keep it",
                   {"flat_term_reason": "dropped when training continued"}),
+    "path_term": ("its linear SVMs were fitted on the earlier rows only and cannot add this call's. The answers are "
+                  "now re-ranked without it; fit afresh to keep it",
+                  {"path_term_reason": "dropped when training continued"}),
 }
 
 
 def drop_stale(estimator: Any, answer: AnswerModel) -> tuple[AnswerModel, Any]:
     """The answer model and configuration once training goes on: the calibrator, a map fitted
-    for other weights, and the flat term's SVM, a model of the rows before, go, each said once
+    for other weights, and the linear terms' SVMs, models of the rows before, go, each said once
     (a ``UserWarning`` at the user's line), and ``config_`` records it."""
     config = estimator.config_
     for part, (why, config_fields) in _STALE_ON_CONTINUE.items():
         if part == "calibrator" and answer.calibrator is not None:
             answer = answer.replace(calibrator=None)
-        elif part == "flat_term" and answer.term("flat_term") is not None:
-            answer = answer.without("flat_term")
+        elif part != "calibrator" and answer.term(part) is not None:
+            answer = answer.without(part)
         else:
             continue
         warnings.warn(f"continuing training drops the answer model's {part.replace('_', ' ')}: {why}", UserWarning,

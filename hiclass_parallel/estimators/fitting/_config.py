@@ -7,8 +7,8 @@ and the size of the data into a frozen :class:`FitConfig`, kept as the fitted at
 step also applies the optimizer's update, the criterion class and its options (the
 level-contrast default), the optimizer class and its options (fused Adam, LazyAdam's groups),
 the epochs and the training batch size, the thread count, whether the fused step is planned
-ahead, the sampled softmax of wide groups and the flat linear term of the re-ranking
-(:func:`resolve_flat_term`, resolved once the fit knows whether it holds rows out for
+ahead, the sampled softmax of wide groups and the linear terms of the re-ranking
+(:func:`resolve_linear_terms`, resolved once the fit knows whether it holds rows out for
 calibration). Everything downstream (building the net, the net's training step, the decoding
 route, persistence) reads it; nothing decides these again. The one data-dependent exception is
 named in the configuration's docstring: a batch the fused step cannot take runs through torch
@@ -33,7 +33,7 @@ from ..networks import MLP, EngineRequest, LazyAdam, ModuleCapabilities, SparseM
 from . import _costs
 
 __all__ = ["TRAINING", "LEVEL_CONTRAST", "SOFTMAX_SAMPLE", "DAG_LEVEL_CONTRAST", "FitConfig", "MIN_BATCH_SIZE", "MIN_STEPS_PER_EPOCH", "config_changes",
-           "resolve_batch_size", "resolve_config", "resolve_engines", "resolve_flat_term", "resolve_lr",
+           "LinearTerms", "resolve_batch_size", "resolve_config", "resolve_engines", "resolve_linear_terms", "resolve_lr",
            "resolve_max_epochs", "resolve_module",
            "resolve_plan_ahead", "resolve_softmax_sample", "resolve_threads", "unit_length_rows"]
 
@@ -127,10 +127,15 @@ class FitConfig:
         weight ``predict`` uses is the answer model's (``answer_.weights``).
     flat_term_reason : str
         Why.
+    path_term : float
+        The path-level linear term's weight before any is learnt (``path_term``, as
+        ``flat_term``; :mod:`~hiclass_parallel.estimators.answer._path_margins`); 0: none.
+    path_term_reason : str
+        Why.
     terms_tried_reason : str
         Which re-ranking terms the answer model tried, each with its estimated cost against the
         budget (:data:`~hiclass_parallel.estimators._defaults.TERM_BUDGET` of the network's
-        estimated fit; :func:`resolve_flat_term`).
+        estimated fit; :func:`resolve_linear_terms`).
     term_weights_reason : str
         How the re-ranking weights were set: learnt on held-out rows
         (:mod:`~hiclass_parallel.estimators.answer`), with per term its weight and held-out
@@ -164,6 +169,8 @@ class FitConfig:
     batch_size_reason: str = "not resolved (a configuration saved without it): the estimator's batch_size"
     flat_term: float = 0.0
     flat_term_reason: str = "not resolved (a configuration saved without it): no flat term"
+    path_term: float = 0.0
+    path_term_reason: str = "not resolved (a configuration saved without it): no path term"
     terms_tried_reason: str = "not resolved (a configuration saved without it)"
     term_weights_reason: str = "no weight learnt: every term's weight fixed by its parameter"
 
@@ -391,30 +398,60 @@ def unit_length_rows(X: Any) -> bool:
     return bool((np.abs(squares - 1) <= UNIT_ROWS_TOLERANCE).all())
 
 
-def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
-                      data_parallel: bool, sample_weight: np.ndarray | None = None, *,
-                      config: FitConfig) -> tuple[float, str, bool, str]:
-    """``(weight, why, on_candidates, tried)`` of the flat linear term of the re-ranking;
-    weight 0: none; ``on_candidates``: its SVM is the SVM of the candidates
-    (:meth:`~hiclass_parallel.estimators.FlatMargins.fit_on_candidates`), fitted once the
-    network has trained, not the SVM against every row; ``tried``: which terms the answer model
-    tries, each with its estimated cost against the budget (``config_.terms_tried_reason``).
+@dataclass(frozen=True)
+class LinearTerms:
+    """What :func:`resolve_linear_terms` decided for the answer model's linear terms.
 
-    A term is tried where its estimated cost (:mod:`._costs`) is at most
-    :data:`~hiclass_parallel.estimators._defaults.TERM_BUDGET` of the network's estimated fit
-    under ``config``: on sparse rows the SVM against every row where it is, else the SVM of
-    the candidates where that is; on dense rows of unit length the least-squares SVM.
-    ``flat_term=None`` never keeps one; a number keeps one of that weight wherever it can be
-    fitted (:func:`_flat_term_refusal`; elsewhere a named error), the SVM against every row
-    over the budget only where the SVM of the candidates is over it too; ``"auto"`` keeps one
-    within the budget, its weight learnt on held-out rows (:mod:`~..answer._held_out`; the
-    weight returned here, 1, only builds it). ``ids`` are the training rows' node ids
-    (``None``: a stream's, unread), ``X`` the rows (``None``: streamed), ``partial`` whether
-    this is ``partial_fit`` (one call's rows), ``data_parallel`` whether each rank holds a
-    shard, ``sample_weight`` the rows' weights (the SVM's too): a target only rows of weight 0
-    name is no training target.
+    Attributes
+    ----------
+    flat_term : float
+        The flat term's weight before any is learnt (0: none; 1 for ``"auto"``, which only
+        builds it).
+    flat_term_reason : str
+        Why.
+    on_candidates : bool
+        Whether the flat term's SVM is the SVM of the candidates
+        (:meth:`~hiclass_parallel.estimators.FlatMargins.fit_on_candidates`), fitted once the
+        network has trained, not the SVM against every row.
+    path_term : float
+        The path-level term's weight before any is learnt (0: none).
+    path_term_reason : str
+        Why.
+    terms_tried_reason : str
+        Which terms the answer model tries, each with its estimated cost against the budget.
     """
-    requested = getattr(estimator, "flat_term", None)
+
+    flat_term: float
+    flat_term_reason: str
+    on_candidates: bool
+    path_term: float
+    path_term_reason: str
+    terms_tried_reason: str
+
+
+def resolve_linear_terms(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any, partial: bool,
+                         data_parallel: bool, sample_weight: np.ndarray | None = None, *,
+                         config: FitConfig) -> LinearTerms:
+    """The linear terms of the re-ranking (the flat term, the path-level term) and the record
+    of which terms the answer model tries (``config_.terms_tried_reason``), each with its
+    estimated cost against the budget.
+
+    The terms share one budget: :data:`~hiclass_parallel.estimators._defaults.TERM_BUDGET` of
+    the network's estimated fit under ``config`` (:mod:`._costs`), for the sum of their
+    estimated costs. The flat term is tried first, where its cost is within the budget: on
+    sparse rows the SVM against every row where it is, else the SVM of the candidates where
+    that is; on dense rows of unit length the least-squares SVM. The path-level term is tried
+    where its cost is within what the flat term leaves of the budget. ``None`` never keeps a
+    term; a number keeps one of that weight wherever it can be fitted
+    (:func:`_linear_term_refusal`; elsewhere a named error), its cost counted against the
+    budget all the same (the flat term's SVM against every row over the budget only where
+    the SVM of the candidates is over it too); ``"auto"`` keeps one within the budget, its
+    weight learnt on held-out rows (:mod:`~..answer._held_out`; the weight returned here, 1,
+    only builds it). ``ids`` are the training rows' node ids (``None``: a stream's, unread),
+    ``X`` the rows (``None``: streamed), ``partial`` whether this is ``partial_fit`` (one
+    call's rows), ``data_parallel`` whether each rank holds a shard, ``sample_weight`` the
+    rows' weights (the SVMs' too): a target only rows of weight 0 name is no training target.
+    """
     counted = None if ids is None else (ids >= 0) & (True if sample_weight is None else sample_weight > 0)
     if X is None or ids is None or not type(estimator)._reranks:
         tried = "no term is tried: " + ("label sets have no single answer to re-rank" if not type(estimator)._reranks
@@ -424,41 +461,80 @@ def resolve_flat_term(estimator: Any, tree: Tree, ids: np.ndarray | None, X: Any
         hidden = _costs.hidden_width(estimator, config.module_class)
         columns = _costs.mean_path_columns(tree, np.where(counted, ids, -1), config.stop, config.softmax_sample)
         network = _costs.network_cost(X, columns, config.max_epochs, hidden)
-        tried = (f"budget {TERM_BUDGET:g} x the network's estimated fit ({network:.3g} multiply-adds); "
-                 f"prototypes: {_share(_costs.prototypes_cost(X), network)} (one pass over the rows), "
-                 + ("tried" if getattr(estimator, "prototypes", None) is not None else "prototypes=None"))
-    if requested is None:
-        return 0.0, "flat_term=None", False, _with_flat(tried, "flat_term=None")
-    # Rows of weight 0 teach the SVM nothing: they name no target and count as no row.
+        tried = (f"budget {TERM_BUDGET:g} x the network's estimated fit ({network:.3g} multiply-adds) for the "
+                 f"linear terms together; prototypes: {_share(_costs.prototypes_cost(X), network)} (one pass over "
+                 "the rows), " + ("tried" if getattr(estimator, "prototypes", None) is not None else "prototypes=None"))
+    # Rows of weight 0 teach the SVMs nothing: they name no target and count as no row.
     targets = None if X is None or ids is None else np.unique(ids[counted])
-    refusal = _flat_term_refusal(estimator, tree, targets, partial, data_parallel)
+    refusal = _linear_term_refusal(estimator, tree, targets, partial, data_parallel)
+    left = None if network is None else TERM_BUDGET * network
+    flat, flat_why, on_candidates, flat_tried, spent = _flat_term(estimator, X, targets, refusal, network, left,
+                                                                 None if network is None else (columns, hidden))
+    left = None if left is None else left - spent
+    path, path_why, path_tried = _path_term(estimator, tree, X, np.where(counted, ids, -1) if ids is not None else None,
+                                            refusal, network, left)
+    return LinearTerms(flat, flat_why, on_candidates, path, path_why,
+                       f"{tried}; flat_term: {flat_tried}; path_term: {path_tried}")
+
+
+def _flat_term(estimator: Any, X: Any, targets: np.ndarray | None, refusal: str | None, network: float | None,
+               budget: float | None, shape: tuple[float, int] | None) -> tuple[float, str, bool, str, float]:
+    """``(weight, why, on_candidates, tried, cost)`` of the flat term (``cost``: its estimate,
+    0 where none is fitted; ``shape``: the mean path columns and the hidden width)."""
+    requested = getattr(estimator, "flat_term", None)
+    if requested is None:
+        return 0.0, "flat_term=None", False, "flat_term=None", 0.0
     if refusal is not None:
         if not isinstance(requested, str):
             raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
-        return 0.0, refusal, False, _with_flat(tried, f"not tried: {refusal}")
-    budget = TERM_BUDGET * network
+        return 0.0, refusal, False, f"not tried: {refusal}", 0.0
     if sp.issparse(X):
         every = _costs.flat_svm_cost(X, targets.size)
-        candidates = _costs.candidates_svm_cost(X, targets.size, estimator.prototype_candidates, columns, hidden)
+        candidates = _costs.candidates_svm_cost(X, targets.size, estimator.prototype_candidates, *shape)
         costs = (f"the SVM against every row {_share(every, network)}, the SVM of the candidates "
                  f"{_share(candidates, network)}")
         on_candidates = every > budget and (candidates <= budget or not isinstance(requested, str))
         within = every <= budget or candidates <= budget
         route = "the SVM of the candidates" if on_candidates else "a flat linear SVM against every row"
+        cost = candidates if on_candidates else every
     else:
-        every = _costs.least_squares_cost(X, targets.size)
+        every = cost = _costs.least_squares_cost(X, targets.size)
         costs = f"the least-squares SVM {_share(every, network)}"
         on_candidates, within, route = False, every <= budget, "a flat least-squares SVM"
     if not isinstance(requested, str):
         why = f"flat_term={float(requested)!r}: {route} ({costs})"
-        return float(requested), why, on_candidates, _with_flat(tried, f"{costs}: {route}, fixed weight")
-    off = _flat_term_auto_off(estimator, X)
+        return float(requested), why, on_candidates, f"{costs}: {route}, fixed weight", cost
+    off = _linear_term_auto_off(estimator, X)
     if off is None and not within:
         off = f"{costs}: over the budget"
     if off is not None:
-        return 0.0, off, False, _with_flat(tried, f"not tried: {off}")
+        return 0.0, off, False, f"not tried: {off}", 0.0
     why = f"{route} ({costs}, within the budget of {TERM_BUDGET:g}): its weight is learnt on held-out rows"
-    return 1.0, why, on_candidates, _with_flat(tried, f"{costs}: {route} tried")
+    return 1.0, why, on_candidates, f"{costs}: {route} tried", cost
+
+
+def _path_term(estimator: Any, tree: Tree, X: Any, ids: np.ndarray | None, refusal: str | None,
+               network: float | None, left: float | None) -> tuple[float, str, str]:
+    """``(weight, why, tried)`` of the path-level term, within what the flat term ``left`` of
+    the budget (``ids``: the training rows' node ids, ``-1`` for rows that count as none)."""
+    requested = getattr(estimator, "path_term", None)
+    if requested is None:
+        return 0.0, "path_term=None", "path_term=None"
+    if refusal is not None:
+        if not isinstance(requested, str):
+            raise ValueError(f"path_term={requested!r} cannot be fitted here: {refusal}. Use path_term='auto' or None")
+        return 0.0, refusal, f"not tried: {refusal}"
+    cost = _costs.path_svm_cost(X, _costs.level_classes(tree, ids))
+    route = "a path-level least-squares SVM" if not sp.issparse(X) else "a path-level linear SVM"
+    costs = f"{route} {_share(cost, network)}, {_share(max(left, 0.0), network)} of the budget left"
+    if not isinstance(requested, str):
+        return float(requested), f"path_term={float(requested)!r}: {costs}", f"{costs}, fixed weight"
+    off = _linear_term_auto_off(estimator, X)
+    if off is None and cost > left:
+        off = f"{costs}: over the budget"
+    if off is not None:
+        return 0.0, off, f"not tried: {off}"
+    return 1.0, f"{costs}: its weight is learnt on held-out rows", f"{costs}: tried"
 
 
 def _share(cost: float, network: float) -> str:
@@ -466,14 +542,10 @@ def _share(cost: float, network: float) -> str:
     return f"{cost / network:.2g}x" if network else "unknown"
 
 
-def _with_flat(tried: str, flat: str) -> str:
-    return f"{tried}; flat_term: {flat}"
-
-
-def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, partial: bool,
-                       data_parallel: bool) -> str | None:
-    """Why no flat term can be fitted here (``None``: it can); ``targets``: the distinct
-    training targets (``None``: a stream's, unknown)."""
+def _linear_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, partial: bool,
+                         data_parallel: bool) -> str | None:
+    """Why no linear term (flat or path-level) can be fitted here (``None``: it can);
+    ``targets``: the distinct training targets (``None``: a stream's, unknown)."""
     if not type(estimator)._reranks:
         return "label sets have no single answer to re-rank"
     if partial:
@@ -483,14 +555,14 @@ def _flat_term_refusal(estimator: Any, tree: Tree, targets: np.ndarray | None, p
     if data_parallel:
         return "a data-parallel fit holds a shard of the rows on each rank"
     if targets.size < 2:
-        return f"{targets.size} distinct training target{'s' * (targets.size != 1)} (a flat SVM needs two)"
+        return f"{targets.size} distinct training target{'s' * (targets.size != 1)} (a linear SVM needs two)"
     if estimator.semantics == "partial" and not np.asarray(tree.is_leaf)[targets].all():
         return "semantics='partial' answers with leaves, and some training targets are internal nodes"
     return None
 
 
-def _flat_term_auto_off(estimator: Any, X: Any) -> str | None:
-    """Why ``flat_term="auto"`` leaves a term that could be fitted off whatever it costs
+def _linear_term_auto_off(estimator: Any, X: Any) -> str | None:
+    """Why ``"auto"`` leaves a linear term that could be fitted off whatever it costs
     (``None``: the budget decides)."""
     if estimator._skorch_kwargs("module__").get("class_features") is not None:
         return ("module__class_features names classes no training row has, which the flat SVM, knowing only the "

@@ -2,7 +2,7 @@
 
 The answer model re-ranks the network's candidates with terms (the class prototypes, a flat
 linear SVM). Whether a term is tried is decided by its estimated cost against the network's own
-estimated fit (:func:`~._config.resolve_flat_term`, the budget
+estimated fit (:func:`~._config.resolve_linear_terms`, the budget
 :data:`~hiclass_parallel.estimators._defaults.TERM_BUDGET`). The estimates count
 multiply-adds, the work of each part's inner loops:
 
@@ -15,6 +15,8 @@ multiply-adds, the work of each part's inner loops:
   candidates hold it, about ``candidates + 1`` passes over the non-zeros in all;
 - the least-squares SVM of dense rows (:func:`least_squares_cost`): the Gram matrix and its
   solve;
+- the path-level SVM (:func:`path_svm_cost`): one multi-class SVM per level of the tree, each
+  over every row (the against-every-row or least-squares count of its level's classes);
 - the class prototypes (:func:`prototypes_cost`): one pass over the non-zeros.
 
 The liblinear passes are an effective count
@@ -34,7 +36,8 @@ import scipy.sparse as sp
 from .._defaults import DECODE_SHARE, SVM_PASSES, SVM_TARGET_COST
 
 __all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries",
-           "least_squares_cost", "mean_path_columns", "network_cost", "prototypes_cost"]
+           "least_squares_cost", "level_classes", "mean_path_columns", "network_cost", "path_svm_cost",
+           "prototypes_cost"]
 
 
 def input_entries(X: Any) -> int:
@@ -119,6 +122,37 @@ def least_squares_cost(X: Any, n_targets: int) -> float:
     """The least-squares SVM of dense rows: ``features^2 x (rows + targets) + features^3``."""
     features = int(X.shape[1])
     return float(features) ** 2 * (int(X.shape[0]) + n_targets) + float(features) ** 3
+
+
+def level_classes(tree: Any, ids: np.ndarray) -> list[int]:
+    """The classes of each level's SVM of the path-level term on the training rows' node ids
+    ``ids`` (``-1`` rows skipped): the level's nodes on their paths, and one more ("none") where
+    some paths end above the level; levels of fewer than two classes fit nothing.
+
+    Examples
+    --------
+    >>> from hiclass_parallel import Tree
+    >>> tree = Tree.from_parents([-1, -1, 0, 0, 1])
+    >>> level_classes(tree, np.array([2, 3, 1, -1]))  # level 0: nodes 0, 1; level 1: 2, 3 and none
+    [2, 3]
+    """
+    ids = np.asarray(ids)
+    paths = np.asarray(tree.paths)[ids[ids >= 0]]
+    counts = []
+    for level in range(paths.shape[1]):
+        nodes = paths[:, level]
+        n = np.unique(nodes[nodes >= 0]).size + int((nodes < 0).any())
+        if n >= 2:
+            counts.append(int(n))
+    return counts
+
+
+def path_svm_cost(X: Any, classes: list[int]) -> float:
+    """The path-level SVM: one multi-class SVM per level over every row, of ``classes`` (per
+    level: :func:`level_classes`) one-vs-rest problems each (:func:`flat_svm_cost`; dense rows:
+    :func:`least_squares_cost`)."""
+    each = flat_svm_cost if sp.issparse(X) else least_squares_cost
+    return float(sum(each(X, n) for n in classes))
 
 
 def prototypes_cost(X: Any) -> float:

@@ -39,13 +39,13 @@ from torch.utils.data import Subset
 from .._checks import validate_X
 from ..answer import added_prototypes, plan_calibration
 from ..networks import FitRandom, data_parallel_group, drawing_from, draws_from_fit_generator
-from ._answer_fit import drop_stale, fit_flat_term, fit_on_held_out, fitted_answer, learn_by_cross_fitting
+from ._answer_fit import drop_stale, fit_linear_terms, fit_on_held_out, fitted_answer, learn_by_cross_fitting
 from ._build import build_net, net_params
 from ._config import (
     config_changes,
     resolve_batch_size,
     resolve_config,
-    resolve_flat_term,
+    resolve_linear_terms,
     resolve_lr,
     resolve_max_epochs,
     resolve_module,
@@ -192,31 +192,33 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
                             sparse_module=config.capabilities.accepts_sparse, sample_weight=_row_weights(data))
     # a stream's labels come with its batches; label sets are no node ids
     ids = np.asarray(dataset.y) if isinstance(data, ArrayInput) and type(estimator)._reranks else None
-    flat_weight, flat_why, flat_on_candidates, tried = resolve_flat_term(
+    linear = resolve_linear_terms(
         estimator, targets.tree, ids, _rows_of(data), partial=epochs is not None,
         data_parallel=data_parallel_group(estimator) is not None, sample_weight=_row_weights(data), config=config)
-    config = dataclasses.replace(config, flat_term=flat_weight, flat_term_reason=flat_why, terms_tried_reason=tried)
-    held_out, flat = None, None
+    config = dataclasses.replace(config, flat_term=linear.flat_term, flat_term_reason=linear.flat_term_reason,
+                                 path_term=linear.path_term, path_term_reason=linear.path_term_reason,
+                                 terms_tried_reason=linear.terms_tried_reason)
+    held_out, terms = None, {}
     with training_threads(estimator, config.threads), data.loading(net, targets):
         with seeded(estimator, seed, module=config.module_class):
             net.initialize()
             if plan is None:
                 net.partial_fit(dataset, None, epochs=epochs)
-                flat = fit_flat_term(estimator, net, targets, config, _rows_of(data), ids, _row_weights(data), None,
-                                     flat_on_candidates, seed)
+                terms = fit_linear_terms(estimator, net, targets, config, _rows_of(data), ids, _row_weights(data),
+                                         None, linear.on_candidates, seed)
             else:
                 # Without the held-out rows; with enough epochs they join the last one, after the
                 # map is fitted (_calibration's docstring says when and why).
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
-                flat = fit_flat_term(estimator, net, targets, config, data.X, ids, _row_weights(data), plan,
-                                     flat_on_candidates, seed)
+                terms = fit_linear_terms(estimator, net, targets, config, data.X, ids, _row_weights(data), plan,
+                                         linear.on_candidates, seed)
                 held_out, config = fit_on_held_out(estimator, net, targets, config, data.X, dataset.y, plan,
-                                                   _row_weights(data), flat=flat)
+                                                   _row_weights(data), linear=terms)
                 if plan.rejoin:
                     net.partial_fit(dataset, None, epochs=1)
         check_trained_scores(net, dataset)
-    answer = fitted_answer(estimator, targets, config, _rows_of(data), dataset, _row_weights(data), flat, held_out)
+    answer = fitted_answer(estimator, targets, config, _rows_of(data), dataset, _row_weights(data), terms, held_out)
     if plan is None and ids is not None:  # weights left at "auto" on a fit that held no rows out
         config, answer = learn_by_cross_fitting(estimator, data.X, data.y, ids, _row_weights(data), targets, config,
                                                 answer, seed, partial=epochs is not None)

@@ -21,7 +21,7 @@
    (:func:`replay_rows`).
 5. **follow** the new tree with every fitted part: the class prototypes (rows moved, the new
    rows' sums and class text added), the estimator's ``tree`` and ``module__class_features``
-   (persistence saves them as they now are); the answer calibrator and the flat term are
+   (persistence saves them as they now are); the answer calibrator and the linear terms are
    dropped, with a warning (:data:`_DROPPED_ON_GROWTH` says why).
 
 Nothing is changed when a step fails: the method runs under
@@ -46,7 +46,7 @@ from ...losses import PathLocalCrossEntropy
 from ...ops.groups import n_outputs, stop_columns
 from ...tree import Tree
 from .._checks import validate_X
-from ..answer import ClassPrototypes, GaussianPrototypes, prototypes_kind, wants_prototypes
+from ..answer import PRIOR_TERMS, ClassPrototypes, GaussianPrototypes, prototypes_kind, wants_prototypes
 from ..networks import MLP, SparseMLP, split_target
 from ._build import build_net
 from ._config import resolve_batch_size, resolve_max_epochs, resolve_softmax_sample
@@ -632,6 +632,11 @@ _DROPPED_ON_GROWTH = {
     "flat_term": ("its linear SVM was fitted on the earlier classes' rows and knows none of the new classes, which "
                    "it would rank below their old neighbours. The answers are now re-ranked without it; fit afresh "
                    "to keep it"),
+    # Its margins of the old nodes would favour the new classes' old siblings, and a new
+    # class on no training path gets the margin of a node no row holds.
+    "path_term": ("its linear SVMs were fitted on the earlier classes' rows and know none of the new classes, which "
+                  "it would rank below their old neighbours. The answers are now re-ranked without it; fit afresh "
+                  "to keep it"),
 }
 
 
@@ -761,9 +766,11 @@ def _grow(estimator: Any, tree: Tree, old_tree: Tree, ids: np.ndarray, columns: 
         if (answer.calibrator if part == "calibrator" else answer.term(part)) is not None:
             warnings.warn(f"grow drops the answer model's {part.replace('_', ' ')}: {why}", UserWarning,
                           stacklevel=caller_stacklevel())
-    if answer.term("flat_term") is not None:
-        config = dataclasses.replace(config, flat_term_reason="dropped when the tree grew")
-    answer = answer.without("flat_term").replace(calibrator=None)
+    for part in PRIOR_TERMS:
+        if answer.term(part) is not None:
+            config = dataclasses.replace(config, **{f"{part}_reason": "dropped when the tree grew"})
+            answer = answer.without(part)
+    answer = answer.replace(calibrator=None)
     if grown is not None:
         answer = answer.replace(terms={**answer.terms, "prototypes": grown})
     vars(estimator).update(targets.fitted_attributes(), targets_=targets, config_=config, answer_=answer)

@@ -178,7 +178,8 @@ class AnswerReranker(nn.Module):
     Parameters
     ----------
     terms : mapping of str to Term or None
-        The fitted terms by name (``"prototypes"``, ``"flat_term"``); ``None``: no such term.
+        The fitted terms by name (``"prototypes"``, ``"flat_term"``, ``"path_term"``); ``None``:
+        no such term.
     weights : mapping of str to float or None
         Each term's weight (``clf``'s, as ``predict`` uses it); a term whose weight is missing,
         ``None`` or 0 is not scored.
@@ -338,12 +339,12 @@ def serving_module(clf: Any, semantics: str | None = None, confidence: bool = Fa
 
     Notes
     -----
-    Where the answer model's class prototypes or flat term re-rank the answer (``answer_``,
+    Where the answer model's class prototypes or linear terms re-rank the answer (``answer_``,
     a term with a weight above 0), the module re-ranks the same way
     (:class:`AnswerReranker`): the model's ``prototype_candidates`` most probable answers,
     scored exhaustively, each term by its own export module with its fitted arrays as buffers
     (the prototypes: a float32 row per class for dense input, 32 features per class for sparse
-    input, which the module takes made dense; the flat term: its SVM's weights).
+    input, which the module takes made dense; the linear terms: their SVMs' weights).
 
     Examples
     --------

@@ -9,7 +9,7 @@ format here is data only, and loading it executes nothing from the files:
   (``np.load(..., allow_pickle=False)``);
 - one ``.npz`` per term of the answer model (``answer_``), where it has the term:
   ``prototypes.npz``, the class prototypes' statistics; ``flat_term.npz``, the flat linear
-  term's SVM;
+  term's SVM; ``path_term.npz``, the path-level linear term's SVMs;
 - ``config.json``: the estimator's parameters, fitted scalars and the answer model's terms,
   weights, scale and calibrator (its three numbers), and a SHA-256 digest of the
   other files and of its own content, so that pieces of different models (or an edited
@@ -101,12 +101,16 @@ PROTOTYPES = "prototypes.npz"
 #: and intercepts, in an ``.npz`` read with ``allow_pickle=False``.
 FLAT_TERM = "flat_term.npz"
 
+#: The answer model's path-level linear term, where it has one: every node's SVM weights and
+#: intercept on a training row's path (the tree's paths are the tree file's).
+PATH_TERM = "path_term.npz"
+
 #: The file of each term of the answer model (its ``to_arrays``).
-TERM_FILES = {"prototypes": PROTOTYPES, "flat_term": FLAT_TERM}
+TERM_FILES = {"prototypes": PROTOTYPES, "flat_term": FLAT_TERM, "path_term": PATH_TERM}
 
 #: Every file a saved model's folder may hold: :func:`save_classifier` replaces a folder holding
 #: only these, and refuses one holding anything else.
-MODEL_FILES = (CONFIG, TREE, WEIGHTS, PROTOTYPES, FLAT_TERM)
+MODEL_FILES = (CONFIG, TREE, WEIGHTS, *TERM_FILES.values())
 
 #: The ``format`` field of ``config.json``.
 FORMAT = "hiclass_parallel.HierarchicalClassifier"
@@ -698,9 +702,10 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
             problems.append(f"{name}={saved[name]!r} is not a count")
     if not isinstance(saved["lr"], (int, float)) or isinstance(saved["lr"], bool):
         problems.append(f"lr={saved['lr']!r} is not a number")
-    flat_term = saved.get("flat_term", 0.0)
-    if isinstance(flat_term, bool) or not isinstance(flat_term, (int, float)) or not 0 <= flat_term < float("inf"):
-        problems.append(f"flat_term={flat_term!r} is not a weight >= 0")
+    for term in ("flat_term", "path_term"):
+        weight = saved.get(term, 0.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
+            problems.append(f"{term}={weight!r} is not a weight >= 0")
     capabilities = module_capabilities(saved["module_class"])
     saved_capabilities = saved["capabilities"]
     if saved_capabilities != dict(vars(capabilities)):

@@ -208,13 +208,15 @@ def test_dense_rows_learn_the_weights_of_the_gaussian_prototypes_and_the_least_s
     reason = clf.config_.term_weights_reason
     assert reason.startswith(f"learnt on {_answer_fit.FOLDS}-fold") and "flat_term: not tried" not in reason, reason
     assert type(clf.answer_.terms["prototypes"]).__name__ == "GaussianPrototypes"
-    # predict re-ranks by the learnt weights: log p + w_p * similarity + w_f * margin
+    # predict re-ranks by the learnt weights: log p + w_p * similarity + the linear terms' w * score
+    from hiclass_parallel.estimators.answer import PRIOR_TERMS
     from hiclass_parallel.estimators.answer._prototypes import last_nodes
 
     paths, log_prob, similarity = clf._reranking_candidates(dense)
     score = log_prob + clf.answer_.weights["prototypes"] * similarity
-    if clf.answer_.term("flat_term") is not None:
-        score = score + clf.answer_.weights["flat_term"] * clf.answer_.terms["flat_term"].score(dense, last_nodes(paths))
+    for name in PRIOR_TERMS:
+        if clf.answer_.term(name) is not None:
+            score = score + clf.answer_.weights[name] * clf.answer_.terms[name].score(dense, last_nodes(paths))
     best = last_nodes(paths)[np.arange(len(dense)), np.argmax(np.where(np.isfinite(log_prob), score, -np.inf), axis=1)]
     assert (best == clf.predict_node(dense)).mean() > 0.99  # ties up to rounding aside
 
@@ -230,9 +232,9 @@ def test_partial_fit_builds_no_auto_term_and_says_why():
 # ---------------------------------------------------------------------------- fixed weights
 def test_fixed_weights_answer_as_before_and_learnt_ones_save_load_and_export(tmp_path):
     X, y, tree = text_like(n_samples=300, seed=1)
-    fixed = _fit(X, y, tree, prototypes=8.0, flat_term=4.0)
-    assert fixed.config_.term_weights_reason.startswith("no weight learnt")  # numbers fix both
-    assert fixed.answer_.weights == {"prototypes": 8.0, "flat_term": 4.0}
+    fixed = _fit(X, y, tree, prototypes=8.0, flat_term=4.0, path_term=2.0)
+    assert fixed.config_.term_weights_reason.startswith("no weight learnt")  # numbers fix all three
+    assert fixed.answer_.weights == {"prototypes": 8.0, "flat_term": 4.0, "path_term": 2.0}
 
     learnt = _fit(X, y, tree)
     save_classifier(learnt, tmp_path / "m")

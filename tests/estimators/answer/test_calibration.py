@@ -229,8 +229,8 @@ def test_the_prototypes_weight_needs_rows_worth_the_minimum():
     assert choose_weight_and_scale(lp, sim, correct, sample_weight=weight) == (DEFAULT_WEIGHT, 1.0)
 
 
-def test_the_flat_term_counts_targets_and_rows_of_positive_weight():
-    from hiclass_parallel.estimators.fitting._config import resolve_flat_term
+def test_the_linear_terms_count_targets_and_rows_of_positive_weight():
+    from hiclass_parallel.estimators.fitting._config import resolve_linear_terms
 
     X, y, tree = make_hierarchical_classification(n_samples=400, n_features=6, branching=2, depth=2, random_state=0)
     X = sp.csr_matrix(np.abs(X).astype(np.float32))
@@ -239,14 +239,17 @@ def test_the_flat_term_counts_targets_and_rows_of_positive_weight():
     weight = keep.astype(float)  # only one target's rows carry weight
     config = HierarchicalClassifier(tree, flat_term=None, prototypes=None, max_epochs=1).fit(X, y).config_
     args = dict(partial=False, data_parallel=False, config=config)
-    assert resolve_flat_term(HierarchicalClassifier(tree, flat_term=1.0), tree, ids, X, **args)[0] == 1.0
-    with pytest.raises(ValueError, match="1 distinct training target"):
-        resolve_flat_term(HierarchicalClassifier(tree, flat_term=1.0), tree, ids, X, **args, sample_weight=weight)
-    off = resolve_flat_term(HierarchicalClassifier(tree, flat_term="auto"), tree, ids, X, **args, sample_weight=weight)
-    assert off[0] == 0.0 and "1 distinct training target" in off[1]
-    # a fit with such weights has no flat term rather than an SVM of one class
-    with pytest.raises(ValueError, match="1 distinct training target"):
-        HierarchicalClassifier(tree, flat_term=1.0, max_epochs=1).fit(X, y, sample_weight=weight)
+    for name in ("flat_term", "path_term"):
+        fixed = HierarchicalClassifier(tree, **{name: 1.0})
+        assert getattr(resolve_linear_terms(fixed, tree, ids, X, **args), name) == 1.0
+        with pytest.raises(ValueError, match=f"{name}=1.0 cannot be fitted here: 1 distinct training target"):
+            resolve_linear_terms(fixed, tree, ids, X, **args, sample_weight=weight)
+        off = resolve_linear_terms(HierarchicalClassifier(tree, flat_term="auto", path_term="auto"), tree, ids, X,
+                                   **args, sample_weight=weight)
+        assert getattr(off, name) == 0.0 and "1 distinct training target" in getattr(off, f"{name}_reason")
+        # a fit with such weights has no linear term rather than an SVM of one class
+        with pytest.raises(ValueError, match="1 distinct training target"):
+            HierarchicalClassifier(tree, max_epochs=1, **{name: 1.0}).fit(X, y, sample_weight=weight)
 
 
 # ---------------------------------------------------------------------------- the fit scheme
@@ -263,14 +266,15 @@ def test_fit_is_the_documented_scheme(data, epochs, sparse):
         X = sp.csr_matrix(np.abs(X).astype(np.float32))
     # prototypes=None: the calibrator of the model's own answers (test_prototypes checks the
     # re-ranked ones)
-    clf = HierarchicalClassifier(tree, max_epochs=epochs, random_state=0, prototypes=None, flat_term=None).fit(X, y)
+    clf = HierarchicalClassifier(tree, max_epochs=epochs, random_state=0, prototypes=None, flat_term=None,
+                                 path_term=None).fit(X, y)
     assert len(clf.net_.history) == epochs and clf.answer_.calibrator.n_rows == 125
 
     seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))  # the fit's seed draw
     plan = plan_calibration(clf, X.shape[0], epochs, None, False, seed, sparse_module=sparse)
     assert plan.rejoin == (sparse and epochs >= 5)
     by_hand = HierarchicalClassifier(tree, max_epochs=epochs - plan.rejoin, random_state=0, calibration=None,
-                                     prototypes=None, flat_term=None)
+                                     prototypes=None, flat_term=None, path_term=None)
     by_hand.fit(X[plan.fit_rows], y[plan.fit_rows])
     _, log_prob = by_hand.predict_top_k(X[plan.held_rows], 1, return_log_prob=True)
     right = by_hand.predict_node(X[plan.held_rows]) == tree.to_ids(y[plan.held_rows])

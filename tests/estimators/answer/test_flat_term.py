@@ -31,9 +31,11 @@ def _every_svm_within_the_budget(monkeypatch):
 
 def _fit(X, y, tree, **params):
     """A fit with a flat term of a fixed weight unless ``flat_term`` is given ("auto" tries it
-    within the budget, and may drop it where it does not gain)."""
+    within the budget, and may drop it where it does not gain), and no path-level term unless
+    ``path_term`` is given (tests/estimators/answer/test_path_term.py is about that one)."""
     params.setdefault("semantics", "terminal")
     params.setdefault("flat_term", 8.0)
+    params.setdefault("path_term", None)
     return HierarchicalClassifier(tree, max_epochs=3, random_state=0, **params).fit(X, y)
 
 
@@ -212,8 +214,8 @@ def test_where_only_the_svm_of_the_candidates_is_within_the_budget_it_is_the_one
     X, y, tree = text_like(shuffle_ids=True, n_samples=400)
     ids = tree.to_ids(y)
     _candidates_only(monkeypatch)
-    assert _fit(X, y, tree, calibration=None, flat_term="auto").config_.terms_tried_reason.endswith(
-        "the SVM of the candidates tried")
+    assert "flat_term: the SVM against every row infx, the SVM of the candidates 0x: the SVM of the candidates tried" \
+        in _fit(X, y, tree, calibration=None, flat_term="auto").config_.terms_tried_reason
     clf = _fit(X, y, tree, calibration=None, flat_term=4.0)  # (a fixed weight keeps it, whatever it gains)
     reason = clf.config_.flat_term_reason
     assert clf.answer_.weight("flat_term") == 4.0

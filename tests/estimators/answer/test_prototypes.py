@@ -307,7 +307,7 @@ def test_hf1_decoding_weighs_the_candidates_by_the_fitted_conditional_logit(text
         combined = clf.answer_.scale * (log_p + clf.answer_.weights["prototypes"] * cos + margin)
         expected, _ = expected_hf1_paths(tree.paths[top], combined.astype(np.float32))
         assert (got == expected).all(axis=1).mean() > 0.98  # near-ties of float32 aside
-        own = clf.set_params(prototypes=None, flat_term=None)._predict_ids(X[:300])
+        own = clf.set_params(prototypes=None, flat_term=None, path_term=None)._predict_ids(X[:300])
         assert (got != own).any(axis=1).any()  # the re-ranking terms change hf1's answers too
     finally:
         fitted.set_params(decoding="best", prototypes="auto", flat_term="auto")

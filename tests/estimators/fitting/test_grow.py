@@ -138,16 +138,17 @@ def test_new_classes_are_learnt_from_their_rows_and_the_old_ones_kept(fitted):
     assert (everything.predict_node(X_test) == everything.tree_.to_ids(y_test)).mean() >= 0.9
 
 
-def test_prototypes_follow_the_new_ids_and_the_flat_term_is_dropped():
+def test_prototypes_follow_the_new_ids_and_the_linear_terms_are_dropped():
     rng = np.random.default_rng(2)
     X, y = _rows(OLD_LEAVES, 10, rng)
     clf = HierarchicalClassifier(_tree(OLD), max_epochs=3, random_state=0, calibration=None, prototypes=8.0,
-                                 flat_term=4.0).fit(X, y)
+                                 flat_term=4.0, path_term=2.0).fit(X, y)
     old_tree, sums = clf.tree_, clf.answer_.terms["prototypes"].sums.toarray()
-    assert clf.answer_.term("flat_term") is not None
+    assert clf.answer_.term("flat_term") is not None and clf.answer_.term("path_term") is not None
     X_new, y_new = _rows(["a3"], 4, rng)
     new_tree = _tree(OLD + NEW, seed=4)
-    with pytest.warns(UserWarning, match="grow drops the answer model's flat term: .* knows none of the new classes"):
+    with pytest.warns(UserWarning, match="grow drops the answer model's flat term: .* knows none of the new classes"), \
+            pytest.warns(UserWarning, match="grow drops the answer model's path term: .* know none of the new classes"):
         clf.grow(new_tree, X_new, y_new, replay=None, max_epochs=1)
     ids = new_tree.to_ids(old_tree.labels)
     grown = clf.answer_.terms["prototypes"].sums.toarray()
@@ -156,6 +157,7 @@ def test_prototypes_follow_the_new_ids_and_the_flat_term_is_dropped():
     assert np.allclose(grown[a3], X_new.toarray().sum(axis=0))
     assert clf.answer_.weights["prototypes"] == 8.0
     assert clf.answer_.term("flat_term") is None and "grew" in clf.config_.flat_term_reason
+    assert clf.answer_.term("path_term") is None and clf.config_.path_term_reason == "dropped when the tree grew"
     assert clf.predict(X).shape == (X.shape[0], new_tree.n_levels)
 
 

@@ -86,7 +86,7 @@ def test_every_predict_method_takes_a_tensor_that_requires_grad(data):
 @pytest.mark.parametrize("name, value", [("prototypes", 3.0), ("flat_term", 5.0)])
 def test_a_term_weight_set_after_fit_without_the_term_warns(data, name, value):
     X, y, tree = data
-    clf = HierarchicalClassifier(tree, prototypes=None, flat_term=None, **FAST).fit(X, y)
+    clf = HierarchicalClassifier(tree, prototypes=None, flat_term=None, path_term=None, **FAST).fit(X, y)
     assert clf.answer_.term(name) is None
     before = clf.predict(X)
     clf.set_params(**{name: value})

@@ -74,9 +74,11 @@ def _fit(route: str, X, y, sample_weight=None, monkeypatch=None, **extra) -> Hie
             mp.setattr("hiclass_parallel.estimators.networks.engines._fused.native.available", lambda: False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # flat_term=None: the flat term's SVM (liblinear) reaches the same optimum from weights and
-            # from repeated rows only to its tolerance (tests/estimators/answer/test_flat_term.py weighs rows)
-            clf = HierarchicalClassifier(_tree(), **FULL_BATCH, **params, **dict(dict(flat_term=None), **extra))
+            # flat_term=None, path_term=None: the linear terms' SVMs (liblinear) reach the same optimum
+            # from weights and from repeated rows only to its tolerance (tests/estimators/answer/
+            # test_flat_term.py and test_path_term.py weigh rows)
+            clf = HierarchicalClassifier(_tree(), **FULL_BATCH, **params,
+                                         **dict(dict(flat_term=None, path_term=None), **extra))
             return clf.fit(X, y, sample_weight=sample_weight)
 
 

@@ -42,7 +42,7 @@ def test_the_budget_picks_the_svm_of_the_candidates_where_only_it_fits(monkeypat
     monkeypatch.setattr(_costs, "flat_svm_cost", lambda X, n_targets: float("inf"))
     monkeypatch.setattr(_costs, "candidates_svm_cost", lambda *args: 0.0)
     clf = _fit(X, y, tree)
-    assert clf.config_.terms_tried_reason.endswith("the SVM of the candidates tried")
+    assert "the SVM of the candidates 0x: the SVM of the candidates tried" in clf.config_.terms_tried_reason
 
 
 def test_weights_that_cannot_be_learnt_leave_the_auto_terms_unbuilt(monkeypatch):
@@ -54,7 +54,7 @@ def test_weights_that_cannot_be_learnt_leave_the_auto_terms_unbuilt(monkeypatch)
     reason = clf.config_.term_weights_reason
     assert reason.startswith("no weight learnt: 240 rows, at least 100") and "not built" in reason
     assert clf.answer_.kept() == []
-    network = _fit(X, y, tree, calibration=None, prototypes=None, flat_term=None)
+    network = _fit(X, y, tree, calibration=None, prototypes=None, flat_term=None, path_term=None)
     np.testing.assert_array_equal(clf.predict(X), network.predict(X))  # the network's own answers
     mixed = _fit(X, y, tree, calibration=None, prototypes=4.0)
     assert mixed.answer_.kept() == ["prototypes"] and mixed.answer_.weight("prototypes") == 4.0

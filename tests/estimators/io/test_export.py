@@ -228,10 +228,11 @@ def test_exported_confidence_is_predict_confidence(tmp_path, one_torch_thread):
     torch.testing.assert_close(confidence, torch.exp(log_prob).clamp(1e-7, 1 - 1e-7))
 
 
-@pytest.mark.parametrize("kind, flat_term", [("gaussian", None), ("gaussian", 16.0), ("cosine", None), ("cosine", 16.0),
-                                             ("cosine", "candidates")])
-def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_thread, monkeypatch):
-    """A model whose class prototypes (and flat term) re-rank the answer exports the re-ranking:
+@pytest.mark.parametrize("kind, flat_term, path_term", [
+    ("gaussian", None, None), ("gaussian", 16.0, None), ("gaussian", 16.0, 4.0), ("cosine", None, None),
+    ("cosine", 16.0, None), ("cosine", "candidates", None), ("cosine", 16.0, 4.0)])
+def test_exported_reranking_equals_predict(kind, flat_term, path_term, tmp_path, one_torch_thread, monkeypatch):
+    """A model whose class prototypes (and linear terms) re-rank the answer exports the re-ranking:
     eager torch, torch.export (batches of 1 and all) and onnxruntime give predict's answers, on
     every row whose best re-ranked score leads the next by more than float noise.
     ``"candidates"``: the flat term's SVM of the candidates (sparse weights: the SVM against every
@@ -241,6 +242,7 @@ def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_
     every_row = float("inf") if flat_term == "candidates" else 0.0
     monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: every_row)
     monkeypatch.setattr(_costs, "least_squares_cost", lambda *args: 0.0)
+    monkeypatch.setattr(_costs, "path_svm_cost", lambda *args: 0.0)
     if flat_term == "candidates":
         flat_term = 8.0
     X, y, tree = make_hierarchical_classification(n_samples=1200, n_features=12, branching=3, depth=3, noise=1.5,
@@ -248,18 +250,23 @@ def test_exported_reranking_equals_predict(kind, flat_term, tmp_path, one_torch_
     if kind == "cosine":  # sparse non-negative rows, like TF-IDF
         rng = np.random.default_rng(0)
         X = sparsify(X, 0.5, rng)
+    if kind == "gaussian" and path_term is not None:  # normalised rows: the linear terms' least-squares SVMs
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
     clf = HierarchicalClassifier(tree, semantics="terminal", max_epochs=3, random_state=0, flat_term=flat_term,
-                                 prototypes=2.0 if kind == "gaussian" else 16.0, prototype_candidates=5).fit(X, y)
+                                 path_term=path_term, prototypes=2.0 if kind == "gaussian" else 16.0,
+                                 prototype_candidates=5).fit(X, y)
     assert clf.answer_.terms["prototypes"].KIND == kind and (clf.answer_.term("flat_term") is None) == (flat_term is None)
     assert flat_term != 8.0 or sp.issparse(clf.answer_.terms["flat_term"].coef)
     rows = X[:300]
     expected = clf.predict(rows)
-    plain = clf.set_params(prototypes=None, flat_term=None).predict(rows)
+    plain = clf.set_params(prototypes=None, flat_term=None, path_term=None).predict(rows)
     assert (expected != plain).any()  # the re-ranking changes answers
-    clf.set_params(prototypes=2.0 if kind == "gaussian" else 16.0, flat_term=flat_term)
+    clf.set_params(prototypes=2.0 if kind == "gaussian" else 16.0, flat_term=flat_term, path_term=path_term)
     paths, log_prob, similarity = clf._reranking_candidates(rows)
-    flat = 0.0 if flat_term is None else flat_term * clf.answer_.terms["flat_term"].score(rows, last_nodes(paths))
-    score = np.sort(np.where(np.isfinite(log_prob), log_prob + clf.prototypes * similarity + flat, -np.inf), axis=1)
+    linear = sum((weight * clf.answer_.terms[name].score(rows, last_nodes(paths))
+                  for name, weight in (("flat_term", flat_term), ("path_term", path_term)) if weight is not None),
+                 start=0.0)
+    score = np.sort(np.where(np.isfinite(log_prob), log_prob + clf.prototypes * similarity + linear, -np.inf), axis=1)
     clear = score[:, -1] - score[:, -2] > 1e-3
     assert clear.mean() > 0.9
     dense = torch.from_numpy(np.asarray(rows.toarray() if sp.issparse(rows) else rows, dtype=np.float32))

@@ -1,0 +1,248 @@
+"""The path-level linear term in the fit (``path_term``): when a fit keeps it and why, what it is
+fitted on, the re-ranked answer against brute force over every term, export, persistence,
+continuing training and growing the tree. Its margins against one SVM per node are
+``test_path_margins.py``'s."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from support import text_like
+
+from hiclass_parallel import Tree
+from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
+from hiclass_parallel.estimators.answer import PathMargins
+from hiclass_parallel.estimators.answer import _held_out
+from hiclass_parallel.estimators.answer._prototypes import last_nodes
+from hiclass_parallel.estimators.fitting import _costs
+from hiclass_parallel.estimators.io._persistence import PATH_TERM, load_classifier, save_classifier
+from hiclass_parallel.exceptions import IgnoredSettingWarning, ModelFileError
+
+
+@pytest.fixture(autouse=True)
+def _every_svm_within_the_budget(monkeypatch):
+    """These fits train a network of a few epochs, beside which an SVM's estimated cost is over
+    the budget; the tests about the budget set the estimates themselves."""
+    for name in ("flat_svm_cost", "candidates_svm_cost", "least_squares_cost", "path_svm_cost"):
+        monkeypatch.setattr(_costs, name, lambda *args: 0.0)
+
+
+def _fit(X, y, tree, **params):
+    """A fit with a path-level term of a fixed weight unless ``path_term`` is given, and no flat
+    term unless ``flat_term`` is given."""
+    params = {"semantics": "terminal", "max_epochs": 3, "random_state": 0, "path_term": 4.0, "flat_term": None,
+              **params}
+    return HierarchicalClassifier(tree, **params).fit(X, y)
+
+
+# ---------------------------------------------------------------------------- what is fitted
+def test_a_fixed_weight_fits_the_term_on_every_training_row():
+    X, y, tree = text_like(shuffle_ids=True, n_samples=300)
+    clf = _fit(X, y, tree, calibration=None)
+    want = PathMargins.fit(X, tree.to_ids(y), clf.tree_, random_state=clf.random_state)
+    got = clf.answer_.terms["path_term"]
+    np.testing.assert_array_equal(got.margins.classes, want.margins.classes)
+    np.testing.assert_array_equal(got.margins.coef, want.margins.coef)
+    np.testing.assert_array_equal(got.margins.intercept, want.margins.intercept)
+    assert clf.answer_.weight("path_term") == 4.0 and clf.config_.path_term == 4.0
+    assert clf.config_.path_term_reason.startswith("path_term=4.0: a path-level linear SVM")
+
+
+def test_a_calibrating_fit_leaves_its_held_out_rows_out_of_the_term(monkeypatch):
+    X, y, tree = text_like(shuffle_ids=True, n_samples=2400)
+    fitted_rows = []
+    real_fit = PathMargins.fit.__func__
+
+    def recording_fit(cls, X, ids, *args, **kwargs):
+        fitted_rows.append(int((np.asarray(ids) >= 0).sum()))
+        return real_fit(cls, X, ids, *args, **kwargs)
+
+    monkeypatch.setattr(PathMargins, "fit", classmethod(recording_fit))
+    clf = _fit(X, y, tree, path_term="auto")  # 5% of 2,400 rows held out for calibration
+    assert fitted_rows == [2400 - 120]  # fitted once, on the rows the network trained on first
+    assert clf.answer_.calibrator is not None
+    assert "learnt on the calibration share" in clf.config_.term_weights_reason
+    assert "path_term: " in clf.config_.term_weights_reason
+
+
+def test_auto_learns_the_weight_by_cross_fitting_and_records_it():
+    X, y, tree = text_like(shuffle_ids=True, n_samples=400, seed=1)
+    clf = _fit(X, y, tree, path_term="auto", flat_term="auto")
+    reason = clf.config_.term_weights_reason
+    assert reason.startswith("learnt on 2-fold cross-fitting"), reason
+    assert "tried" in clf.config_.terms_tried_reason.split("path_term: ")[1]
+    record = reason.split("path_term: ")[1]
+    assert clf.config_.path_term_reason.startswith("path_term: " + record)
+    if clf.answer_.term("path_term") is not None:
+        assert clf.answer_.weight("path_term") > 0 and record.startswith("weight")
+    else:  # dropped: it did not gain enough held-out likelihood
+        assert record.startswith("dropped (held-out gain")
+
+
+def test_a_learnt_weight_of_zero_drops_the_term_and_says_so(monkeypatch):
+    X, y, tree = text_like(shuffle_ids=True, n_samples=300, seed=2)
+    real = _held_out.fit_term_weights
+
+    def path_gains_nothing(base, learnt, correct, sample_weight=None):
+        fitted = real(base, learnt, correct, sample_weight)
+        return dataclasses.replace(fitted, weights={**fitted.weights, "path_term": 0.0},
+                                   gains={**fitted.gains, "path_term": 0.0})
+
+    monkeypatch.setattr(_held_out, "fit_term_weights", path_gains_nothing)
+    clf = _fit(X, y, tree, path_term="auto", flat_term="auto")
+    assert clf.answer_.term("path_term") is None and "path_term" not in clf.answer_.weights
+    assert clf.config_.path_term_reason.startswith("path_term: dropped (held-out gain 0.0 nats")
+    assert clf.answer_.term("flat_term") is None or clf.answer_.weight("flat_term") > 0
+
+
+def test_the_linear_terms_share_one_budget(monkeypatch):
+    X, y, tree = text_like(shuffle_ids=True, n_samples=240)
+    monkeypatch.setattr(_costs, "network_cost", lambda *args: 1.0)
+    monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: 0.3)
+    monkeypatch.setattr(_costs, "path_svm_cost", lambda *args: 0.3)
+    both = dict(path_term="auto", flat_term="auto", calibration=None)
+    clf = _fit(X, y, tree, **both)  # 0.3 + 0.3 > 0.5: the flat term first, the path term over what is left
+    assert clf.config_.flat_term == 1.0 and clf.config_.path_term == 0.0
+    assert clf.config_.path_term_reason == "a path-level linear SVM 0.3x, 0.2x of the budget left: over the budget"
+    alone = _fit(X, y, tree, **{**both, "flat_term": None})  # without the flat term the whole budget is its
+    assert alone.config_.path_term == 1.0 and "0.5x of the budget left" in alone.config_.path_term_reason
+    monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: 0.1)
+    assert _fit(X, y, tree, **both).config_.path_term == 1.0  # 0.1 + 0.3: both within it
+    # a number fixes the weight whatever the cost
+    monkeypatch.setattr(_costs, "path_svm_cost", lambda *args: float("inf"))
+    assert _fit(X, y, tree, **{**both, "path_term": 2.0}).answer_.weight("path_term") == 2.0
+
+
+def test_the_estimate_counts_one_svm_per_level_over_every_row():
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 2, 2])  # 0: 2 (5, 6), 3; 1: 4
+    ids = np.array([5, 6, 3, 4, 1, -1, 5])
+    # level 0: nodes 0, 1; level 1: 2, 3, 4 and rows ending above (1); level 2: 5, 6 and "none"
+    assert _costs.level_classes(tree, ids) == [2, 4, 3]
+    assert _costs.level_classes(tree, np.array([5, 5, 6])) == [2]  # one node each on levels 0, 1
+    X = sp.random(7, 5, density=0.5, random_state=0, format="csr")
+    assert _costs.path_svm_cost(X, [2, 4, 3]) == pytest.approx(_costs.flat_svm_cost(X, 9))
+    dense = X.toarray()
+    assert _costs.path_svm_cost(dense, [2, 4]) == pytest.approx(_costs.least_squares_cost(dense, 2)
+                                                                + _costs.least_squares_cost(dense, 4))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_estimate_of_the_levels_is_brute_force_on_random_trees(seed, random_tree):
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, 60)  # (its ids shuffled)
+    ids = rng.integers(-1, tree.n_classes, size=80)
+    paths = np.asarray(tree.paths)
+    want = []
+    for level in range(paths.shape[1]):
+        labels = {int(paths[i, level]) if paths[i, level] >= 0 else "none" for i in ids[ids >= 0]}
+        if len(labels) >= 2:
+            want.append(len(labels))
+    assert _costs.level_classes(tree, ids) == want
+
+
+def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():
+    X, y, tree = text_like(shuffle_ids=True)
+    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X, y)
+    assert clf.answer_.term("path_term") is None and "partial_fit" in clf.config_.path_term_reason
+    with pytest.raises(ValueError, match="path_term=2.0 cannot be fitted here: partial_fit"):
+        HierarchicalClassifier(tree, semantics="terminal", path_term=2.0).partial_fit(X, y)
+    partial = _fit(X, y, tree, semantics="partial", path_term="auto")
+    assert partial.answer_.term("path_term") is None and "internal nodes" in partial.config_.path_term_reason
+    dense = X.toarray() * 3.0  # numeric features, rows not of unit length
+    other = _fit(dense, y, tree, path_term="auto")
+    assert other.answer_.term("path_term") is None and "not all of length 1" in other.config_.path_term_reason
+
+
+@pytest.mark.parametrize("value", [True, -1.0, "on"])
+def test_bad_values_are_refused_by_name(value):
+    X, y, tree = text_like(shuffle_ids=True, n_samples=60)
+    with pytest.raises(ValueError, match="path_term"):
+        HierarchicalClassifier(tree, path_term=value).fit(X, y)
+
+
+# ---------------------------------------------------------------------------- the answer
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("decoding", ["best", "hf1"])
+def test_the_answer_is_the_brute_force_best_of_every_term(seed, decoding):
+    """log p + w_p * similarity + w_f * flat margin + w_a * summed path margins, the best of the
+    candidates (or their expected-hF1 answer), on trees with shuffled ids."""
+    from hiclass_parallel.ops.decode import expected_hf1_paths
+
+    X, y, tree = text_like(shuffle_ids=True, seed=seed)
+    clf = _fit(X, y, tree, decoding=decoding, prototypes=16.0, flat_term=8.0, path_term=8.0)
+    decoder = clf._decoder()
+    paths, log_prob, similarity = decoder.candidates(decoder.rows(X))
+    assert decoder.terms["path_term"][1] == 8.0 and decoder.terms["flat_term"][1] == 8.0
+    nodes = last_nodes(paths)
+    summed = np.zeros(nodes.shape)
+    term = clf.answer_.terms["path_term"]
+    for level in range(paths.shape[2]):  # the path term by hand: each node's margin, summed along the path
+        on = paths[:, :, level]
+        summed += np.where(on >= 0, term.margins.score(X, np.maximum(on, 0)), 0.0)
+    score = (log_prob + decoder.weight * similarity + 8.0 * clf.answer_.terms["flat_term"].score(X, nodes)
+             + 8.0 * summed)
+    score = np.where(np.isfinite(log_prob), score, -np.inf)
+    if decoding == "best":
+        want = paths[np.arange(len(paths)), np.argmax(score, axis=1)]
+    else:
+        want, _ = expected_hf1_paths(paths, (decoder.scale * score).astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(clf.tree_.paths)[clf.predict_node(X)], want)
+    # and the term changes answers: without it some rows differ
+    assert (clf.set_params(path_term=None).predict_node(X) != clf.set_params(path_term=8.0).predict_node(X)).any()
+
+
+def test_a_weight_set_on_a_model_without_the_term_warns_by_name():
+    X, y, tree = text_like(shuffle_ids=True)
+    clf = _fit(X, y, tree, path_term=None)
+    with pytest.warns(IgnoredSettingWarning, match="path_term=3.0 asks to re-rank the answers, but the fit kept no "
+                                                   r"path-level term \(path_term=None\)"):
+        clf.set_params(path_term=3.0).predict(X[:5])
+
+
+# ---------------------------------------------------------------------------- export, persistence
+def test_the_exported_module_saved_and_loaded_models_answer_as_predict(tmp_path):
+    X, y, tree = text_like(shuffle_ids=True, seed=1)
+    clf = _fit(X, y, tree, prototypes=None)
+    want = np.asarray(clf.tree_.paths)[clf.predict_node(X)]
+    module = serving_module(clf)
+    assert list(module.reranker.terms) == ["path_term"]
+    np.testing.assert_array_equal(module(torch.from_numpy(X.toarray()))[0].numpy(), want)
+    folder = save_classifier(clf, tmp_path / "m")
+    assert (folder / PATH_TERM).exists()
+    loaded = load_classifier(folder)
+    np.testing.assert_array_equal(loaded.predict_node(X), clf.predict_node(X))
+    assert loaded.config_.path_term_reason == clf.config_.path_term_reason
+    np.testing.assert_array_equal(loaded.answer_.terms["path_term"].margins.coef,
+                                  clf.answer_.terms["path_term"].margins.coef)
+
+
+def test_a_damaged_or_missing_path_term_file_is_a_named_error(tmp_path):
+    from test_flat_term import _redigest
+
+    X, y, tree = text_like(shuffle_ids=True, seed=3)
+    folder = save_classifier(_fit(X, y, tree), tmp_path / "m")
+    arrays = dict(np.load(folder / PATH_TERM))
+    np.savez(folder / PATH_TERM, **{**arrays, "coef": arrays["coef"][:, :-1]})
+    _redigest(folder)
+    with pytest.raises(ModelFileError, match="coef must be float32 of shape"):
+        load_classifier(folder)
+    (folder / PATH_TERM).unlink()
+    with pytest.raises(ModelFileError, match="path_term.npz is missing"):
+        load_classifier(folder)
+
+
+# ---------------------------------------------------------------------------- continuing (growing: test_grow.py)
+def test_continuing_drops_the_term_with_a_warning():
+    X, y, tree = text_like(shuffle_ids=True)
+    clf = _fit(X, y, tree, warm_start=True)
+    with pytest.warns(UserWarning, match="drops the answer model's path term"):
+        clf.fit(X, y)
+    assert clf.answer_.term("path_term") is None and "continued" in clf.config_.path_term_reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: nothing to drop the next time
+        clf.partial_fit(X, y)
