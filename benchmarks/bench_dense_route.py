@@ -13,6 +13,7 @@ Fits ``HierarchicalClassifier`` on dense ``X`` two ways, interleaved on the same
   as ``MLP``'s, still on the fused step);
 
 - ``noflat``: the defaults with ``flat_term=None`` (no flat term in the re-ranking);
+- ``nopath``: the defaults with ``path_term=None`` (no path-level term in the re-ranking);
 
 and, on the embedding subsets, ``tfidf``: the defaults on the TF-IDF of the same texts (the
 time the dense fit is held to). The flat models a user would pick instead, on the same rows,
@@ -132,6 +133,8 @@ def fit_one(data: dict[str, Any], method: str, seed: int = 0, extra: dict[str, A
         return _fit_flat_peer(data, method, seed)
     if method == "noflat":
         params["flat_term"] = None
+    elif method == "nopath":
+        params["path_term"] = None
     elif method == "mlp-torch":
         params["module"] = MLP
     elif method == "sparsemlp":
@@ -204,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="comma separated: emb:<WordNet root>, syn-3000, syn-10k, wn-artifact-svd256, "
                         "tab-<rows per class>")
     p.add_argument("--methods", default="mlp-torch,defaults,tfidf",
-                   help="comma separated, from mlp-torch, defaults, noflat, sparsemlp, sparsemlp-relu, tfidf (tfidf: "
+                   help="comma separated, from mlp-torch, defaults, noflat, nopath, sparsemlp, sparsemlp-relu, tfidf (tfidf: "
                         "embedding subsets only), linear-svc, logreg, logreg-c<C>, 1nn")
     p.add_argument("--repeats", type=int, default=1, help="rounds over the methods, interleaved")
     p.add_argument("--package-defaults", action="store_true",

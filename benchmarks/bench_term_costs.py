@@ -9,8 +9,9 @@ and prints each part's seconds over the network's beside its estimated cost over
 (:mod:`hiclass_parallel.estimators.fitting._costs`): ``SVM_PASSES`` (``estimators/_defaults.py``)
 times the measured ratio over the estimated one is the effective passes that would make the
 estimate of the SVM against every row the time. It ends with the constants that would make the
-estimates the times: ``SVM_PASSES`` and ``DECODE_SHARE`` (the decoding of the SVM of the
-candidates) as geometric means over the subsets, ``SVM_TARGET_COST`` (the SVM of the candidates'
+estimates the times: ``SVM_PASSES``, ``DECODE_SHARE`` (the decoding of the SVM of the
+candidates) and ``SOLVE_SHARE`` (the path-level term's least-squares system) as geometric means
+over the subsets, ``SVM_TARGET_COST`` (the SVM of the candidates'
 cost per target) as the largest, since an estimate that counts too little breaks the fit-time
 targets where one that counts too much only leaves a term out.
 
@@ -45,7 +46,8 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     from hiclass_parallel.estimators.fitting import _costs
     from hiclass_parallel.estimators.prediction._decode import decoder_of
     from hiclass_parallel.estimators._defaults import DECODE_SHARE, SVM_TARGET_COST
-    from hiclass_parallel.estimators.answer import AnswerModel, ClassPrototypes, PathMargins, last_nodes
+    from hiclass_parallel.estimators.answer import (AnswerModel, ClassPrototypes, PathMargins, last_nodes,
+                                                    least_squares_route)
 
     torch.set_num_threads(1)
     root = SUBSETS[name] if name in SUBSETS else (name if "." in name else f"{name}.n.01")
@@ -72,6 +74,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
         PathMargins.fit(X, ids, tree, random_state=0)
         out["path_s"] = time.perf_counter() - start
         out["path_cost"] = _costs.path_svm_cost(X, _costs.level_classes(tree, ids))
+        out["path_route"] = "least squares" if least_squares_route(X, X.shape[0]) else "a SVM a level"
     decoder = decoder_of(clf, clf.net_, clf.targets_, clf.config_, AnswerModel(), rows=lambda rows: rows)
     start = time.perf_counter()
     paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))
@@ -109,7 +112,7 @@ def _geometric_mean(result: dict[str, dict[str, float]], part: str) -> float:
 
 
 if __name__ == "__main__":
-    from hiclass_parallel.estimators._defaults import SVM_PASSES
+    from hiclass_parallel.estimators._defaults import SOLVE_SHARE, SVM_PASSES
 
     warnings.filterwarnings("ignore")
     names = sys.argv[1].split(",")
@@ -124,9 +127,12 @@ if __name__ == "__main__":
               "DECODE_SHARE": 1.0 / _geometric_mean(result, "decode"),
               # the largest: an estimate that counts too little breaks the fit-time targets
               "SVM_TARGET_COST": max(r["target_cost"] for r in result.values())}
+    # The path-level term's one least-squares system where its rows are fewer than its features
+    # (sparse rows more than features fit a SVM a level, counted by SVM_PASSES).
+    solved = {k: r for k, r in result.items() if r.get("path_route") == "least squares"}
+    if solved:
+        fitted["SOLVE_SHARE"] = SOLVE_SHARE / _geometric_mean(solved, "path")
     print("constants that make the estimates the measured times:", {k: round(v, 4) for k, v in fitted.items()})
-    print("the path-level SVM's estimate over its time (geometric mean; 1: the estimate is the time):",
-          round(_geometric_mean(result, "path"), 3))
     Path(sys.argv[2]).write_text(json.dumps({"load_average_before": before, "load_average": os.getloadavg(),
                                              "svm_passes_of_the_estimates": SVM_PASSES, "fitted_constants": fitted,
                                              "subsets": result}, indent=1))

@@ -15,6 +15,7 @@ name                          value       rule that applies it
 ``SVM_PASSES``                27          liblinear's effective passes in the cost estimates
 ``SVM_TARGET_COST``           4e6         the fixed cost of one target's SVM of the candidates
 ``DECODE_SHARE``              0.05        a decoding multiply-add against a training one, in the estimates
+``SOLVE_SHARE``               0.12        a least-squares solve's multiply-add against a training one
 ``FOLDS``                     2           folds of the cross-fitting that learns the weights
 ``CROSS_FIT_MAX_ROWS``        2000        cross-fitting below this many rows; the calibration share from it
 ``MIN_GAIN``                  1.92        a term whose held-out gain is under this is dropped
@@ -92,6 +93,13 @@ SVM_TARGET_COST = 4e6
 #: geometric mean of the measured decoding seconds over the network's, divided by the ratio of
 #: their estimates (``benchmarks/bench_term_costs.py``).
 DECODE_SHARE = 0.05
+
+#: What one multiply-add of the least-squares SVM's solve (the Gram matrix, its factorisation,
+#: the right-hand sides: dense linear algebra) costs against one of the training step's, in the
+#: estimates: the geometric mean of the measured seconds of the path-level term's one system over
+#: the network's, divided by the ratio of their estimates, over WordNet subtrees of a hundred to
+#: several hundred classes (``benchmarks/bench_term_costs.py``).
+SOLVE_SHARE = 0.12
 
 #: Folds of the cross-fitting: two more fits on half the rows each, about the network's own fit
 #: again (three folds cost half as much again and were no more accurate on small subtrees).
@@ -200,6 +208,8 @@ TABLE: tuple[Default, ...] = (
     Default("SVM_TARGET_COST", SVM_TARGET_COST, "the SVM of the candidates' cost estimate: this per target", _SMALL),
     Default("DECODE_SHARE", DECODE_SHARE, "the SVM of the candidates' cost estimate: its decoding's multiply-adds "
             "count this share of a training one", _SMALL),
+    Default("SOLVE_SHARE", SOLVE_SHARE, "the least-squares SVMs' cost estimates: their multiply-adds count this "
+            "share of a training one", _SMALL),
     Default("FOLDS", FOLDS, "folds of the cross-fitting that learns the weights where no rows are held out", _SMALL),
     Default("CROSS_FIT_MAX_ROWS", CROSS_FIT_MAX_ROWS, "fits of fewer rows learn the weights by cross-fitting; "
             "larger ones on the calibration share", "prototypes.md#weights-learnt-on-held-out-rows"),

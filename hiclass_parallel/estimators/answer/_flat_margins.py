@@ -323,31 +323,58 @@ def _linear_svm(X: Any, ids: np.ndarray, classes: np.ndarray, weight: np.ndarray
     return coef, intercept
 
 
-def _least_squares_svm(X: np.ndarray, ids: np.ndarray, classes: np.ndarray,
+def _least_squares_svm(X: Any, ids: np.ndarray, classes: np.ndarray,
                        weight: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """The least-squares SVM's ``(coef, intercept)`` of dense rows ``X`` labelled ``ids``, a row
-    per class: ridge regression of ``+1`` (the row's class) and ``-1`` (every other class),
-    each row counted ``weight`` times, with an unpenalised intercept.
+    """The least-squares SVM's ``(coef, intercept)`` of rows ``X`` labelled ``ids``, a row per
+    class of ``classes`` (:func:`least_squares_margins` of each class's rows)."""
+    column = np.searchsorted(classes, ids)
+    members = sp.csr_matrix((np.ones(ids.size), (column, np.arange(ids.size))), shape=(classes.size, ids.size))
+    return least_squares_margins(X, members, weight)
 
-    Centred on the rows' weighted mean, the targets ``2 * onehot - 1`` lose their constant, so
-    the right-hand sides are ``2 * Xc^T W onehot``, a sum of each class's rows: the cost is one
-    pass over ``X``, the ``(features, features)`` Gram matrix and one solve with a right-hand
-    side per class, never the ``(rows, classes)`` target matrix.
+
+def least_squares_margins(X: Any, members: sp.spmatrix, weight: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares SVM of each class of ``members`` (a ``(classes, rows)`` 0/1 matrix: the
+    rows of ``X`` each class holds, ``+1`` targets, every other row ``-1``): ridge regression of
+    those targets, each row counted ``weight`` times, with an unpenalised intercept, as
+    ``(coef, intercept)``, a row per class. The classes need not partition the rows (the
+    path-level term solves every level's at once).
+
+    One system solves every class: in the primal the ``(features, features)`` Gram matrix of
+    the rows centred on their weighted mean (right-hand sides: each class's centred rows,
+    summed), in the dual, where the rows are fewer than the features (text: thousands of
+    features, hundreds of rows), the ``(rows, rows)`` one, by ``(A^T A + p I)^-1 A^T b = A^T (A
+    A^T + p I)^-1 b`` with ``A`` the centred rows scaled by the square roots of their weights.
+    The centred rows are never formed (the products are those of ``X`` less the mean's part),
+    so sparse rows stay sparse; nor is the ``(rows, classes)`` target matrix in the primal.
     """
-    X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
     w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)
     total = w.sum()
     if not total > 0:
         raise ValueError("a flat linear term needs training rows of positive weight")
-    mean = w @ X / total
-    Xc = X - mean
-    column = np.searchsorted(classes, ids)
-    members = sp.csr_matrix((w, (column, np.arange(n))), shape=(classes.size, n))
-    class_sums = members @ Xc  # each class's weighted centred rows, summed
-    gram = (Xc * w[:, None]).T @ Xc
-    gram[np.diag_indices(d)] += LEAST_SQUARES_PENALTY
-    coef = scipy.linalg.solve(gram, 2.0 * class_sums.T, assume_a="pos")  # (features, classes)
-    share = np.bincount(column, weights=w, minlength=classes.size) / total
-    intercept = (2.0 * share - 1.0) - mean @ coef
-    return coef.T, intercept
+    X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+    members = sp.csr_matrix(members, dtype=np.float64)
+    mean = np.asarray(X.T @ w).reshape(-1) / total
+    share = (members @ w) / total  # each class's weighted share of the rows: its mean target is 2 share - 1
+    if n < d:
+        x_mean = np.asarray(X @ mean).reshape(-1)
+        gram = _dense(X @ X.T) - x_mean[:, None] - x_mean[None, :] + mean @ mean  # Xc Xc^T
+        root = np.sqrt(w)
+        gram *= root[:, None] * root[None, :]
+        gram[np.diag_indices(n)] += LEAST_SQUARES_PENALTY
+        targets = 2.0 * (members.T.toarray() - share)  # each class's centred +-1 targets
+        alpha = scipy.linalg.solve(gram, root[:, None] * targets, assume_a="pos") * root[:, None]
+        coef = _dense(X.T @ alpha).T - np.outer(alpha.sum(axis=0), mean)  # Xc^T alpha, a row per class
+    else:
+        weighted = sp.diags(w) @ X if sp.issparse(X) else X * w[:, None]
+        class_sums = _dense(members @ weighted) - np.outer(share * total, mean)  # each class's centred rows
+        gram = _dense(X.T @ weighted) - total * np.outer(mean, mean)
+        gram[np.diag_indices(d)] += LEAST_SQUARES_PENALTY
+        coef = scipy.linalg.solve(gram, 2.0 * class_sums.T, assume_a="pos").T
+    intercept = (2.0 * share - 1.0) - coef @ mean
+    return coef, intercept
+
+
+def _dense(matrix: Any) -> np.ndarray:
+    """A product that may be a scipy sparse matrix, as a NumPy array."""
+    return matrix.toarray() if sp.issparse(matrix) else np.asarray(matrix)

@@ -11,13 +11,19 @@ so a candidate whose ancestors the row also resembles scores higher, and a rare 
 from its parents' rows, as the hierarchical network does, while the margins are a flat linear
 model's.
 
-**One fit per level.** The nodes of one depth partition the rows (each row's path holds at
-most one of them), so their one-vs-rest problems are those of a single multi-class SVM over
-that level's nodes, the rows whose path ends above the level forming one more class, "none":
-:meth:`PathMargins.fit` runs :meth:`~._flat_margins.FlatMargins.fit` once per level (the same
-``LinearSVC``, or the least-squares SVM on dense rows) and keeps every node's margin in one
-:class:`~._flat_margins.FlatMargins`. A node every training row holds (a single root) has the
-margin of a positive everywhere, +1; a node no training row's path holds gets
+**One fit per level, or one solve for all.** The nodes of one depth partition the rows (each
+row's path holds at most one of them), so their one-vs-rest problems are those of a single
+multi-class SVM over that level's nodes, the rows whose path ends above the level forming one
+more class, "none". On sparse rows more than their features :meth:`PathMargins.fit` runs
+``LinearSVC`` once per level (:meth:`~._flat_margins.FlatMargins.fit`); on dense rows, and on
+sparse rows fewer than their features (a small text taxonomy: hundreds of rows, thousands of
+features), every level's problems are least-squares SVMs on the same rows with the same
+penalty, so one system gives them all (:func:`~._flat_margins.least_squares_margins`, in the
+dual where the rows are fewer). There the squared hinge's margins and the least squares' agree
+closely: with fewer rows than features almost every row is within its margin, where the two
+losses are the same (``docs/prototypes.md``, "A path-level linear term"). Every node's margin
+is kept in one :class:`~._flat_margins.FlatMargins`. A node every training row holds (a single
+root) has the margin of a positive everywhere, +1; a node no training row's path holds gets
 :data:`~.._defaults.NO_TARGET_MARGIN`, as a flat term's non-target does.
 """
 
@@ -29,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._flat_margins import FlatMargins
+from ._flat_margins import FlatMargins, _host_matrix, least_squares_margins
 
 if TYPE_CHECKING:
     import torch
@@ -71,38 +77,30 @@ class PathMargins:
             random_state: Any = None) -> PathMargins:
         """The path-level SVM of the rows of ``X`` labelled with node ids ``ids`` of ``tree``
         (``-1``: unlabelled, skipped), each row counted ``sample_weight`` times; at least two
-        distinct nodes on the training rows' paths."""
-        ids = np.asarray(ids)
+        distinct nodes on the training rows' paths (:func:`least_squares_route` says which
+        SVM)."""
+        X, ids = _host_matrix(X), np.asarray(ids)
         paths = np.asarray(tree.paths, dtype=np.int64)
         n_classes = int(tree.n_classes)
         labelled = ids >= 0
         if not labelled.any():
             raise ValueError("a path-level linear term needs labelled training rows")
         on_path = np.where(labelled[:, None], paths[np.maximum(ids, 0)], -1)
-        parts = []
+        # Each level's labels: its node on the row's path, or "none" (id n_classes) for a row
+        # whose path ends above it: one class more, a negative of every node of the level.
+        levels = []
         for level in range(paths.shape[1]):
             nodes = on_path[:, level]
-            present = np.unique(nodes[nodes >= 0])
-            if present.size == 0:
+            if not (nodes >= 0).any():
                 break
-            # The rows whose path ends above this level are one class more ("none", id
-            # n_classes): negatives of every node of the level, as in one-vs-rest per node.
-            labels = np.where(labelled, np.where(nodes >= 0, nodes, n_classes), -1)
-            if np.unique(labels[labels >= 0]).size < 2:  # one node every labelled row holds
-                parts.append((present, None, np.ones(present.size, dtype=np.float32)))
-                continue
-            level_fit = FlatMargins.fit(X, labels, n_classes + 1, sample_weight=sample_weight,
-                                        random_state=random_state)
-            keep = level_fit.classes < n_classes
-            parts.append((level_fit.classes[keep], level_fit.coef[keep], level_fit.intercept[keep]))
-        classes = np.concatenate([part[0] for part in parts])
+            levels.append(np.where(labelled, np.where(nodes >= 0, nodes, n_classes), -1))
+        if least_squares_route(X, int(labelled.sum())):
+            classes, coef, intercept = _least_squares_levels(X, levels, labelled, sample_weight, n_classes)
+        else:
+            classes, coef, intercept = _svm_levels(X, levels, sample_weight, n_classes, random_state)
         if classes.size < 2:
             raise ValueError(f"a path-level linear term needs at least two nodes on the training rows' paths, "
                              f"got {classes.size}")
-        n_features = int(X.shape[1])
-        coef = np.concatenate([np.zeros((part[0].size, n_features), dtype=np.float32) if part[1] is None else part[1]
-                               for part in parts])
-        intercept = np.concatenate([part[2] for part in parts])
         order = np.argsort(classes, kind="stable")  # the levels' node sets are disjoint
         margins = FlatMargins(classes=classes[order], coef=np.ascontiguousarray(coef[order], dtype=np.float32),
                               intercept=np.asarray(intercept[order], dtype=np.float32), n_classes=n_classes)
@@ -136,3 +134,61 @@ class PathMargins:
         if sp.issparse(margins.coef):
             raise ValueError("a path-level linear term's weights are dense; got the parts of a sparse matrix")
         return cls(margins=margins, paths=np.asarray(tree.paths, dtype=np.int64))
+
+
+def least_squares_route(X: Any, n_rows: int) -> bool:
+    """Whether :meth:`PathMargins.fit` solves every level at once as least-squares SVMs (dense
+    rows; sparse rows fewer than their features, where the system is ``(rows, rows)``), rather
+    than one ``LinearSVC`` per level (sparse rows more than their features)."""
+    return not sp.issparse(X) or n_rows < int(X.shape[1])
+
+
+def _least_squares_levels(X: Any, levels: list[np.ndarray], labelled: np.ndarray, weight: np.ndarray | None,
+                          n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(nodes, coef, intercept)`` of every level's least-squares SVMs from one system: every
+    level's problems share the labelled rows (each row is in one class of every level), so one
+    solve with a right-hand side per node (and per level's "none") gives them all. A level of
+    one class (a node every labelled row holds) has the margin of a positive everywhere, +1."""
+    rows = np.flatnonzero(labelled)
+    nodes, member_rows, member_cols, single = [], [], [], []
+    for labels in levels:
+        present, column = np.unique(labels[rows], return_inverse=True)
+        if present.size < 2:
+            single.append(present[present < n_classes])
+            continue
+        member_rows.append(len(nodes) + column)
+        member_cols.append(np.arange(rows.size))
+        nodes.extend(present.tolist())
+    nodes = np.asarray(nodes, dtype=np.int64)
+    n_features = int(X.shape[1])
+    coef, intercept = np.zeros((0, n_features)), np.zeros(0)
+    if nodes.size:
+        members = sp.csr_matrix((np.ones(rows.size * len(member_rows)),
+                                 (np.concatenate(member_rows), np.concatenate(member_cols))),
+                                shape=(nodes.size, rows.size))
+        X_rows = X[rows] if sp.issparse(X) else np.asarray(X)[rows]
+        coef, intercept = least_squares_margins(X_rows, members, None if weight is None else
+                                                np.asarray(weight, dtype=np.float64)[rows])
+    keep = nodes < n_classes  # the levels' "none" classes score no candidate
+    ones = np.concatenate(single) if single else np.zeros(0, dtype=np.int64)
+    return (np.concatenate([nodes[keep], ones]), np.concatenate([coef[keep], np.zeros((ones.size, n_features))]),
+            np.concatenate([intercept[keep], np.ones(ones.size)]))
+
+
+def _svm_levels(X: Any, levels: list[np.ndarray], weight: np.ndarray | None, n_classes: int,
+                random_state: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(nodes, coef, intercept)`` of one multi-class ``LinearSVC`` per level
+    (:meth:`~._flat_margins.FlatMargins.fit` over the level's nodes and its "none" class)."""
+    parts = []
+    n_features = int(X.shape[1])
+    for labels in levels:
+        present = np.unique(labels[labels >= 0])
+        if present.size < 2:  # one node every labelled row holds
+            present = present[present < n_classes]
+            parts.append((present, np.zeros((present.size, n_features)), np.ones(present.size)))
+            continue
+        level_fit = FlatMargins.fit(X, labels, n_classes + 1, sample_weight=weight, random_state=random_state)
+        keep = level_fit.classes < n_classes
+        parts.append((level_fit.classes[keep], level_fit.coef[keep], level_fit.intercept[keep]))
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]))

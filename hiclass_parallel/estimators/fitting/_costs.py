@@ -13,10 +13,10 @@ multiply-adds, the work of each part's inner loops:
   descent passes over every non-zero once per target and pass;
 - the SVM of the candidates (:func:`candidates_svm_cost`): each target against the rows whose
   candidates hold it, about ``candidates + 1`` passes over the non-zeros in all;
-- the least-squares SVM of dense rows (:func:`least_squares_cost`): the Gram matrix and its
-  solve;
-- the path-level SVM (:func:`path_svm_cost`): one multi-class SVM per level of the tree, each
-  over every row (the against-every-row or least-squares count of its level's classes);
+- the least-squares SVM (:func:`least_squares_cost`): the Gram matrix (of the features, or of
+  the rows where they are fewer) and its solve;
+- the path-level SVM (:func:`path_svm_cost`): one least-squares system for every level, or
+  one multi-class SVM per level of the tree over every row (sparse rows more than features);
 - the class prototypes (:func:`prototypes_cost`): one pass over the non-zeros.
 
 The liblinear passes are an effective count
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._defaults import DECODE_SHARE, SVM_PASSES, SVM_TARGET_COST
+from .._defaults import DECODE_SHARE, SOLVE_SHARE, SVM_PASSES, SVM_TARGET_COST
+from ..answer import least_squares_route
 
 __all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries",
            "least_squares_cost", "level_classes", "mean_path_columns", "network_cost", "path_svm_cost",
@@ -119,9 +120,18 @@ def candidates_svm_cost(X: Any, n_targets: int, candidates: int, columns: float,
 
 
 def least_squares_cost(X: Any, n_targets: int) -> float:
-    """The least-squares SVM of dense rows: ``features^2 x (rows + targets) + features^3``."""
-    features = int(X.shape[1])
-    return float(features) ** 2 * (int(X.shape[0]) + n_targets) + float(features) ** 3
+    """The least-squares SVM (one system, a right-hand side per target): in the primal
+    ``features^2 x (rows + targets) + features^3``; in the dual, on fewer rows than features,
+    ``rows x entries`` (the rows' Gram matrix) ``+ rows^2 x targets + rows^3 + entries x
+    targets`` (the weights back in feature space); each multiply-add of this dense linear
+    algebra counted as :data:`~hiclass_parallel.estimators._defaults.SOLVE_SHARE` of one of the
+    training step's."""
+    rows, features, entries = int(X.shape[0]), int(X.shape[1]), input_entries(X)
+    if rows < features:
+        count = float(rows) * entries + float(rows) ** 2 * n_targets + float(rows) ** 3 + float(entries) * n_targets
+    else:
+        count = float(features) ** 2 * (rows + n_targets) + float(features) ** 3
+    return count * SOLVE_SHARE
 
 
 def level_classes(tree: Any, ids: np.ndarray) -> list[int]:
@@ -148,11 +158,14 @@ def level_classes(tree: Any, ids: np.ndarray) -> list[int]:
 
 
 def path_svm_cost(X: Any, classes: list[int]) -> float:
-    """The path-level SVM: one multi-class SVM per level over every row, of ``classes`` (per
-    level: :func:`level_classes`) one-vs-rest problems each (:func:`flat_svm_cost`; dense rows:
-    :func:`least_squares_cost`)."""
-    each = flat_svm_cost if sp.issparse(X) else least_squares_cost
-    return float(sum(each(X, n) for n in classes))
+    """The path-level SVM, of ``classes`` (per level: :func:`level_classes`) one-vs-rest
+    problems: one least-squares system for every level where it takes that route
+    (:func:`~..answer.least_squares_route`: :func:`least_squares_cost` of all the levels'
+    classes), else one multi-class ``LinearSVC`` per level over every row
+    (:func:`flat_svm_cost` of each level's classes)."""
+    if least_squares_route(X, int(X.shape[0])):
+        return least_squares_cost(X, int(sum(classes)))
+    return float(sum(flat_svm_cost(X, n) for n in classes))
 
 
 def prototypes_cost(X: Any) -> float:

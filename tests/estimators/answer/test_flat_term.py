@@ -55,13 +55,15 @@ def test_sparse_margins_equal_linear_svc_decision_values(n_targets):
     _check_margins(flat, X, decision, reference.classes_, n_classes, rng)
 
 
+@pytest.mark.parametrize("n_features", [9, 90], ids=["primal", "dual"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("n_targets", [2, 3, 7])
-def test_dense_margins_equal_ridge_on_plus_minus_one_targets(n_targets, weighted):
+def test_dense_margins_equal_ridge_on_plus_minus_one_targets(n_targets, weighted, n_features):
     """On dense rows the term is the least-squares SVM: scikit-learn's Ridge of the +-1 targets
-    with LinearSVC's regularisation (alpha 0.5 for C=1), one class against the rest."""
+    with LinearSVC's regularisation (alpha 0.5 for C=1), one class against the rest; solved in
+    the primal, or in the dual on fewer rows than features."""
     rng = np.random.default_rng(n_targets)
-    X = rng.normal(size=(60, 9)).astype(np.float32)
+    X = rng.normal(size=(60, n_features)).astype(np.float32)
     n_classes = 12
     targets = rng.choice(n_classes, n_targets, replace=False)
     ids = targets[rng.integers(0, n_targets, size=60)]

@@ -74,6 +74,30 @@ def test_dense_rows_fit_each_level_by_least_squares_as_each_node_alone():
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sparse_rows_fewer_than_their_features_solve_every_level_as_least_squares_at_once(weighted):
+    """The dual route (fewer rows than features): one least-squares SVM per node, each fitted
+    alone on dense rows (the primal), summed along the path; rows weighted or not."""
+    X, ids, tree, nodes = _data(seed=3)
+    wide = sp.hstack([X, sp.random(200, 400, density=0.02, random_state=3, format="csr", dtype=np.float32)],
+                     format="csr")
+    weight = np.random.default_rng(3).uniform(0.2, 3.0, size=200) if weighted else None
+    from hiclass_parallel.estimators.answer._path_margins import least_squares_route
+
+    assert least_squares_route(wide, int((ids >= 0).sum())) and not least_squares_route(X, int((ids >= 0).sum()))
+    term = PathMargins.fit(wide, ids, tree, sample_weight=weight)
+    queries = wide[:nodes.shape[0]]
+    rows = ids >= 0
+
+    def least_squares(rows_x, positive):
+        alone = FlatMargins.fit(rows_x.toarray(), positive.astype(np.int64), n_classes=2,
+                                sample_weight=None if weight is None else weight[rows])
+        return alone.score(queries.toarray(), np.ones((queries.shape[0], 1), dtype=np.int64))[:, 0]
+
+    np.testing.assert_allclose(term.score(queries, nodes), _reference(wide, ids, tree, nodes, least_squares),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_its_arrays_load_back_against_the_model_and_mismatches_are_named():
     X, ids, tree, nodes = _data(seed=2)
     term = PathMargins.fit(X, ids, tree, random_state=0)

@@ -10,11 +10,9 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
 from support import text_like
 
-from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier, serving_module
 from hiclass_parallel.estimators.answer import PathMargins
 from hiclass_parallel.estimators.answer import _held_out
@@ -116,33 +114,6 @@ def test_the_linear_terms_share_one_budget(monkeypatch):
     # a number fixes the weight whatever the cost
     monkeypatch.setattr(_costs, "path_svm_cost", lambda *args: float("inf"))
     assert _fit(X, y, tree, **{**both, "path_term": 2.0}).answer_.weight("path_term") == 2.0
-
-
-def test_the_estimate_counts_one_svm_per_level_over_every_row():
-    tree = Tree.from_parents([-1, -1, 0, 0, 1, 2, 2])  # 0: 2 (5, 6), 3; 1: 4
-    ids = np.array([5, 6, 3, 4, 1, -1, 5])
-    # level 0: nodes 0, 1; level 1: 2, 3, 4 and rows ending above (1); level 2: 5, 6 and "none"
-    assert _costs.level_classes(tree, ids) == [2, 4, 3]
-    assert _costs.level_classes(tree, np.array([5, 5, 6])) == [2]  # one node each on levels 0, 1
-    X = sp.random(7, 5, density=0.5, random_state=0, format="csr")
-    assert _costs.path_svm_cost(X, [2, 4, 3]) == pytest.approx(_costs.flat_svm_cost(X, 9))
-    dense = X.toarray()
-    assert _costs.path_svm_cost(dense, [2, 4]) == pytest.approx(_costs.least_squares_cost(dense, 2)
-                                                                + _costs.least_squares_cost(dense, 4))
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_the_estimate_of_the_levels_is_brute_force_on_random_trees(seed, random_tree):
-    rng = np.random.default_rng(seed)
-    tree = random_tree(rng, 60)  # (its ids shuffled)
-    ids = rng.integers(-1, tree.n_classes, size=80)
-    paths = np.asarray(tree.paths)
-    want = []
-    for level in range(paths.shape[1]):
-        labels = {int(paths[i, level]) if paths[i, level] >= 0 else "none" for i in ids[ids >= 0]}
-        if len(labels) >= 2:
-            want.append(len(labels))
-    assert _costs.level_classes(tree, ids) == want
 
 
 def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():

@@ -3,8 +3,10 @@ terms left at "auto" not built where their weights cannot be learnt."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from support import text_like
 
+from hiclass_parallel import Tree
 from hiclass_parallel.estimators import HierarchicalClassifier
 from hiclass_parallel.estimators import _defaults
 from hiclass_parallel.estimators.fitting import _answer_fit, _config, _costs
@@ -93,3 +95,34 @@ def test_decoding_counts_its_share_of_a_training_multiply_add_in_the_svm_of_the_
     assert decode == pytest.approx(X.shape[0] * 20 * columns * 256 * _defaults.DECODE_SHARE)
     rest = 21 * X.nnz * _defaults.SVM_PASSES + 10 * _defaults.SVM_TARGET_COST
     assert _costs.candidates_svm_cost(X, 10, 20, columns, 256) == pytest.approx(decode + rest)
+
+
+def test_the_path_term_s_estimate_follows_its_route():
+    tree = Tree.from_parents([-1, -1, 0, 0, 1, 2, 2])  # 0: 2 (5, 6), 3; 1: 4
+    ids = np.array([5, 6, 3, 4, 1, -1, 5])
+    # level 0: nodes 0, 1; level 1: 2, 3, 4 and rows ending above (1); level 2: 5, 6 and "none"
+    assert _costs.level_classes(tree, ids) == [2, 4, 3]
+    assert _costs.level_classes(tree, np.array([5, 5, 6])) == [2]  # one node each on levels 0, 1
+    X = sp.random(7, 5, density=0.5, random_state=0, format="csr")  # sparse, more rows than features: a SVM a level
+    assert _costs.path_svm_cost(X, [2, 4, 3]) == pytest.approx(_costs.flat_svm_cost(X, 9))
+    wide = sp.random(7, 50, density=0.2, random_state=0, format="csr")  # fewer rows: one least-squares system
+    assert _costs.path_svm_cost(wide, [2, 4, 3]) == pytest.approx(_costs.least_squares_cost(wide, 9))
+    dense = X.toarray()
+    assert _costs.path_svm_cost(dense, [2, 4]) == pytest.approx(_costs.least_squares_cost(dense, 6))
+    # the dual's count (rows x entries + rows^2 x targets + rows^3 + entries x targets) where rows are fewer
+    assert _costs.least_squares_cost(wide, 9) == pytest.approx((7 * wide.nnz + 49 * 9 + 343 + wide.nnz * 9)
+                                                               * _defaults.SOLVE_SHARE)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_path_term_s_levels_are_brute_force_on_random_trees(seed, random_tree):
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, 60)  # (its ids shuffled)
+    ids = rng.integers(-1, tree.n_classes, size=80)
+    paths = np.asarray(tree.paths)
+    want = []
+    for level in range(paths.shape[1]):
+        labels = {int(paths[i, level]) if paths[i, level] >= 0 else "none" for i in ids[ids >= 0]}
+        if len(labels) >= 2:
+            want.append(len(labels))
+    assert _costs.level_classes(tree, ids) == want
