@@ -346,17 +346,7 @@ def test_over_the_dense_work_limit_auto_keeps_none(monkeypatch):
     assert clf.answer_.term("flat_term") is None and clf.config_.flat_term_reason.endswith("over the budget")
 
 
-def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():
-    X, y, tree = text_like(shuffle_ids=True)
-    clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X, y)
-    assert clf.answer_.term("flat_term") is None and "partial_fit" in clf.config_.flat_term_reason
-    with pytest.raises(ValueError, match="flat_term=2.0 cannot be fitted here: partial_fit"):
-        HierarchicalClassifier(tree, semantics="terminal", flat_term=2.0).partial_fit(X, y)
-    # partial semantics answer with leaves: internal targets have no answer's margin
-    partial = _fit(X, y, tree, semantics="partial", flat_term="auto")
-    assert partial.answer_.term("flat_term") is None and "internal nodes" in partial.config_.flat_term_reason
-    leaves_only = text_like(shuffle_ids=True, terminal_fraction=0.0)
-    assert _fit(*leaves_only, semantics="partial").answer_.term("flat_term") is not None
+# (where a linear term cannot be fitted: test_path_term.py, for both)
 
 
 def test_label_sets_keep_no_flat_term():
@@ -366,37 +356,8 @@ def test_label_sets_keep_no_flat_term():
     assert clf.config_.flat_term == 0 and "label sets" in clf.config_.flat_term_reason
 
 
-@pytest.mark.parametrize("value", [True, -1.0, "on"])
-def test_bad_values_are_refused_by_name(value):
-    X, y, tree = text_like(shuffle_ids=True, n_samples=60)
-    with pytest.raises(ValueError, match="flat_term"):
-        HierarchicalClassifier(tree, flat_term=value).fit(X, y)
-
-
 # ---------------------------------------------------------------------------- the answer
-@pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("decoding", ["best", "hf1"])
-def test_the_answer_is_the_brute_force_best_of_the_three_terms(seed, decoding):
-    from hiclass_parallel.ops.decode import expected_hf1_paths
-
-    X, y, tree = text_like(shuffle_ids=True, seed=seed)
-    clf = _fit(X, y, tree, decoding=decoding, prototypes=16.0, flat_term=16.0)
-    decoder = clf._decoder()
-    paths, log_prob, similarity = decoder.candidates(decoder.rows(X))
-    assert decoder.weight and decoder.terms["flat_term"][1] == 16.0
-    margins = clf.answer_.terms["flat_term"].score(X, last_nodes(paths))
-    score = log_prob + decoder.weight * similarity + 16.0 * margins
-    score = np.where(np.isfinite(log_prob), score, -np.inf)
-    if decoding == "best":
-        want = paths[np.arange(len(paths)), np.argmax(score, axis=1)]
-    else:
-        want, _ = expected_hf1_paths(paths, (decoder.scale * score).astype(np.float32))
-    got = np.asarray(clf.tree_.paths)[clf.predict_node(X)]
-    np.testing.assert_array_equal(got, want)
-    # and the term changes answers: without it some rows differ
-    assert (clf.set_params(flat_term=None).predict_node(X) != clf.set_params(flat_term=16.0).predict_node(X)).any()
-
-
+# (bad values and the brute-force answer of every term, this one included: test_path_term.py)
 def test_the_weight_may_be_changed_after_fit():
     X, y, tree = text_like(shuffle_ids=True)
     clf = _fit(X, y, tree)

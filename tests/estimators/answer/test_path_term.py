@@ -1,6 +1,7 @@
 """The path-level linear term in the fit (``path_term``): when a fit keeps it and why, what it is
 fitted on, the re-ranked answer against brute force over every term, export, persistence,
-continuing training and growing the tree. Its margins against one SVM per node are
+continuing training (growing the tree: ``test_grow.py``); and what both linear terms share:
+where they cannot be fitted, bad values. Its margins against one SVM per node are
 ``test_path_margins.py``'s."""
 
 from __future__ import annotations
@@ -116,24 +117,31 @@ def test_the_linear_terms_share_one_budget(monkeypatch):
     assert _fit(X, y, tree, **{**both, "path_term": 2.0}).answer_.weight("path_term") == 2.0
 
 
-def test_where_it_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error():
+@pytest.mark.parametrize("name", ["flat_term", "path_term"])
+def test_where_a_linear_term_cannot_be_fitted_auto_says_why_and_a_weight_is_an_error(name):
     X, y, tree = text_like(shuffle_ids=True)
+    reason = f"{name}_reason"
     clf = HierarchicalClassifier(tree, semantics="terminal", random_state=0).partial_fit(X, y)
-    assert clf.answer_.term("path_term") is None and "partial_fit" in clf.config_.path_term_reason
-    with pytest.raises(ValueError, match="path_term=2.0 cannot be fitted here: partial_fit"):
-        HierarchicalClassifier(tree, semantics="terminal", path_term=2.0).partial_fit(X, y)
-    partial = _fit(X, y, tree, semantics="partial", path_term="auto")
-    assert partial.answer_.term("path_term") is None and "internal nodes" in partial.config_.path_term_reason
+    assert clf.answer_.term(name) is None and "partial_fit" in getattr(clf.config_, reason)
+    with pytest.raises(ValueError, match=f"{name}=2.0 cannot be fitted here: partial_fit"):
+        HierarchicalClassifier(tree, semantics="terminal", **{name: 2.0}).partial_fit(X, y)
+    alone = {"flat_term": None, "path_term": None, name: "auto"}
+    # partial semantics answer with leaves: internal targets have no answer's margin
+    partial = _fit(X, y, tree, semantics="partial", **alone)
+    assert partial.answer_.term(name) is None and "internal nodes" in getattr(partial.config_, reason)
+    leaves_only = text_like(shuffle_ids=True, terminal_fraction=0.0)
+    assert _fit(*leaves_only, semantics="partial", **{**alone, name: 2.0}).answer_.term(name) is not None
     dense = X.toarray() * 3.0  # numeric features, rows not of unit length
-    other = _fit(dense, y, tree, path_term="auto")
-    assert other.answer_.term("path_term") is None and "not all of length 1" in other.config_.path_term_reason
+    other = _fit(dense, y, tree, **alone)
+    assert other.answer_.term(name) is None and "not all of length 1" in getattr(other.config_, reason)
 
 
 @pytest.mark.parametrize("value", [True, -1.0, "on"])
-def test_bad_values_are_refused_by_name(value):
+@pytest.mark.parametrize("name", ["flat_term", "path_term"])
+def test_bad_values_of_either_linear_term_are_refused_by_name(name, value):
     X, y, tree = text_like(shuffle_ids=True, n_samples=60)
-    with pytest.raises(ValueError, match="path_term"):
-        HierarchicalClassifier(tree, path_term=value).fit(X, y)
+    with pytest.raises(ValueError, match=name):
+        HierarchicalClassifier(tree, **{name: value}).fit(X, y)
 
 
 # ---------------------------------------------------------------------------- the answer
@@ -163,8 +171,9 @@ def test_the_answer_is_the_brute_force_best_of_every_term(seed, decoding):
     else:
         want, _ = expected_hf1_paths(paths, (decoder.scale * score).astype(np.float32))
     np.testing.assert_array_equal(np.asarray(clf.tree_.paths)[clf.predict_node(X)], want)
-    # and the term changes answers: without it some rows differ
-    assert (clf.set_params(path_term=None).predict_node(X) != clf.set_params(path_term=8.0).predict_node(X)).any()
+    # and each linear term changes answers: without it some rows differ
+    for name in ("flat_term", "path_term"):
+        assert (clf.set_params(**{name: None}).predict_node(X) != clf.set_params(**{name: 8.0}).predict_node(X)).any()
 
 
 def test_a_weight_set_on_a_model_without_the_term_warns_by_name():
