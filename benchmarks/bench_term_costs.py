@@ -46,8 +46,7 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
     from hiclass_parallel.estimators.fitting import _costs
     from hiclass_parallel.estimators.prediction._decode import decoder_of
     from hiclass_parallel.estimators._defaults import DECODE_SHARE, SVM_TARGET_COST
-    from hiclass_parallel.estimators.answer import (AnswerModel, ClassPrototypes, PathMargins, last_nodes,
-                                                    least_squares_route)
+    from hiclass_parallel.estimators.answer import AnswerModel, ClassPrototypes, PathMargins, last_nodes
 
     torch.set_num_threads(1)
     root = SUBSETS[name] if name in SUBSETS else (name if "." in name else f"{name}.n.01")
@@ -70,11 +69,11 @@ def measure(name: str, flat: bool = True) -> dict[str, float]:
         FlatMargins.fit(X, ids, tree.n_classes, random_state=0)
         out["flat_s"] = time.perf_counter() - start
         out["flat_cost"] = _costs.flat_svm_cost(X, out["targets"])
+        out["path_cost"], solver = _costs.path_term_cost(X, _costs.level_classes(tree, ids))
+        out["path_route"] = "least squares" if solver == "least_squares" else "a SVM a level"
         start = time.perf_counter()
-        PathMargins.fit(X, ids, tree, random_state=0)
+        PathMargins.fit(X, ids, tree, random_state=0, solver=solver)
         out["path_s"] = time.perf_counter() - start
-        out["path_cost"] = _costs.path_svm_cost(X, _costs.level_classes(tree, ids))
-        out["path_route"] = "least squares" if least_squares_route(X, X.shape[0]) else "a SVM a level"
     decoder = decoder_of(clf, clf.net_, clf.targets_, clf.config_, AnswerModel(), rows=lambda rows: rows)
     start = time.perf_counter()
     paths, _, _ = decoder.model_paths(X, min(decoder.prototype_candidates, decoder.n_candidates))

@@ -74,11 +74,16 @@ class PathMargins:
 
     @classmethod
     def fit(cls, X: Any, ids: np.ndarray, tree: Any, sample_weight: np.ndarray | None = None,
-            random_state: Any = None) -> PathMargins:
+            random_state: Any = None, solver: str = "auto") -> PathMargins:
         """The path-level SVM of the rows of ``X`` labelled with node ids ``ids`` of ``tree``
         (``-1``: unlabelled, skipped), each row counted ``sample_weight`` times; at least two
-        distinct nodes on the training rows' paths (:func:`least_squares_route` says which
-        SVM)."""
+        distinct nodes on the training rows' paths. ``solver``: ``"least_squares"``, every
+        level's least-squares SVMs from one system; ``"svm"``, one
+        :meth:`~._flat_margins.FlatMargins.fit` a level (``LinearSVC`` on sparse rows);
+        ``"auto"``, the first where :func:`least_squares_route` says so (the fit chooses by
+        the two routes' estimated costs)."""
+        if solver not in ("auto", "least_squares", "svm"):
+            raise ValueError(f"solver must be 'auto', 'least_squares' or 'svm', got {solver!r}")
         X, ids = _host_matrix(X), np.asarray(ids)
         paths = np.asarray(tree.paths, dtype=np.int64)
         n_classes = int(tree.n_classes)
@@ -94,7 +99,7 @@ class PathMargins:
             if not (nodes >= 0).any():
                 break
             levels.append(np.where(labelled, np.where(nodes >= 0, nodes, n_classes), -1))
-        if least_squares_route(X, int(labelled.sum())):
+        if solver == "least_squares" or (solver == "auto" and least_squares_route(X, int(labelled.sum()))):
             classes, coef, intercept = _least_squares_levels(X, levels, labelled, sample_weight, n_classes)
         else:
             classes, coef, intercept = _svm_levels(X, levels, sample_weight, n_classes, random_state)
@@ -137,9 +142,10 @@ class PathMargins:
 
 
 def least_squares_route(X: Any, n_rows: int) -> bool:
-    """Whether :meth:`PathMargins.fit` solves every level at once as least-squares SVMs (dense
-    rows; sparse rows fewer than their features, where the system is ``(rows, rows)``), rather
-    than one ``LinearSVC`` per level (sparse rows more than their features)."""
+    """Whether the least-squares SVMs are the path-level term's SVMs on these rows: dense rows,
+    or sparse rows fewer than their features, where almost every row lies within its margin and
+    the squared hinge of ``LinearSVC`` is the least squares (elsewhere ``LinearSVC``'s a
+    level)."""
     return not sp.issparse(X) or n_rows < int(X.shape[1])
 
 

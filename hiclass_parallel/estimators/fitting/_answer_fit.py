@@ -52,7 +52,8 @@ class HeldOut:
 
 
 def fit_linear_terms(estimator: Any, net: Any, targets: Any, config: Any, X: Any, ids: np.ndarray | None,
-                     weights: np.ndarray | None, plan: Any, on_candidates: bool, seed: int) -> dict[str, Any]:
+                     weights: np.ndarray | None, plan: Any, on_candidates: bool, seed: int,
+                     path_solver: str = "auto") -> dict[str, Any]:
     """The linear terms the configuration keeps (``config.flat_term``, ``config.path_term``
     above 0), name to fitted term, of the rows ``X`` (node ids ``ids``, weights ``weights``) the
     network has trained on so far: every row without calibration, the calibration ``plan``'s
@@ -63,8 +64,8 @@ def fit_linear_terms(estimator: Any, net: Any, targets: Any, config: Any, X: Any
     ``on_candidates``: the flat term is the SVM of the candidates, each target trained against
     the rows whose ``prototype_candidates`` most probable answers of the network as trained
     so far hold it (the answers the re-ranking will compare); else the SVM against every row.
-    The path-level term (:class:`~..answer.PathMargins`) is one SVM per level against every
-    row."""
+    The path-level term (:class:`~..answer.PathMargins`) is solved by ``path_solver`` (the
+    configuration's cheaper route: one least-squares system, or one SVM a level)."""
     if not (config.flat_term or config.path_term):
         return {}
     fit_ids = ids
@@ -83,7 +84,7 @@ def fit_linear_terms(estimator: Any, net: Any, targets: Any, config: Any, X: Any
         terms["flat_term"] = FlatMargins.fit_on_candidates(X, fit_ids, last_nodes(paths), targets.tree.n_classes,
                                                            weights, random_state=seed)
     if config.path_term:
-        terms["path_term"] = PathMargins.fit(X, fit_ids, targets.tree, weights, random_state=seed)
+        terms["path_term"] = PathMargins.fit(X, fit_ids, targets.tree, weights, random_state=seed, solver=path_solver)
     return terms
 
 

@@ -417,6 +417,9 @@ class LinearTerms:
         The path-level term's weight before any is learnt (0: none).
     path_term_reason : str
         Why.
+    path_solver : {"least_squares", "svm"}
+        How its SVMs are solved (:meth:`~hiclass_parallel.estimators.answer.PathMargins.fit`):
+        the cheaper route by the estimates.
     terms_tried_reason : str
         Which terms the answer model tries, each with its estimated cost against the budget.
     """
@@ -426,6 +429,7 @@ class LinearTerms:
     on_candidates: bool
     path_term: float
     path_term_reason: str
+    path_solver: str
     terms_tried_reason: str
 
 
@@ -471,9 +475,10 @@ def resolve_linear_terms(estimator: Any, tree: Tree, ids: np.ndarray | None, X: 
     flat, flat_why, on_candidates, flat_tried, spent = _flat_term(estimator, X, targets, refusal, network, left,
                                                                  None if network is None else (columns, hidden))
     left = None if left is None else left - spent
-    path, path_why, path_tried = _path_term(estimator, tree, X, np.where(counted, ids, -1) if ids is not None else None,
-                                            refusal, network, left)
-    return LinearTerms(flat, flat_why, on_candidates, path, path_why,
+    path, path_why, solver, path_tried = _path_term(estimator, tree, X,
+                                                    np.where(counted, ids, -1) if ids is not None else None,
+                                                    refusal, network, left)
+    return LinearTerms(flat, flat_why, on_candidates, path, path_why, solver,
                        f"{tried}; flat_term: {flat_tried}; path_term: {path_tried}")
 
 
@@ -514,27 +519,28 @@ def _flat_term(estimator: Any, X: Any, targets: np.ndarray | None, refusal: str 
 
 
 def _path_term(estimator: Any, tree: Tree, X: Any, ids: np.ndarray | None, refusal: str | None,
-               network: float | None, left: float | None) -> tuple[float, str, str]:
-    """``(weight, why, tried)`` of the path-level term, within what the flat term ``left`` of
-    the budget (``ids``: the training rows' node ids, ``-1`` for rows that count as none)."""
+               network: float | None, left: float | None) -> tuple[float, str, str, str]:
+    """``(weight, why, solver, tried)`` of the path-level term, within what the flat term
+    ``left`` of the budget (``ids``: the training rows' node ids, ``-1`` for rows that count as
+    none; ``solver``: :func:`~._costs.path_term_cost`'s cheaper route)."""
     requested = getattr(estimator, "path_term", None)
     if requested is None:
-        return 0.0, "path_term=None", "path_term=None"
+        return 0.0, "path_term=None", "svm", "path_term=None"
     if refusal is not None:
         if not isinstance(requested, str):
             raise ValueError(f"path_term={requested!r} cannot be fitted here: {refusal}. Use path_term='auto' or None")
-        return 0.0, refusal, f"not tried: {refusal}"
-    cost = _costs.path_svm_cost(X, _costs.level_classes(tree, ids))
-    route = "a path-level least-squares SVM" if not sp.issparse(X) else "a path-level linear SVM"
+        return 0.0, refusal, "svm", f"not tried: {refusal}"
+    cost, solver = _costs.path_term_cost(X, _costs.level_classes(tree, ids))
+    route = "a path-level least-squares SVM" if solver == "least_squares" else "a path-level linear SVM a level"
     costs = f"{route} {_share(cost, network)}, {_share(max(left, 0.0), network)} of the budget left"
     if not isinstance(requested, str):
-        return float(requested), f"path_term={float(requested)!r}: {costs}", f"{costs}, fixed weight"
+        return float(requested), f"path_term={float(requested)!r}: {costs}", solver, f"{costs}, fixed weight"
     off = _linear_term_auto_off(estimator, X)
     if off is None and cost > left:
         off = f"{costs}: over the budget"
     if off is not None:
-        return 0.0, off, f"not tried: {off}"
-    return 1.0, f"{costs}: its weight is learnt on held-out rows", f"{costs}: tried"
+        return 0.0, off, solver, f"not tried: {off}"
+    return 1.0, f"{costs}: its weight is learnt on held-out rows", solver, f"{costs}: tried"
 
 
 def _share(cost: float, network: float) -> str:

@@ -15,8 +15,8 @@ multiply-adds, the work of each part's inner loops:
   candidates hold it, about ``candidates + 1`` passes over the non-zeros in all;
 - the least-squares SVM (:func:`least_squares_cost`): the Gram matrix (of the features, or of
   the rows where they are fewer) and its solve;
-- the path-level SVM (:func:`path_svm_cost`): one least-squares system for every level, or
-  one multi-class SVM per level of the tree over every row (sparse rows more than features);
+- the path-level SVM (:func:`path_term_cost`): one least-squares system for every level, or
+  one multi-class SVM per level of the tree over every row, whichever is cheaper;
 - the class prototypes (:func:`prototypes_cost`): one pass over the non-zeros.
 
 The liblinear passes are an effective count
@@ -37,7 +37,7 @@ from .._defaults import DECODE_SHARE, SOLVE_SHARE, SVM_PASSES, SVM_TARGET_COST
 from ..answer import least_squares_route
 
 __all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries",
-           "least_squares_cost", "level_classes", "mean_path_columns", "network_cost", "path_svm_cost",
+           "least_squares_cost", "level_classes", "mean_path_columns", "network_cost", "path_term_cost",
            "prototypes_cost"]
 
 
@@ -157,15 +157,19 @@ def level_classes(tree: Any, ids: np.ndarray) -> list[int]:
     return counts
 
 
-def path_svm_cost(X: Any, classes: list[int]) -> float:
-    """The path-level SVM, of ``classes`` (per level: :func:`level_classes`) one-vs-rest
-    problems: one least-squares system for every level where it takes that route
-    (:func:`~..answer.least_squares_route`: :func:`least_squares_cost` of all the levels'
-    classes), else one multi-class ``LinearSVC`` per level over every row
-    (:func:`flat_svm_cost` of each level's classes)."""
-    if least_squares_route(X, int(X.shape[0])):
-        return least_squares_cost(X, int(sum(classes)))
-    return float(sum(flat_svm_cost(X, n) for n in classes))
+def path_term_cost(X: Any, classes: list[int]) -> tuple[float, str]:
+    """``(cost, solver)`` of the path-level SVM, of ``classes`` (per level: :func:`level_classes`)
+    one-vs-rest problems, by the cheaper of its routes: one least-squares system for every level
+    (:func:`least_squares_cost` of all the levels' classes), where the least squares are its
+    SVMs (:func:`~..answer.least_squares_route`), or one multi-class ``LinearSVC`` per level over
+    every row (:func:`flat_svm_cost` of each level's classes; ``solver`` ``"svm"``). On a few
+    hundred rows the system is far cheaper; on tens of thousands its ``(rows, rows)`` matrix is
+    not, and the estimate never builds it."""
+    svm = float(sum(flat_svm_cost(X, n) for n in classes))
+    if not least_squares_route(X, int(X.shape[0])):
+        return svm, "svm"
+    least_squares = least_squares_cost(X, int(sum(classes)))
+    return (least_squares, "least_squares") if least_squares <= svm or not sp.issparse(X) else (svm, "svm")
 
 
 def prototypes_cost(X: Any) -> float:

@@ -205,14 +205,14 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
             if plan is None:
                 net.partial_fit(dataset, None, epochs=epochs)
                 terms = fit_linear_terms(estimator, net, targets, config, _rows_of(data), ids, _row_weights(data),
-                                         None, linear.on_candidates, seed)
+                                         None, linear.on_candidates, seed, linear.path_solver)
             else:
                 # Without the held-out rows; with enough epochs they join the last one, after the
                 # map is fitted (_calibration's docstring says when and why).
                 held_out_epochs = config.max_epochs - 1 if plan.rejoin else config.max_epochs
                 net.partial_fit(Subset(dataset, plan.fit_rows), None, epochs=held_out_epochs)
                 terms = fit_linear_terms(estimator, net, targets, config, data.X, ids, _row_weights(data), plan,
-                                         linear.on_candidates, seed)
+                                         linear.on_candidates, seed, linear.path_solver)
                 held_out, config = fit_on_held_out(estimator, net, targets, config, data.X, dataset.y, plan,
                                                    _row_weights(data), linear=terms)
                 if plan.rejoin:

@@ -115,3 +115,19 @@ def test_rows_without_labels_are_refused_by_name():
     X, ids, tree, _ = _data()
     with pytest.raises(ValueError, match="labelled training rows"):
         PathMargins.fit(X, np.full_like(ids, -1), tree)
+
+
+def test_the_svm_solver_fits_a_linear_svc_a_level_on_any_rows_and_an_unknown_one_is_named():
+    X, ids, tree, nodes = _data(seed=4)
+    wide = sp.hstack([X, sp.random(200, 400, density=0.02, random_state=4, format="csr", dtype=np.float32)],
+                     format="csr")  # fewer rows than features: "auto" would solve the least squares
+    term = PathMargins.fit(wide, ids, tree, random_state=0, solver="svm")
+    queries = wide[:nodes.shape[0]]
+
+    def svm(rows, positive):
+        return LinearSVC(random_state=0).fit(rows, positive).decision_function(queries)
+
+    np.testing.assert_allclose(term.score(queries, nodes), _reference(wide, ids, tree, nodes, svm), rtol=1e-3,
+                               atol=1e-3)
+    with pytest.raises(ValueError, match="solver must be 'auto', 'least_squares' or 'svm', got 'lbfgs'"):
+        PathMargins.fit(wide, ids, tree, solver="lbfgs")

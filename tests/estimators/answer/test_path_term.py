@@ -27,8 +27,15 @@ from hiclass_parallel.exceptions import IgnoredSettingWarning, ModelFileError
 def _every_svm_within_the_budget(monkeypatch):
     """These fits train a network of a few epochs, beside which an SVM's estimated cost is over
     the budget; the tests about the budget set the estimates themselves."""
-    for name in ("flat_svm_cost", "candidates_svm_cost", "least_squares_cost", "path_svm_cost"):
+    for name in ("flat_svm_cost", "candidates_svm_cost", "least_squares_cost"):
         monkeypatch.setattr(_costs, name, lambda *args: 0.0)
+    _path_cost(monkeypatch, 0.0)
+
+
+def _path_cost(monkeypatch, cost):
+    """The path-level term's estimated cost set to ``cost``, its route the cheaper one's."""
+    real = _costs.path_term_cost
+    monkeypatch.setattr(_costs, "path_term_cost", lambda X, classes: (cost, real(X, classes)[1]))
 
 
 def _fit(X, y, tree, **params):
@@ -49,7 +56,7 @@ def test_a_fixed_weight_fits_the_term_on_every_training_row():
     np.testing.assert_array_equal(got.margins.coef, want.margins.coef)
     np.testing.assert_array_equal(got.margins.intercept, want.margins.intercept)
     assert clf.answer_.weight("path_term") == 4.0 and clf.config_.path_term == 4.0
-    assert clf.config_.path_term_reason.startswith("path_term=4.0: a path-level linear SVM")
+    assert clf.config_.path_term_reason.startswith("path_term=4.0: a path-level linear SVM a level")
 
 
 def test_a_calibrating_fit_leaves_its_held_out_rows_out_of_the_term(monkeypatch):
@@ -103,17 +110,17 @@ def test_the_linear_terms_share_one_budget(monkeypatch):
     X, y, tree = text_like(shuffle_ids=True, n_samples=240)
     monkeypatch.setattr(_costs, "network_cost", lambda *args: 1.0)
     monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: 0.3)
-    monkeypatch.setattr(_costs, "path_svm_cost", lambda *args: 0.3)
+    _path_cost(monkeypatch, 0.3)
     both = dict(path_term="auto", flat_term="auto", calibration=None)
     clf = _fit(X, y, tree, **both)  # 0.3 + 0.3 > 0.5: the flat term first, the path term over what is left
     assert clf.config_.flat_term == 1.0 and clf.config_.path_term == 0.0
-    assert clf.config_.path_term_reason == "a path-level linear SVM 0.3x, 0.2x of the budget left: over the budget"
+    assert clf.config_.path_term_reason == "a path-level linear SVM a level 0.3x, 0.2x of the budget left: over the budget"
     alone = _fit(X, y, tree, **{**both, "flat_term": None})  # without the flat term the whole budget is its
     assert alone.config_.path_term == 1.0 and "0.5x of the budget left" in alone.config_.path_term_reason
     monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: 0.1)
     assert _fit(X, y, tree, **both).config_.path_term == 1.0  # 0.1 + 0.3: both within it
     # a number fixes the weight whatever the cost
-    monkeypatch.setattr(_costs, "path_svm_cost", lambda *args: float("inf"))
+    _path_cost(monkeypatch, float("inf"))
     assert _fit(X, y, tree, **{**both, "path_term": 2.0}).answer_.weight("path_term") == 2.0
 
 

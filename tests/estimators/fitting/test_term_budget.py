@@ -104,11 +104,17 @@ def test_the_path_term_s_estimate_follows_its_route():
     assert _costs.level_classes(tree, ids) == [2, 4, 3]
     assert _costs.level_classes(tree, np.array([5, 5, 6])) == [2]  # one node each on levels 0, 1
     X = sp.random(7, 5, density=0.5, random_state=0, format="csr")  # sparse, more rows than features: a SVM a level
-    assert _costs.path_svm_cost(X, [2, 4, 3]) == pytest.approx(_costs.flat_svm_cost(X, 9))
+    assert _costs.path_term_cost(X, [2, 4, 3]) == (pytest.approx(_costs.flat_svm_cost(X, 9)), "svm")
     wide = sp.random(7, 50, density=0.2, random_state=0, format="csr")  # fewer rows: one least-squares system
-    assert _costs.path_svm_cost(wide, [2, 4, 3]) == pytest.approx(_costs.least_squares_cost(wide, 9))
+    assert _costs.path_term_cost(wide, [2, 4, 3]) == (pytest.approx(_costs.least_squares_cost(wide, 9)),
+                                                      "least_squares")
     dense = X.toarray()
-    assert _costs.path_svm_cost(dense, [2, 4]) == pytest.approx(_costs.least_squares_cost(dense, 6))
+    assert _costs.path_term_cost(dense, [2, 4]) == (pytest.approx(_costs.least_squares_cost(dense, 6)),
+                                                    "least_squares")
+    # where the system of the rows costs more than a SVM a level (tens of thousands of rows), the SVMs
+    many = sp.random(3000, 5000, density=0.001, random_state=0, format="csr")
+    assert _costs.least_squares_cost(many, 9) > _costs.flat_svm_cost(many, 9)
+    assert _costs.path_term_cost(many, [2, 4, 3]) == (pytest.approx(_costs.flat_svm_cost(many, 9)), "svm")
     # the dual's count (rows x entries + rows^2 x targets + rows^3 + entries x targets) where rows are fewer
     assert _costs.least_squares_cost(wide, 9) == pytest.approx((7 * wide.nnz + 49 * 9 + 343 + wide.nnz * 9)
                                                                * _defaults.SOLVE_SHARE)

@@ -242,7 +242,8 @@ def test_exported_reranking_equals_predict(kind, flat_term, path_term, tmp_path,
     every_row = float("inf") if flat_term == "candidates" else 0.0
     monkeypatch.setattr(_costs, "flat_svm_cost", lambda *args: every_row)
     monkeypatch.setattr(_costs, "least_squares_cost", lambda *args: 0.0)
-    monkeypatch.setattr(_costs, "path_svm_cost", lambda *args: 0.0)
+    real = _costs.path_term_cost
+    monkeypatch.setattr(_costs, "path_term_cost", lambda X, classes: (0.0, real(X, classes)[1]))
     if flat_term == "candidates":
         flat_term = 8.0
     X, y, tree = make_hierarchical_classification(n_samples=1200, n_features=12, branching=3, depth=3, noise=1.5,
