@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="comma separated, from mlp-torch, defaults, noflat, nopath, sparsemlp, sparsemlp-relu, tfidf (tfidf: "
                         "embedding subsets only), linear-svc, logreg, logreg-c<C>, 1nn")
     p.add_argument("--repeats", type=int, default=1, help="rounds over the methods, interleaved")
+    p.add_argument("--seeds", default="0", help="comma separated random_state of the fits (the split stays seed 0's): "
+                                                "each round fits every method once per seed")
     p.add_argument("--package-defaults", action="store_true",
                    help="peers data: the package's lr, epochs and width, not the peers benchmark's TORCH_PARAMS")
     p.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
@@ -237,11 +239,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         methods = [m for m in args.methods.split(",") if m != "tfidf" or "texts" in data]
         print(f"{name}: {len(data['y_train'])} / {len(data['y_test'])} rows, {data['X_train'].shape[1]} columns",
               flush=True)
-        for r in range(args.repeats):
+        for r, seed in ((r, int(seed)) for r in range(args.repeats) for seed in args.seeds.split(",")):
             for method in (methods if r % 2 == 0 else methods[::-1]):  # interleaved, order alternating
-                row = {"data": name, "repeat": r, "params": extra, **fit_one(data, method, extra=extra)}
+                row = {"data": name, "repeat": r, "seed": seed, "params": extra,
+                       **fit_one(data, method, seed=seed, extra=extra)}
                 run["results"].append(row)
-                print(f"  {method:>10}: hF1 {row['hf1']:.3f} exact {row['exact']:.3f} fit {row['fit_s']:.2f} s "
+                print(f"  {method:>10} (seed {seed}): hF1 {row['hf1']:.3f} exact {row['exact']:.3f} fit {row['fit_s']:.2f} s "
                       f"({row['module']}, {row['step_engine']}, {row['max_epochs']} epochs; load "
                       f"{row['load_before']}-{row['load_after']})", flush=True)
     if args.out is not None:
