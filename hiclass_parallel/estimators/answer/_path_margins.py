@@ -145,8 +145,17 @@ def least_squares_route(X: Any, n_rows: int) -> bool:
     """Whether the least-squares SVMs are the path-level term's SVMs on these rows: dense rows,
     or sparse rows fewer than their features, where almost every row lies within its margin and
     the squared hinge of ``LinearSVC`` is the least squares (elsewhere ``LinearSVC``'s a
-    level)."""
-    return not sp.issparse(X) or n_rows < int(X.shape[1])
+    level). A sparse torch tensor counts as sparse rows."""
+    return not is_sparse(X) or n_rows < int(X.shape[1])
+
+
+def is_sparse(X: Any) -> bool:
+    """Whether ``X`` is sparse rows: a scipy sparse matrix or a torch tensor of a sparse layout."""
+    if sp.issparse(X):
+        return True
+    import torch
+
+    return isinstance(X, torch.Tensor) and X.layout != torch.strided
 
 
 def _least_squares_levels(X: Any, levels: list[np.ndarray], labelled: np.ndarray, weight: np.ndarray | None,

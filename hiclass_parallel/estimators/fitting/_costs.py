@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._defaults import DECODE_SHARE, SOLVE_SHARE, SVM_PASSES, SVM_TARGET_COST
-from ..answer import least_squares_route
+from ..answer import is_sparse, least_squares_route
 
 __all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries",
            "least_squares_cost", "level_classes", "mean_path_columns", "network_cost", "path_term_cost",
@@ -169,7 +169,7 @@ def path_term_cost(X: Any, classes: list[int]) -> tuple[float, str]:
     if not least_squares_route(X, int(X.shape[0])):
         return svm, "svm"
     least_squares = least_squares_cost(X, int(sum(classes)))
-    return (least_squares, "least_squares") if least_squares <= svm or not sp.issparse(X) else (svm, "svm")
+    return (least_squares, "least_squares") if least_squares <= svm or not is_sparse(X) else (svm, "svm")
 
 
 def prototypes_cost(X: Any) -> float:

@@ -115,6 +115,11 @@ def test_the_path_term_s_estimate_follows_its_route():
     many = sp.random(3000, 5000, density=0.001, random_state=0, format="csr")
     assert _costs.least_squares_cost(many, 9) > _costs.flat_svm_cost(many, 9)
     assert _costs.path_term_cost(many, [2, 4, 3]) == (pytest.approx(_costs.flat_svm_cost(many, 9)), "svm")
+    import torch  # sparse rows as a torch tensor count as sparse rows too
+
+    coo = many.tocoo()
+    tensor = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data, coo.shape)
+    assert _costs.path_term_cost(tensor, [2, 4, 3])[1] == "svm"
     # the dual's count (rows x entries + rows^2 x targets + rows^3 + entries x targets) where rows are fewer
     assert _costs.least_squares_cost(wide, 9) == pytest.approx((7 * wide.nnz + 49 * 9 + 343 + wide.nnz * 9)
                                                                * _defaults.SOLVE_SHARE)
