@@ -89,20 +89,21 @@ def test_the_explained_answer_is_the_reranked_one_and_the_terms_add_up():
 
     vec = TfidfVectorizer().fit(TEXTS)
     clf = HierarchicalClassifier(max_epochs=20, random_state=0, calibration=None, prototypes=8.0,
-                                 flat_term=4.0).fit(vec.transform(TEXTS), PATHS)
+                                 flat_term=4.0, path_term=2.0).fit(vec.transform(TEXTS), PATHS)
     X = vec.transform(["ripe banana", "green apple tree", "pine"])
     why = explain_predictions(clf, X)
     assert np.array_equal(why.columns[:, :2], clf._predict_ids(X))
     terms = why.terms
-    assert np.allclose(terms["total"], terms["log_prob"] + terms["prototypes"] + terms["flat"])
+    assert np.allclose(terms["total"], terms["log_prob"] + terms["prototypes"] + terms["flat"] + terms["path"])
     answer = clf.predict_node(X)
-    prototypes, flat = clf.answer_.terms["prototypes"], clf.answer_.terms["flat_term"]
+    prototypes, flat, path = (clf.answer_.terms[name] for name in ("prototypes", "flat_term", "path_term"))
     assert np.allclose(terms["prototypes"], 8.0 * prototypes.score(X, answer[:, None])[:, 0], atol=1e-5)
     assert np.allclose(terms["flat"], 4.0 * flat.score(X, answer[:, None])[:, 0], atol=1e-5)
-    assert (terms["prototypes"] > 0).all()
+    assert np.allclose(terms["path"], 2.0 * path.score(X, answer[:, None])[:, 0], atol=1e-5)
+    assert (terms["prototypes"] > 0).all() and (terms["path"] != 0).all()
     clf.set_params(prototypes=None, flat_term=None, path_term=None)
     plain = explain_predictions(clf, X)
-    assert (plain.terms["prototypes"] == 0).all() and (plain.terms["flat"] == 0).all()
+    assert all((plain.terms[name] == 0).all() for name in ("prototypes", "flat", "path"))
 
 
 def test_integrated_gradients_for_a_relu_model_are_labelled_approximate_and_nearly_complete():
