@@ -351,7 +351,7 @@ def least_squares_margins(X: Any, members: sp.spmatrix, weight: np.ndarray | Non
     w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)
     total = w.sum()
     if not total > 0:
-        raise ValueError("a flat linear term needs training rows of positive weight")
+        raise ValueError("a linear term needs training rows of positive weight")
     X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
     members = sp.csr_matrix(members, dtype=np.float64)
     mean = np.asarray(X.T @ w).reshape(-1) / total
