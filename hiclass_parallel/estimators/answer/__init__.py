@@ -29,7 +29,7 @@ from ._flat_margins import NO_TARGET_MARGIN, FlatMargins
 from ._held_out import learn_from_candidates, learn_on_held_out, learns_weights, not_learnt
 from ._joint import MIN_GAIN, PENALTY, TermWeights, fit_term_weights
 from ._model import AnswerModel
-from ._path_margins import PathMargins, is_sparse, least_squares_route
+from ._path_margins import PathMargins, is_sparse, least_squares_route, level_labels
 from ._prototypes import ClassPrototypes, Prototypes, last_nodes, prototypes_kind, rerank_order
 from ._terms import PRIOR_TERMS, TERMS, Term, term_from_arrays, term_scores
 
@@ -38,6 +38,6 @@ __all__ = ["CLIP", "MIN_AUTO_ROWS", "MIN_GAIN", "NO_TARGET_MARGIN", "PENALTY", "
            "Prototypes",
            "Term", "TermWeights", "added_prototypes", "answer_correct", "effective_rows",
            "fit_term_weights", "fitted_prototypes", "held_out_prototypes", "held_out_size", "held_out_view", "is_sparse",
-           "last_nodes", "learn_from_candidates", "learn_on_held_out", "learns_weights", "least_squares_route", "not_learnt",
+           "last_nodes", "learn_from_candidates", "learn_on_held_out", "learns_weights", "least_squares_route", "level_labels", "not_learnt",
            "plan_calibration", "prototypes_kind", "rejoins", "rerank_order", "start_weight", "term_from_arrays",
            "term_scores", "wants_prototypes"]

@@ -90,19 +90,19 @@ class PathMargins:
         labelled = ids >= 0
         if not labelled.any():
             raise ValueError("a path-level linear term needs labelled training rows")
-        on_path = np.where(labelled[:, None], paths[np.maximum(ids, 0)], -1)
-        # Each level's labels: its node on the row's path, or "none" (id n_classes) for a row
-        # whose path ends above it: one class more, a negative of every node of the level.
-        levels = []
-        for level in range(paths.shape[1]):
-            nodes = on_path[:, level]
-            if not (nodes >= 0).any():
-                break
-            levels.append(np.where(labelled, np.where(nodes >= 0, nodes, n_classes), -1))
-        if solver == "least_squares" or (solver == "auto" and least_squares_route(X, int(labelled.sum()))):
-            classes, coef, intercept = _least_squares_levels(X, levels, labelled, sample_weight, n_classes)
-        else:
+        levels, ones = level_labels(paths, ids)
+        n_features = int(X.shape[1])
+        classes, coef, intercept = np.zeros(0, dtype=np.int64), np.zeros((0, n_features)), np.zeros(0)
+        least_squares = solver == "least_squares" or (solver == "auto" and least_squares_route(X, int(labelled.sum())))
+        if levels and least_squares:
+            classes, coef, intercept = _least_squares_levels(X, levels, labelled, sample_weight)
+        elif levels:
             classes, coef, intercept = _svm_levels(X, levels, sample_weight, n_classes, random_state)
+        keep = classes < n_classes  # the levels' "none" classes score no candidate
+        ones = np.concatenate(ones) if ones else np.zeros(0, dtype=np.int64)
+        classes = np.concatenate([classes[keep], ones])
+        coef = np.concatenate([coef[keep], np.zeros((ones.size, n_features))])
+        intercept = np.concatenate([intercept[keep], np.ones(ones.size)])
         if classes.size < 2:
             raise ValueError(f"a path-level linear term needs at least two nodes on the training rows' paths, "
                              f"got {classes.size}")
@@ -141,6 +141,38 @@ class PathMargins:
         return cls(margins=margins, paths=np.asarray(tree.paths, dtype=np.int64))
 
 
+def level_labels(paths: np.ndarray, ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``(levels, ones)`` of the rows labelled with node ids ``ids`` (``-1``: unlabelled) of the
+    tree of ancestral ``paths``: each level's labels (an array a row: the level's node on the
+    row's path, or "none", id ``n_classes``, for a row whose path ends above it: one class more,
+    a negative of every node of the level; ``-1`` for an unlabelled row) where the level has
+    two classes or more, and the node of each level of one (every labelled row holds it: a
+    single root), which fits nothing: its margin is that of a positive everywhere, +1.
+
+    Examples
+    --------
+    >>> paths = np.array([[0, -1], [1, -1], [0, 2], [0, 3], [1, 4]])
+    >>> levels, ones = level_labels(paths, np.array([2, 3, 1, -1]))
+    >>> [labels.tolist() for labels in levels], ones  # "none" is id 5
+    ([[0, 0, 1, -1], [2, 3, 5, -1]], [])
+    """
+    n_classes = paths.shape[0]
+    labelled = ids >= 0
+    on_path = np.where(labelled[:, None], paths[np.maximum(ids, 0)], -1)
+    levels, ones = [], []
+    for level in range(paths.shape[1]):
+        nodes = on_path[:, level]
+        if not (nodes >= 0).any():
+            break
+        labels = np.where(labelled, np.where(nodes >= 0, nodes, n_classes), -1)
+        present = np.unique(labels[labelled])
+        if present.size < 2:
+            ones.append(present)
+        else:
+            levels.append(labels)
+    return levels, ones
+
+
 def least_squares_route(X: Any, n_rows: int) -> bool:
     """Whether the least-squares SVMs are the path-level term's SVMs on these rows: dense rows,
     or sparse rows fewer than their features, where almost every row lies within its margin and
@@ -158,52 +190,32 @@ def is_sparse(X: Any) -> bool:
     return isinstance(X, torch.Tensor) and X.layout != torch.strided
 
 
-def _least_squares_levels(X: Any, levels: list[np.ndarray], labelled: np.ndarray, weight: np.ndarray | None,
-                          n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(nodes, coef, intercept)`` of every level's least-squares SVMs from one system: every
-    level's problems share the labelled rows (each row is in one class of every level), so one
-    solve with a right-hand side per node (and per level's "none") gives them all. A level of
-    one class (a node every labelled row holds) has the margin of a positive everywhere, +1."""
+def _least_squares_levels(X: Any, levels: list[np.ndarray], labelled: np.ndarray,
+                          weight: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(classes, coef, intercept)`` of every level's least-squares SVMs (each level's
+    ``labels``: a node or "none" per labelled row) from one system: every level's problems share
+    the labelled rows (each row is in one class of every level), so one solve with a right-hand
+    side per class gives them all."""
     rows = np.flatnonzero(labelled)
-    nodes, member_rows, member_cols, single = [], [], [], []
+    classes, member_rows = [], []
     for labels in levels:
         present, column = np.unique(labels[rows], return_inverse=True)
-        if present.size < 2:
-            single.append(present[present < n_classes])
-            continue
-        member_rows.append(len(nodes) + column)
-        member_cols.append(np.arange(rows.size))
-        nodes.extend(present.tolist())
-    nodes = np.asarray(nodes, dtype=np.int64)
-    n_features = int(X.shape[1])
-    coef, intercept = np.zeros((0, n_features)), np.zeros(0)
-    if nodes.size:
-        members = sp.csr_matrix((np.ones(rows.size * len(member_rows)),
-                                 (np.concatenate(member_rows), np.concatenate(member_cols))),
-                                shape=(nodes.size, rows.size))
-        X_rows = X[rows] if sp.issparse(X) else np.asarray(X)[rows]
-        coef, intercept = least_squares_margins(X_rows, members, None if weight is None else
-                                                np.asarray(weight, dtype=np.float64)[rows])
-    keep = nodes < n_classes  # the levels' "none" classes score no candidate
-    ones = np.concatenate(single) if single else np.zeros(0, dtype=np.int64)
-    return (np.concatenate([nodes[keep], ones]), np.concatenate([coef[keep], np.zeros((ones.size, n_features))]),
-            np.concatenate([intercept[keep], np.ones(ones.size)]))
+        member_rows.append(len(classes) + column)
+        classes.extend(present.tolist())
+    members = sp.csr_matrix((np.ones(rows.size * len(levels)),
+                             (np.concatenate(member_rows), np.tile(np.arange(rows.size), len(levels)))),
+                            shape=(len(classes), rows.size))
+    X_rows = X[rows] if sp.issparse(X) else np.asarray(X)[rows]
+    coef, intercept = least_squares_margins(X_rows, members, None if weight is None else
+                                            np.asarray(weight, dtype=np.float64)[rows])
+    return np.asarray(classes, dtype=np.int64), coef, intercept
 
 
 def _svm_levels(X: Any, levels: list[np.ndarray], weight: np.ndarray | None, n_classes: int,
                 random_state: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(nodes, coef, intercept)`` of one multi-class ``LinearSVC`` per level
+    """``(classes, coef, intercept)`` of one multi-class ``LinearSVC`` per level
     (:meth:`~._flat_margins.FlatMargins.fit` over the level's nodes and its "none" class)."""
-    parts = []
-    n_features = int(X.shape[1])
-    for labels in levels:
-        present = np.unique(labels[labels >= 0])
-        if present.size < 2:  # one node every labelled row holds
-            present = present[present < n_classes]
-            parts.append((present, np.zeros((present.size, n_features)), np.ones(present.size)))
-            continue
-        level_fit = FlatMargins.fit(X, labels, n_classes + 1, sample_weight=weight, random_state=random_state)
-        keep = level_fit.classes < n_classes
-        parts.append((level_fit.classes[keep], level_fit.coef[keep], level_fit.intercept[keep]))
-    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-            np.concatenate([p[2] for p in parts]))
+    fits = [FlatMargins.fit(X, labels, n_classes + 1, sample_weight=weight, random_state=random_state)
+            for labels in levels]
+    return (np.concatenate([f.classes for f in fits]), np.concatenate([f.coef for f in fits]),
+            np.concatenate([f.intercept for f in fits]))

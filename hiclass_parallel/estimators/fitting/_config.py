@@ -487,12 +487,9 @@ def _flat_term(estimator: Any, X: Any, targets: np.ndarray | None, refusal: str 
     """``(weight, why, on_candidates, tried, cost)`` of the flat term (``cost``: its estimate,
     0 where none is fitted; ``shape``: the mean path columns and the hidden width)."""
     requested = getattr(estimator, "flat_term", None)
-    if requested is None:
-        return 0.0, "flat_term=None", False, "flat_term=None", 0.0
-    if refusal is not None:
-        if not isinstance(requested, str):
-            raise ValueError(f"flat_term={requested!r} cannot be fitted here: {refusal}. Use flat_term='auto' or None")
-        return 0.0, refusal, False, f"not tried: {refusal}", 0.0
+    unfitted = _unfitted("flat_term", requested, refusal)
+    if unfitted is not None:
+        return 0.0, unfitted[0], False, unfitted[1], 0.0
     if sp.issparse(X):
         every = _costs.flat_svm_cost(X, targets.size)
         candidates = _costs.candidates_svm_cost(X, targets.size, estimator.prototype_candidates, *shape)
@@ -509,9 +506,7 @@ def _flat_term(estimator: Any, X: Any, targets: np.ndarray | None, refusal: str 
     if not isinstance(requested, str):
         why = f"flat_term={float(requested)!r}: {route} ({costs})"
         return float(requested), why, on_candidates, f"{costs}: {route}, fixed weight", cost
-    off = _linear_term_auto_off(estimator, X)
-    if off is None and not within:
-        off = f"{costs}: over the budget"
+    off = _auto_off(estimator, X, within, costs)
     if off is not None:
         return 0.0, off, False, f"not tried: {off}", 0.0
     why = f"{route} ({costs}, within the budget of {TERM_BUDGET:g}): its weight is learnt on held-out rows"
@@ -524,23 +519,40 @@ def _path_term(estimator: Any, tree: Tree, X: Any, ids: np.ndarray | None, refus
     ``left`` of the budget (``ids``: the training rows' node ids, ``-1`` for rows that count as
     none; ``solver``: :func:`~._costs.path_term_cost`'s cheaper route)."""
     requested = getattr(estimator, "path_term", None)
-    if requested is None:
-        return 0.0, "path_term=None", "svm", "path_term=None"
-    if refusal is not None:
-        if not isinstance(requested, str):
-            raise ValueError(f"path_term={requested!r} cannot be fitted here: {refusal}. Use path_term='auto' or None")
-        return 0.0, refusal, "svm", f"not tried: {refusal}"
+    unfitted = _unfitted("path_term", requested, refusal)
+    if unfitted is not None:
+        return 0.0, unfitted[0], "svm", unfitted[1]
     cost, solver = _costs.path_term_cost(X, _costs.level_classes(tree, ids))
     route = "a path-level least-squares SVM" if solver == "least_squares" else "a path-level linear SVM a level"
     costs = f"{route} {_share(cost, network)}, {_share(max(left, 0.0), network)} of the budget left"
     if not isinstance(requested, str):
         return float(requested), f"path_term={float(requested)!r}: {costs}", solver, f"{costs}, fixed weight"
-    off = _linear_term_auto_off(estimator, X)
-    if off is None and cost > left:
-        off = f"{costs}: over the budget"
+    off = _auto_off(estimator, X, cost <= left, costs)
     if off is not None:
         return 0.0, off, solver, f"not tried: {off}"
     return 1.0, f"{costs}: its weight is learnt on held-out rows", solver, f"{costs}: tried"
+
+
+def _unfitted(name: str, requested: Any, refusal: str | None) -> tuple[str, str] | None:
+    """``(why, tried)`` where the linear term ``name`` is not fitted whatever it costs
+    (``None``: its cost decides): the parameter ``None``, or a ``refusal``, which for a weight
+    given as a number is a named error."""
+    if requested is None:
+        return f"{name}=None", f"{name}=None"
+    if refusal is None:
+        return None
+    if not isinstance(requested, str):
+        raise ValueError(f"{name}={requested!r} cannot be fitted here: {refusal}. Use {name}='auto' or None")
+    return refusal, f"not tried: {refusal}"
+
+
+def _auto_off(estimator: Any, X: Any, within: bool, costs: str) -> str | None:
+    """Why ``"auto"`` leaves a linear term off (``None``: it is tried): the rows'
+    (:func:`_linear_term_auto_off`), else its estimated ``costs`` over the budget."""
+    off = _linear_term_auto_off(estimator, X)
+    if off is None and not within:
+        off = f"{costs}: over the budget"
+    return off
 
 
 def _share(cost: float, network: float) -> str:

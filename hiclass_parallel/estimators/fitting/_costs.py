@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._defaults import DECODE_SHARE, SOLVE_SHARE, SVM_PASSES, SVM_TARGET_COST
-from ..answer import is_sparse, least_squares_route
+from ..answer import is_sparse, least_squares_route, level_labels
 
 __all__ = ["candidates_svm_cost", "decode_cost", "flat_svm_cost", "hidden_width", "input_entries",
            "least_squares_cost", "level_classes", "mean_path_columns", "network_cost", "path_term_cost",
@@ -137,7 +137,8 @@ def least_squares_cost(X: Any, n_targets: int) -> float:
 def level_classes(tree: Any, ids: np.ndarray) -> list[int]:
     """The classes of each level's SVM of the path-level term on the training rows' node ids
     ``ids`` (``-1`` rows skipped): the level's nodes on their paths, and one more ("none") where
-    some paths end above the level; levels of fewer than two classes fit nothing.
+    some paths end above the level; levels of fewer than two classes fit nothing
+    (:func:`~..answer.level_labels`, the labels the term's fit reads).
 
     Examples
     --------
@@ -146,15 +147,8 @@ def level_classes(tree: Any, ids: np.ndarray) -> list[int]:
     >>> level_classes(tree, np.array([2, 3, 1, -1]))  # level 0: nodes 0, 1; level 1: 2, 3 and none
     [2, 3]
     """
-    ids = np.asarray(ids)
-    paths = np.asarray(tree.paths)[ids[ids >= 0]]
-    counts = []
-    for level in range(paths.shape[1]):
-        nodes = paths[:, level]
-        n = np.unique(nodes[nodes >= 0]).size + int((nodes < 0).any())
-        if n >= 2:
-            counts.append(int(n))
-    return counts
+    levels, _ = level_labels(np.asarray(tree.paths), np.asarray(ids))
+    return [int(np.unique(labels[labels >= 0]).size) for labels in levels]
 
 
 def path_term_cost(X: Any, classes: list[int]) -> tuple[float, str]:

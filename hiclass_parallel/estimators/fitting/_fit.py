@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch.utils.data import Subset
 
 from .._checks import validate_X
-from ..answer import added_prototypes, plan_calibration
+from ..answer import added_prototypes, is_sparse, plan_calibration
 from ..networks import FitRandom, data_parallel_group, drawing_from, draws_from_fit_generator
 from ._answer_fit import drop_stale, fit_linear_terms, fit_on_held_out, fitted_answer, learn_by_cross_fitting
 from ._build import build_net, net_params
@@ -228,13 +228,11 @@ def _fit_new(estimator: Any, data: Any, epochs: int | None, classes: Any) -> Any
 
 
 def _sparse_input(data: Any) -> bool | None:
-    """Whether the rows are sparse (a scipy sparse matrix or a sparse torch tensor); ``None``
-    for a stream, whose batches only the net sees."""
-    import scipy.sparse as sp
-
+    """Whether the rows are sparse (a scipy sparse matrix or a sparse torch tensor:
+    :func:`~..answer.is_sparse`); ``None`` for a stream, whose batches only the net sees."""
     if not isinstance(data, ArrayInput):
         return None
-    return bool(sp.issparse(data.X) or getattr(data.X, "layout", torch.strided) != torch.strided)
+    return is_sparse(data.X)
 
 
 def _row_weights(data: Any) -> np.ndarray | None:

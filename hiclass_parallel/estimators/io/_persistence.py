@@ -73,7 +73,7 @@ from ...labels._paths import check_pad_not_a_label
 from ...ops.groups import n_outputs
 from ...tree import PARTITIONS, Tree
 from .._checks import check_device
-from ..answer import AnswerModel, BetaCalibrator, TERMS, term_from_arrays
+from ..answer import PRIOR_TERMS, TERMS, AnswerModel, BetaCalibrator, term_from_arrays
 from ..classifier import HierarchicalClassifier
 from ..fitting import FitConfig, attach_net, build_net
 from ..networks import FitRandom, drawing_from, draws_from_fit_generator, module_capabilities
@@ -702,7 +702,7 @@ def _fit_config(folder: Path, tree: Tree, fitted: dict[str, Any]) -> FitConfig:
             problems.append(f"{name}={saved[name]!r} is not a count")
     if not isinstance(saved["lr"], (int, float)) or isinstance(saved["lr"], bool):
         problems.append(f"lr={saved['lr']!r} is not a number")
-    for term in ("flat_term", "path_term"):
+    for term in PRIOR_TERMS:  # the linear terms' start weights, fields of the configuration
         weight = saved.get(term, 0.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
             problems.append(f"{term}={weight!r} is not a weight >= 0")

@@ -7,7 +7,7 @@ A decoded answer goes through four stages, each decided here and nowhere else:
    for path-locally trained models on the CPU, exhaustive over every score otherwise);
 2. **re-ranking** (optional): the order of those candidates by the answer model's score
    ``log p + weight * similarity + sum_i w_i * term_i`` (:mod:`..answer._model`), the class
-   prototypes' similarity and each other term's score (the flat linear term's margin), when
+   prototypes' similarity and each other term's score (the linear terms' margins), when
    the model has any with a positive weight (``decoding`` "best" and "hf1", and top-``k``;
    never "threshold");
 3. **decoding rule**: ``"best"`` (the first path), ``"threshold"`` (the deepest path whose
@@ -112,7 +112,7 @@ class Decoder:
     scale : float
         The conditional logit's scale for ``"hf1"`` with prototypes (1 for a weight set by hand).
     terms : dict of str to (Term, float)
-        The answer model's other terms that re-rank at prediction (the flat linear term), by
+        The answer model's other terms that re-rank at prediction (the linear terms), by
         name, each with its weight (above 0); their weighted scores join ``log p`` before the
         prototypes' similarity (:meth:`prior`).
     rows : callable
@@ -200,8 +200,10 @@ class Decoder:
     def prior(self, X: Any, paths: np.ndarray) -> np.ndarray | float:
         """``sum_i w_i * term_i`` of each candidate path's answer (``(n, k)``) over the
         :attr:`terms`, their part of the re-ranked score; 0 without any."""
-        return sum((np.float32(weight) * term.score(host_rows(X), last_nodes(paths))
-                    for term, weight in self.terms.values()), start=0.0)
+        if not self.terms:
+            return 0.0
+        host, nodes = host_rows(X), last_nodes(paths)  # once for every term
+        return sum((np.float32(weight) * term.score(host, nodes) for term, weight in self.terms.values()), start=0.0)
 
 
 def term_label(name: str) -> str:
